@@ -1,0 +1,47 @@
+# rdma-bridge: the two commands of the quick start are `make demo` and `make test`.
+# Both work on a fresh Debian machine as root: they create .venv, install the project
+# and install MariaDB from Debian when mariadbd is missing.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/dev/null)
+
+.PHONY: demo test unit integration faults lint deps mariadb clean sandbox-down
+
+$(STAMP): setup.cfg
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+deps: $(STAMP) mariadb
+
+mariadb:
+ifeq ($(MARIADBD),)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+endif
+
+demo: deps
+	$(PY) -m bridge demo
+
+test: deps
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q tests
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+integration: deps
+	$(PY) -m pytest -q tests/integration
+
+faults: deps
+	$(PY) -m pytest -q tests/faults
+
+sandbox-down: $(STAMP)
+	$(PY) -m bridge sandbox down
+
+clean: sandbox-down
+	rm -rf $(VENV) .sandbox

@@ -1,0 +1,85 @@
+"""Frozen per-component configuration with named defaults (units in the names).
+
+Parsed only by the CLI; each component receives its own section as plain values.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from bridge.errors import ConfigError
+
+DEFAULT_RING_BYTES = 8 * 1024 * 1024
+PASSWORD_ENV = {"source": "RDMA_BRIDGE_SOURCE_PASSWORD", "target": "RDMA_BRIDGE_TARGET_PASSWORD"}
+
+
+@dataclass(frozen=True, slots=True)
+class MysqlUrl:
+    """``mysql://user:password@host:port``; ``str()`` never shows the password."""
+
+    host: str
+    port: int
+    user: str
+    password: str = ""
+
+    @classmethod
+    def parse(cls, text: str, password_env: str | None = None) -> MysqlUrl:
+        parts = urlsplit(text)
+        if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
+            raise ConfigError(f"parse url: {_mask(text)!r} is not mysql://user:password@host:port")
+        password = unquote(parts.password or "")
+        if not password and password_env:
+            password = os.environ.get(password_env, "")
+        try:
+            port = parts.port or 3306
+        except ValueError as exc:
+            raise ConfigError(f"parse url: bad port in {_mask(text)!r}") from exc
+        return cls(host=parts.hostname, port=port, user=unquote(parts.username or "root"), password=password)
+
+    def __str__(self) -> str:
+        secret = ":***" if self.password else ""
+        return f"mysql://{self.user}{secret}@{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"MysqlUrl({self})"
+
+    def connect_args(self) -> dict:
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
+
+
+def _mask(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.password:
+        return text.replace(":" + parts.password + "@", ":***@")
+    return text
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"parse address: {text!r} is not HOST:PORT")
+    return host or "127.0.0.1", int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    target: MysqlUrl
+    listen: tuple[str, int]
+    transport: str = "shm"
+    ring_bytes: int = DEFAULT_RING_BYTES
+    channel: str = "default"
+    poll_idle_s: float = 0.0002
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryConfig:
+    source: MysqlUrl
+    replica: tuple[str, int]
+    transport: str = "shm"
+    server_id: int = 4242
+    start_gtid: str = ""  # used only when the replica has no position yet; "" = binlog start
+    backpressure_timeout_s: float = 5.0
+    connect_timeout_s: float = 10.0
+    heartbeat_s: float = 0.5

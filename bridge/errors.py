@@ -1,0 +1,75 @@
+"""The one error tree of rdma-bridge.
+
+Foreign exceptions (pymysql, socket, mmap) are translated at the boundary with
+``raise X(...) from exc``. Messages read ``operation: detail`` and name the seq,
+GTID, table or address involved. Whose fault it is shows in the type: a
+``RemoteProtocolError`` came from the peer, a ``LocalProtocolError`` from us.
+"""
+
+
+class BridgeError(Exception):
+    """Base of every error rdma-bridge raises on purpose."""
+
+
+class ConfigError(BridgeError):
+    """Bad command line, URL or option value."""
+
+
+class SandboxError(BridgeError):
+    """The local MariaDB sandbox could not be created, started or stopped."""
+
+
+class ProtocolError(BridgeError):
+    """Bytes that do not follow the wire or ring contract."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to produce something the protocol cannot carry."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer (or the memory it wrote) broke the protocol."""
+
+
+class CorruptFrame(RemoteProtocolError):
+    """A published frame failed its seq or crc check: never apply, resync."""
+
+    def __init__(self, message: str, seq: int) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
+class VersionSkew(RemoteProtocolError):
+    """Both ends speak different protocol versions or ring layouts."""
+
+
+class RingFull(BridgeError):
+    """The ring has no room for the next frame until the replica acknowledges."""
+
+
+class TransportError(BridgeError):
+    """The link to the replica's ring failed (connection lost, refused, closed)."""
+
+
+class SourceError(BridgeError):
+    """The primary or its binlog stream failed or is unsuitable."""
+
+
+class SourceConnectionLost(SourceError):
+    """The binlog stream connection dropped; the bridge decides how to resume."""
+
+
+class PreflightError(SourceError):
+    """A primary setting makes replication unsafe; the message names the fix."""
+
+
+class ApplyError(BridgeError):
+    """The replica refused a transaction."""
+
+
+class ConsistencyError(BridgeError):
+    """Both databases do not hold the same rows."""
+
+
+class BackpressureTimeout(BridgeError):
+    """The ring stayed full past the backpressure timeout."""

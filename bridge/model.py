@@ -1,0 +1,180 @@
+"""Frozen value types shared by every stage: GTIDs, row changes, transactions.
+
+Pure: no I/O. Both GTID forms are understood: MariaDB ``domain-server-seq`` (a
+GTID set is one last position per domain, as in ``@@gtid_binlog_pos``) and MySQL
+``uuid:n`` (a GTID set is intervals per source uuid, as in ``@@gtid_executed``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from bridge.errors import ConfigError
+
+_MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
+_MYSQL_GTID = re.compile(r"^([0-9a-fA-F-]{36}):(\d+)$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Gtid:
+    """One transaction id. MariaDB: (domain, server, seq); MySQL: (uuid, seq)."""
+
+    domain: str  # MariaDB domain id as decimal text, or the MySQL source uuid
+    seq: int
+    server: int = -1  # MariaDB only; -1 for MySQL
+
+    @property
+    def is_mariadb(self) -> bool:
+        return self.server >= 0
+
+    @classmethod
+    def parse(cls, text: str) -> Gtid:
+        text = text.strip()
+        if m := _MARIADB_GTID.match(text):
+            return cls(domain=m.group(1), server=int(m.group(2)), seq=int(m.group(3)))
+        if m := _MYSQL_GTID.match(text):
+            return cls(domain=m.group(1).lower(), seq=int(m.group(2)))
+        raise ConfigError(f"parse gtid: {text!r} is neither domain-server-seq nor uuid:n")
+
+    def __str__(self) -> str:
+        if self.is_mariadb:
+            return f"{self.domain}-{self.server}-{self.seq}"
+        return f"{self.domain}:{self.seq}"
+
+
+Intervals = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GtidSet:
+    """Executed transactions. MariaDB keeps the last Gtid per domain (strict mode
+    makes seq grow within a domain); MySQL keeps closed intervals per uuid."""
+
+    mariadb: tuple[Gtid, ...] = ()
+    mysql: tuple[tuple[str, Intervals], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> GtidSet:
+        text = (text or "").strip().replace("\n", "")
+        if not text:
+            return cls()
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if all(_MARIADB_GTID.match(p) for p in parts):
+            by_domain = {g.domain: g for g in map(Gtid.parse, parts)}
+            return cls(mariadb=tuple(sorted(by_domain.values(), key=_domain_key)))
+        return cls(mysql=tuple(sorted(_parse_mysql_part(p) for p in parts)))
+
+    def __str__(self) -> str:
+        if self.mariadb:
+            return ",".join(str(g) for g in self.mariadb)
+        return ",".join(uuid + "".join(_interval_text(i) for i in ivs) for uuid, ivs in self.mysql)
+
+    def __bool__(self) -> bool:
+        return bool(self.mariadb or self.mysql)
+
+    def contains(self, gtid: Gtid) -> bool:
+        if gtid.is_mariadb:
+            last = next((g for g in self.mariadb if g.domain == gtid.domain), None)
+            return last is not None and gtid.seq <= last.seq
+        ivs = dict(self.mysql).get(gtid.domain, ())
+        return any(lo <= gtid.seq <= hi for lo, hi in ivs)
+
+    def add(self, gtid: Gtid) -> GtidSet:
+        if gtid.is_mariadb:
+            kept = [g for g in self.mariadb if g.domain != gtid.domain]
+            return GtidSet(mariadb=tuple(sorted([*kept, gtid], key=_domain_key)))
+        found = dict(self.mysql)
+        found[gtid.domain] = _merge(found.get(gtid.domain, ()), gtid.seq)
+        return GtidSet(mysql=tuple(sorted(found.items())))
+
+    def domains(self) -> set[str]:
+        return {g.domain for g in self.mariadb} | {uuid for uuid, _ in self.mysql}
+
+
+def _domain_key(g: Gtid) -> int:
+    return int(g.domain)
+
+
+def _parse_mysql_part(text: str) -> tuple[str, Intervals]:
+    uuid, _, rest = text.partition(":")
+    if not rest or len(uuid) != 36:
+        raise ConfigError(f"parse gtid set: {text!r} is not uuid:interval[:interval]")
+    ivs = []
+    for piece in rest.split(":"):
+        lo, _, hi = piece.partition("-")
+        ivs.append((int(lo), int(hi or lo)))
+    return uuid.lower(), tuple(sorted(ivs))
+
+
+def _interval_text(iv: tuple[int, int]) -> str:
+    lo, hi = iv
+    return f":{lo}" if lo == hi else f":{lo}-{hi}"
+
+
+def _merge(ivs: Intervals, n: int) -> Intervals:
+    merged: list[list[int]] = []
+    for lo, hi in sorted([*ivs, (n, n)]):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in merged)
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidTemporal:
+    """A date/datetime MySQL stores but Python cannot hold (``0000-00-00``,
+    ``2020-00-10 00:00:00``): kept as its exact SQL text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class BitValue:
+    """A BIT(n) value as an unsigned integer, so it round-trips exactly."""
+
+    value: int
+    width: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """One row event row. ``key`` names the primary-key columns (empty: no key,
+    match on every column of ``before``). Values follow ``columns``."""
+
+    kind: str  # "insert" | "update" | "delete"
+    schema: str
+    table: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    before: tuple | None
+    after: tuple | None
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A statement replayed as text (DDL): ``schema`` is the default database it
+    ran in on the primary ('' for none)."""
+
+    schema: str
+    sql: str
+
+
+Change = RowChange | Statement
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """A committed primary transaction, in binlog order."""
+
+    gtid: str
+    changes: tuple[Change, ...] = field(default_factory=tuple)
+
+    @property
+    def is_ddl(self) -> bool:
+        return any(isinstance(c, Statement) for c in self.changes)
+
+    @property
+    def row_count(self) -> int:
+        return sum(1 for c in self.changes if isinstance(c, RowChange))

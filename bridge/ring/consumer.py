@@ -1,0 +1,64 @@
+"""Consumer side of the ring (pure): polls the replica's ring at its tail.
+
+A frame is present only when its seq is the next expected one and its crc32c
+matches. ``write_seq`` is read before the frame: if the producer had already
+published past a frame that still fails its check, the frame is corrupt and
+``CorruptFrame`` is raised; it is never applied.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from bridge.errors import CorruptFrame
+from bridge.ring.layout import DATA_OFFSET, WRITE_SEQ_AT, read_ring_header, read_u64, write_ack
+from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, frame_bytes, header_valid, read_header
+
+
+class RingConsumer:
+    def __init__(self, region, expected_seq: int = 1, tail: int = 0) -> None:
+        self.region = region
+        self.size = read_ring_header(region).size
+        self.expected_seq = expected_seq
+        self.tail = tail
+        self._ends: deque[tuple[int, int]] = deque()  # (seq, tail after it), consumed not acked
+
+    def poll(self) -> Frame | None:
+        """The next frame, or None when it has not arrived yet."""
+        published = read_u64(self.region, WRITE_SEQ_AT)
+        for _ in range(2):  # at most one PAD (or implicit wrap) before a frame
+            if self.size - self.tail < HEADER_BYTES:
+                self.tail = 0
+            frame = self._frame_at_tail()
+            if frame is None:
+                if published >= self.expected_seq:
+                    raise CorruptFrame(f"ring poll: seq {self.expected_seq} at offset {self.tail} failed its "
+                                       f"seq/crc check though seq {published} is published", self.expected_seq)
+                return None
+            if frame.kind != FrameKind.PAD:
+                self.expected_seq += 1
+                self._ends.append((frame.seq, self.tail))
+                return frame
+            self.tail = 0
+        raise CorruptFrame(f"ring poll: two PAD frames in a row at seq {self.expected_seq}", self.expected_seq)
+
+    def _frame_at_tail(self) -> Frame | None:
+        at = DATA_OFFSET + self.tail
+        h = read_header(self.region, at)
+        n = frame_bytes(h.length) if h.length <= self.size else self.size + 1
+        if h.seq != self.expected_seq or self.tail + n > self.size:
+            return None
+        payload = bytes(self.region[at + HEADER_BYTES:at + HEADER_BYTES + h.length])
+        if not header_valid(h, payload):
+            return None
+        if h.kind != FrameKind.PAD:
+            self.tail = (self.tail + n) % self.size
+        return Frame(FrameKind(h.kind), h.seq, payload, h.flags)
+
+    def acknowledge(self, seq: int) -> None:
+        """Tell the producer everything through ``seq`` is applied (frees its space)."""
+        tail = None
+        while self._ends and self._ends[0][0] <= seq:
+            tail = self._ends.popleft()[1]
+        if tail is not None:
+            write_ack(self.region, seq, tail)

@@ -1,0 +1,76 @@
+"""Ring header layout (both ends must agree; see DESIGN.md "The ring").
+
+Offset 0, little-endian: magic u64 | write_seq u64 | ack_seq u64 | head u32 |
+tail u32 | size u32 | reserved u32. The data area starts at DATA_OFFSET and is
+``size`` bytes, a power of two.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from bridge.errors import ConfigError, VersionSkew
+
+RING_LAYOUT_VERSION = 1
+RING_MAGIC = int.from_bytes(b"RDMABRG", "little") << 8 | RING_LAYOUT_VERSION
+HEADER = struct.Struct("<QQQIIII")
+DATA_OFFSET = 64
+WRITE_SEQ_AT, ACK_SEQ_AT, HEAD_AT, TAIL_AT = 8, 16, 24, 28
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+MIN_RING_BYTES = 4096
+MAX_RING_BYTES = 1 << 31
+
+
+@dataclass(frozen=True, slots=True)
+class RingHeader:
+    magic: int
+    write_seq: int
+    ack_seq: int
+    head: int
+    tail: int
+    size: int
+
+
+def check_ring_bytes(size: int) -> int:
+    if size < MIN_RING_BYTES or size > MAX_RING_BYTES or size & (size - 1):
+        raise ConfigError(f"ring bytes: {size} must be a power of two between {MIN_RING_BYTES} and {MAX_RING_BYTES}")
+    return size
+
+
+def region_bytes(size: int) -> int:
+    return DATA_OFFSET + check_ring_bytes(size)
+
+
+def init_region(region, size: int) -> None:
+    """Zero the region and write a fresh header (replica side, once per session)."""
+    region[:DATA_OFFSET + size] = bytes(DATA_OFFSET + size)
+    HEADER.pack_into(region, 0, RING_MAGIC, 0, 0, 0, 0, size, 0)
+
+
+def read_ring_header(region) -> RingHeader:
+    magic, write_seq, ack_seq, head, tail, size, _ = HEADER.unpack_from(region, 0)
+    if magic != RING_MAGIC:
+        raise VersionSkew(f"ring header: magic {magic:#x}, expected {RING_MAGIC:#x} (layout version {RING_LAYOUT_VERSION})")
+    return RingHeader(magic, write_seq, ack_seq, head, tail, size)
+
+
+def publish_bytes(write_seq: int, head: int) -> bytes:
+    """The header bytes at WRITE_SEQ_AT.. that publish progress (write_seq, then head
+    at HEAD_AT, with ack_seq left alone): two separate placements."""
+    return _U64.pack(write_seq) + _U32.pack(head)
+
+
+def read_u64(region, at: int) -> int:
+    return _U64.unpack_from(region, at)[0]
+
+
+def write_ack(region, ack_seq: int, tail: int) -> None:
+    _U64.pack_into(region, ACK_SEQ_AT, ack_seq)
+    _U32.pack_into(region, TAIL_AT, tail)
+
+
+def write_publish(region, write_seq: int, head: int) -> None:
+    _U32.pack_into(region, HEAD_AT, head)
+    _U64.pack_into(region, WRITE_SEQ_AT, write_seq)

@@ -1,0 +1,92 @@
+"""Producer side of the ring (pure): lays frames into the primary's local mirror.
+
+The local mirror has the same offsets as the replica's ring, so it is both the
+source buffer for one-sided writes and the retransmission buffer: nothing past
+the replica's ack_seq is overwritten. ``append`` returns the placements (region
+offset, length) the transport must copy to the remote ring, in order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from bridge.errors import LocalProtocolError, RingFull
+from bridge.ring.layout import DATA_OFFSET, check_ring_bytes
+from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, encode_frame, frame_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    offset: int  # region offset (DATA_OFFSET + data offset)
+    length: int
+
+
+class RingProducer:
+    def __init__(self, size: int, next_seq: int = 1, head: int = 0) -> None:
+        self.size = check_ring_bytes(size)
+        self.region = bytearray(DATA_OFFSET + size)
+        self.head = head
+        self.next_seq = next_seq
+        self.used = 0
+        self._inflight: deque[tuple[int, int]] = deque()  # (seq, bytes incl. the gap before it)
+
+    @property
+    def write_seq(self) -> int:
+        return self.next_seq - 1
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """Half the ring: a frame this size always fits once the ring drains."""
+        return self.size // 2
+
+    def append(self, kind: FrameKind, payload: bytes, flags: int = 0) -> list[Placement]:
+        need = frame_bytes(len(payload))
+        if need > self.max_frame_bytes:
+            raise LocalProtocolError(
+                f"ring append: seq {self.next_seq} frame of {need} bytes exceeds half the "
+                f"{self.size}-byte ring; raise --ring-bytes")
+        gap = self.size - self.head if self.head + need > self.size else 0
+        if gap + need > self.size - self.used:
+            raise RingFull(f"ring append: seq {self.next_seq} needs {gap + need} bytes, "
+                           f"{self.size - self.used} free (acked through {self._acked_through()})")
+        seq = self.next_seq
+        placements = [self._pad(gap, seq)] if gap else []
+        placements.append(self._place(Frame(kind, seq, payload, flags)))
+        self._inflight.append((seq, gap + need))
+        self.used += gap + need
+        self.next_seq += 1
+        return [p for p in placements if p is not None]
+
+    def _pad(self, gap: int, seq: int) -> Placement | None:
+        """Fill the end of the data area; the PAD carries the seq of the frame after it.
+        A gap shorter than a header is an implicit wrap both ends know."""
+        at = self.head
+        self.head = 0
+        if gap < HEADER_BYTES:
+            return None
+        data = encode_frame(Frame(FrameKind.PAD, seq, bytes(gap - HEADER_BYTES)))
+        return self._copy(at, data)
+
+    def _place(self, frame: Frame) -> Placement:
+        data = encode_frame(frame)
+        at = self.head
+        self.head = (self.head + len(data)) % self.size
+        return self._copy(at, data)
+
+    def _copy(self, at: int, data: bytes) -> Placement:
+        start = DATA_OFFSET + at
+        self.region[start:start + len(data)] = data
+        return Placement(start, len(data))
+
+    def acknowledge(self, ack_seq: int) -> None:
+        """Free the space of every frame at or below ack_seq."""
+        while self._inflight and self._inflight[0][0] <= ack_seq:
+            self.used -= self._inflight.popleft()[1]
+
+    def _acked_through(self) -> int:
+        return self._inflight[0][0] - 1 if self._inflight else self.write_seq
+
+    @property
+    def backlog_frames(self) -> int:
+        return len(self._inflight)

@@ -1,0 +1,69 @@
+"""Control channel messages (pure): length-prefixed JSON objects.
+
+    length u32 (little-endian) | utf-8 JSON object with a "type" field
+
+``MessageDecoder.feed(bytes)`` returns the complete messages received so far (the
+h11 shape: no sockets here). Size limits are enforced before allocation.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from bridge.errors import RemoteProtocolError, VersionSkew
+
+PROTOCOL_MAGIC = "rdma-bridge"
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 1 << 20
+_LEN = struct.Struct("<I")
+
+
+def encode_message(msg: dict) -> bytes:
+    body = json.dumps(msg, separators=(",", ":")).encode()
+    return _LEN.pack(len(body)) + body
+
+
+class MessageDecoder:
+    def __init__(self, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_bytes
+
+    def feed(self, data: bytes) -> list[dict]:
+        self._buf += data
+        out = []
+        while len(self._buf) >= _LEN.size:
+            (n,) = _LEN.unpack_from(self._buf)
+            if n > self._max:
+                raise RemoteProtocolError(f"control message: {n} bytes over the {self._max}-byte limit")
+            if len(self._buf) < _LEN.size + n:
+                break
+            body = bytes(self._buf[_LEN.size:_LEN.size + n])
+            del self._buf[:_LEN.size + n]
+            out.append(_parse(body))
+        return out
+
+
+def _parse(body: bytes) -> dict:
+    try:
+        msg = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RemoteProtocolError(f"control message: not JSON: {exc}") from exc
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        raise RemoteProtocolError("control message: not an object with a 'type'")
+    return msg
+
+
+def hello(role: str, **fields) -> dict:
+    return {"type": "hello", "magic": PROTOCOL_MAGIC, "version": PROTOCOL_VERSION, "role": role, **fields}
+
+
+def check_hello(msg: dict, expect_type: str = "hello") -> dict:
+    """Verify magic and version of a hello/welcome; raise VersionSkew naming both."""
+    if msg.get("type") == "error":
+        raise RemoteProtocolError(f"handshake: peer refused: {msg.get('reason', '?')}")
+    if msg.get("type") != expect_type or msg.get("magic") != PROTOCOL_MAGIC:
+        raise RemoteProtocolError(f"handshake: expected {expect_type!r} with magic {PROTOCOL_MAGIC!r}, got {msg.get('type')!r}")
+    if msg.get("version") != PROTOCOL_VERSION:
+        raise VersionSkew(f"handshake: peer speaks protocol version {msg.get('version')}, we speak {PROTOCOL_VERSION}")
+    return msg

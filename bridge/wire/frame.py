@@ -1,0 +1,82 @@
+"""Frame header and crc32c (pure).
+
+Layout (little-endian, 24 bytes), then the payload, the whole frame padded to 8:
+
+    kind u8 | flags u8 | reserved u16 | length u32 | seq u64 | crc u32 | reserved u32
+
+The crc32c covers the header (crc field zero) and the payload, so a torn or
+stale frame never validates.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+from bridge.errors import LocalProtocolError
+
+HEADER = struct.Struct("<BBHIQII")
+HEADER_BYTES = HEADER.size
+ALIGN = 8
+MAX_PAYLOAD_BYTES = 1 << 30
+
+
+class FrameKind(enum.IntEnum):
+    TXN = 1
+    CHUNK = 2
+    HEARTBEAT = 3
+    PAD = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    kind: FrameKind
+    seq: int
+    payload: bytes
+    flags: int = 0
+
+
+def aligned(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def frame_bytes(payload_len: int) -> int:
+    """Bytes a frame with this payload occupies in the ring."""
+    return aligned(HEADER_BYTES + payload_len)
+
+
+def frame_crc(kind: int, flags: int, length: int, seq: int, payload) -> int:
+    head = HEADER.pack(kind, flags, 0, length, seq, 0, 0)
+    return crc32c.crc32c(payload, crc32c.crc32c(head))
+
+
+def encode_frame(frame: Frame) -> bytes:
+    n = len(frame.payload)
+    if n > MAX_PAYLOAD_BYTES:
+        raise LocalProtocolError(f"encode frame: seq {frame.seq} payload {n} bytes over {MAX_PAYLOAD_BYTES}")
+    crc = frame_crc(frame.kind, frame.flags, n, frame.seq, frame.payload)
+    head = HEADER.pack(frame.kind, frame.flags, 0, n, frame.seq, crc, 0)
+    return head + frame.payload + bytes(frame_bytes(n) - HEADER_BYTES - n)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameHeader:
+    kind: int
+    flags: int
+    length: int
+    seq: int
+    crc: int
+
+
+def read_header(buf, offset: int) -> FrameHeader:
+    kind, flags, _, length, seq, crc, _ = HEADER.unpack_from(buf, offset)
+    return FrameHeader(kind, flags, length, seq, crc)
+
+
+def header_valid(h: FrameHeader, payload) -> bool:
+    if h.kind not in FrameKind.__members__.values():
+        return False
+    return frame_crc(h.kind, h.flags, h.length, h.seq, payload) == h.crc
