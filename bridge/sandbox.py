@@ -1,0 +1,242 @@
+"""Local MariaDB primary + replica for the demo, tests and benchmarks.
+
+Owns a state directory: one folder per server (my.cnf, datadir, socket, logs) and
+``sandbox.json`` (ports, generated passwords, URLs; mode 0600). ``up`` is
+idempotent: servers already running are kept. Servers read only their own
+``--defaults-file``; clients never read /etc/mysql.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymysql
+
+from bridge.errors import SandboxError
+from bridge.sqlfiles import sql_statements
+
+DEFAULT_STATE_DIR = ".sandbox"
+READY_TIMEOUT_S = 30.0
+SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
+
+COMMON_CNF = """[mariadbd]
+datadir={dir}/data
+socket={dir}/mysqld.sock
+pid-file={dir}/mysqld.pid
+log-error={dir}/error.log
+port={port}
+bind-address=127.0.0.1
+server_id={server_id}
+skip-name-resolve
+character_set_server=utf8mb4
+collation_server=utf8mb4_general_ci
+innodb_log_file_size=16M
+innodb_buffer_pool_size=64M
+gtid_strict_mode=ON
+gtid_domain_id=0
+max_connections=200
+"""
+PRIMARY_CNF = """log_bin=mysql-bin
+binlog_format=ROW
+binlog_row_image=FULL
+binlog_row_metadata=FULL
+rpl_semi_sync_master_wait_point=AFTER_SYNC
+"""
+ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, "")}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    role: str
+    dir: Path
+    port: int
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "mysqld.sock"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "mysqld.pid"
+
+
+def find_binary(name: str) -> str:
+    found = shutil.which(name) or next((f"{d}/{name}" for d in SEARCH_PATH if os.access(f"{d}/{name}", os.X_OK)), None)
+    if not found:
+        raise SandboxError(f"sandbox: {name} not found; install it with "
+                           "'apt-get install mariadb-server mariadb-client' (make deps does)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sandbox:
+    def __init__(self, state_dir: str | os.PathLike = DEFAULT_STATE_DIR) -> None:
+        self.dir = Path(state_dir).resolve()
+        self.state_file = self.dir / "sandbox.json"
+
+    def up(self) -> dict:
+        state = self._load_or_create()
+        for role in ROLES:
+            server = self._server(state, role)
+            if not self._running(server):
+                self._start(server)
+        if not state.get("bootstrapped"):
+            self._bootstrap(state)
+        return self.info(state)
+
+    def down(self) -> list[str]:
+        if not self.state_file.exists():
+            return []
+        state = json.loads(self.state_file.read_text())
+        stopped = []
+        for role in ROLES:
+            server = self._server(state, role)
+            if self._stop(server):
+                stopped.append(role)
+        return stopped
+
+    def status(self) -> dict:
+        if not self.state_file.exists():
+            return {"state_dir": str(self.dir), "created": False}
+        state = json.loads(self.state_file.read_text())
+        running = {role: self._running(self._server(state, role)) for role in ROLES}
+        return {**self.info(state), "created": True, "running": running}
+
+    def info(self, state: dict | None = None) -> dict:
+        state = state or json.loads(self.state_file.read_text())
+        p, r = state["ports"]["primary"], state["ports"]["replica"]
+        pw = state["passwords"]
+        return {
+            "state_dir": str(self.dir),
+            "primary": f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{p}",
+            "replica": f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{r}",
+            "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}",
+            "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}",
+        }
+
+    # --- state -----------------------------------------------------------
+
+    def _load_or_create(self) -> dict:
+        if self.state_file.exists():
+            return json.loads(self.state_file.read_text())
+        self.dir.mkdir(parents=True, exist_ok=True)
+        state = {
+            "ports": {role: free_port() for role in ROLES},
+            "passwords": {k: secrets.token_urlsafe(12) for k in ("repl", "apply", "admin")},
+            "bootstrapped": False,
+        }
+        self._save(state)
+        return state
+
+    def _save(self, state: dict) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.chmod(0o600)
+        tmp.replace(self.state_file)
+
+    def _server(self, state: dict, role: str) -> ServerState:
+        return ServerState(role, self.dir / role, state["ports"][role])
+
+    # --- processes -------------------------------------------------------
+
+    def _running(self, server: ServerState) -> bool:
+        pid = _read_pid(server.pid_file)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return server.socket.exists()
+
+    def _start(self, server: ServerState) -> None:
+        server_id, extra = ROLES[server.role]
+        cnf = server.dir / "my.cnf"
+        if not (server.dir / "data").exists():
+            server.dir.mkdir(parents=True, exist_ok=True)
+            cnf.write_text(COMMON_CNF.format(dir=server.dir, port=server.port, server_id=server_id) + extra)
+            self._install_db(server, cnf)
+        subprocess.Popen([find_binary("mariadbd"), f"--defaults-file={cnf}", "--user=root"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+        self._wait_ready(server)
+
+    def _install_db(self, server: ServerState, cnf: Path) -> None:
+        cmd = [find_binary("mariadb-install-db"), f"--defaults-file={cnf}", "--user=root",
+               "--auth-root-authentication-method=normal", "--skip-test-db"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SandboxError(f"sandbox: initialising the {server.role} datadir in {server.dir} failed: "
+                               f"{done.stderr.strip()[-500:]}")
+
+    def _wait_ready(self, server: ServerState) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                _root(server).close()
+                return
+            except pymysql.MySQLError:
+                time.sleep(0.05)
+        log = (server.dir / "error.log").read_text()[-800:] if (server.dir / "error.log").exists() else ""
+        raise SandboxError(f"sandbox: {server.role} on port {server.port} not ready after "
+                           f"{READY_TIMEOUT_S:.0f}s; error.log ends:\n{log}")
+
+    def _stop(self, server: ServerState) -> bool:
+        pid = _read_pid(server.pid_file)
+        if pid is None or not self._running(server):
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.05)
+        raise SandboxError(f"sandbox: {server.role} (pid {pid}) did not stop within {READY_TIMEOUT_S:.0f}s")
+
+    def stop_server(self, role: str) -> None:
+        """Stop one server (fault tests); ``up`` starts it again."""
+        self._stop(self._server(json.loads(self.state_file.read_text()), role))
+
+    # --- users -----------------------------------------------------------
+
+    def _bootstrap(self, state: dict) -> None:
+        pw = state["passwords"]
+        for role, user, grants, key in (("primary", "rdma_repl", "primary_grants.sql", "repl"),
+                                        ("replica", "rdma_apply", "replica_grants.sql", "apply")):
+            conn = _root(self._server(state, role))
+            with conn.cursor() as cur:
+                for stmt in sql_statements(grants, user=user, password=pw[key]):
+                    cur.execute(stmt)
+                cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s", (pw["admin"],))
+                cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
+            conn.close()
+        state["bootstrapped"] = True
+        self._save(state)
+
+
+def _root(server: ServerState) -> pymysql.Connection:
+    return pymysql.connect(unix_socket=str(server.socket), user="root", password="",
+                           autocommit=True, connect_timeout=2)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None

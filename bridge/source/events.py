@@ -1,0 +1,44 @@
+"""The binlog events the assembler understands (pure value types).
+
+The reader adapter turns library events into these, so nothing past
+``bridge/source/reader.py`` sees a pymysqlreplication object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GtidStart:
+    gtid: str
+    standalone: bool  # MariaDB FL_STANDALONE: a statement with no BEGIN/COMMIT (DDL)
+
+
+@dataclass(frozen=True, slots=True)
+class RowsRead:
+    kind: str  # insert | update | delete
+    schema: str
+    table: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    rows: tuple[tuple[tuple | None, tuple | None], ...]  # (before, after) per row
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRead:
+    schema: str
+    sql: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRead:
+    """Xid event (InnoDB commit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRead:
+    """The primary is idle; lets loops check for stop requests."""
+
+
+SourceEvent = GtidStart | RowsRead | QueryRead | CommitRead | HeartbeatRead

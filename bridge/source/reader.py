@@ -1,0 +1,216 @@
+"""Binlog reader adapter: the only module that imports pymysqlreplication.
+
+Turns library events into ``bridge.source.events`` values with exact column
+values, working around the decoding traps measured on MariaDB 10.11
+(shared/notes/mariadb-binlog-facts.md):
+- zero/invalid dates decode to None → kept as ``InvalidTemporal`` text (the
+  library's private date readers are replaced, here and only here);
+- BINARY(n) arrives with trailing zero bytes stripped → padded back to n;
+- BIT(n) arrives as a '0101' string → ``BitValue``; SET as a set (empty: None);
+- TIMESTAMP arrives as naive UTC (the applier runs with time_zone '+00:00'),
+  and a zero TIMESTAMP as the epoch → ``InvalidTemporal``;
+- ``QueryEvent.schema`` is bytes; the primary key is '', a str or a tuple.
+The library's own reconnect replays from its original position and delivers
+duplicates, so a lost stream raises ``SourceConnectionLost`` instead: the bridge
+owns reconnection.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from bridge.config import MysqlUrl
+from bridge.errors import SourceConnectionLost, SourceError
+from bridge.model import BitValue, InvalidTemporal
+from bridge.source.events import CommitRead, GtidStart, HeartbeatRead, QueryRead, RowsRead, SourceEvent
+
+log = logging.getLogger(__name__)
+LOST_CONNECTION_CODES = (2006, 2013)
+MARIADB_FL_STANDALONE = 0x01
+_EPOCH = dt.datetime(1970, 1, 1)
+_ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+
+
+class _StreamConnection(pymysql.connections.Connection):
+    """Raises our error on a lost connection so the library cannot silently replay."""
+
+    def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
+        try:
+            return super()._read_packet(packet_type)
+        except pymysql.OperationalError as exc:
+            if exc.args and exc.args[0] in LOST_CONNECTION_CODES:
+                raise SourceConnectionLost(f"binlog stream from {self.host}:{self.port}: connection lost "
+                                           f"({exc.args[0]})") from exc
+            raise
+
+
+class BinlogReader:
+    """Streams events from ``gtid_set`` (exclusive) onwards. ``next_event`` blocks
+    until an event or a heartbeat arrives."""
+
+    def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
+                 mariadb: bool = True) -> None:
+        self.url = url
+        position = {"auto_position": gtid_set} if gtid_set else {}
+        self._stream = BinLogStreamReader(
+            connection_settings={**url.connect_args(), "connect_timeout": 10},
+            server_id=server_id, blocking=True, is_mariadb=mariadb, slave_heartbeat=heartbeat_s,
+            only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent,
+                         UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
+            pymysql_wrapper=_StreamConnection, enable_logging=False, **position)
+        self._converters: dict[int, tuple] = {}
+
+    def next_event(self) -> SourceEvent | None:
+        try:
+            event = self._stream.fetchone()
+        except pymysql.MySQLError as exc:
+            raise SourceError(f"binlog stream from {self.url}: {exc}") from exc
+        if event is None:
+            raise SourceConnectionLost(f"binlog stream from {self.url}: server ended the stream")
+        return self._translate(event)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def _translate(self, ev) -> SourceEvent | None:
+        if isinstance(ev, MariadbGtidEvent):
+            return GtidStart(ev.gtid, standalone=bool(ev.flags & MARIADB_FL_STANDALONE))
+        if isinstance(ev, GtidEvent):
+            return GtidStart(ev.gtid, standalone=False)
+        if isinstance(ev, XidEvent):
+            return CommitRead()
+        if isinstance(ev, QueryEvent):
+            schema = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
+            return QueryRead(schema=schema, sql=ev.query)
+        if isinstance(ev, HeartbeatLogEvent):
+            return HeartbeatRead()
+        if isinstance(ev, RowsEvent):
+            return self._rows(ev)
+        return None
+
+    def _rows(self, ev) -> RowsRead:
+        columns = tuple(c.name for c in ev.columns)
+        convert = self._column_converters(ev)
+        kind = _ROW_KINDS[type(ev)]
+        rows = []
+        for row in ev.rows:
+            if kind == "update":
+                rows.append((_image(row["before_values"], row["before_none_sources"], columns, convert),
+                             _image(row["after_values"], row["after_none_sources"], columns, convert)))
+            else:
+                image = _image(row["values"], row["none_sources"], columns, convert)
+                rows.append((None, image) if kind == "insert" else (image, None))
+        pk = ev.primary_key
+        key = (pk,) if isinstance(pk, str) and pk else tuple(pk or ())
+        return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows))
+
+    def _column_converters(self, ev) -> tuple:
+        table = ev.table_map[ev.table_id]
+        cached = self._converters.get(ev.table_id)
+        if cached is None or cached[0] is not table:
+            cached = (table, tuple(_converter(c) for c in ev.columns))
+            self._converters[ev.table_id] = cached
+        return cached[1]
+
+
+def _image(values: dict, none_sources: dict, columns: tuple, convert: tuple) -> tuple:
+    out = []
+    for name, conv in zip(columns, convert):
+        v = values[name]
+        if v is None:
+            out.append(frozenset() if none_sources.get(name) == "empty set" else None)
+        else:
+            out.append(conv(v) if conv else v)
+    return tuple(out)
+
+
+def _converter(column):
+    t = column.type
+    if t == FIELD_TYPE.BIT:
+        return lambda v, w=column.bits: BitValue(int(v, 2) if v else 0, w)
+    if t == FIELD_TYPE.SET:
+        return frozenset
+    if t in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
+        return _timestamp
+    if t == FIELD_TYPE.STRING and getattr(column, "character_set_name", None) in (None, "binary"):
+        width = column.max_length
+        return lambda v, n=width: v.ljust(n, b"\0") if isinstance(v, bytes) else v
+    return None
+
+
+def _timestamp(v):
+    if isinstance(v, dt.datetime) and v.replace(microsecond=0) == _EPOCH and not v.microsecond:
+        return InvalidTemporal("0000-00-00 00:00:00")
+    return v
+
+
+# --- zero and invalid dates (library private readers replaced) ---------------
+
+def _temporal(year: int, month: int, day: int, time: tuple | None = None, micro: int = 0, fsp: int = 0):
+    try:
+        if time is None:
+            return dt.date(year, month, day)
+        return dt.datetime(year, month, day, *time, micro)
+    except ValueError:
+        text = f"{year:04d}-{month:02d}-{day:02d}"
+        if time is not None:
+            text += " %02d:%02d:%02d" % time
+            if fsp:
+                text += "." + f"{micro:06d}"[:fsp]
+        return InvalidTemporal(text)
+
+
+def _read_date(self):
+    v = self.packet.read_uint24()
+    return _temporal((v >> 9) & 0x7FFF, (v >> 5) & 0xF, v & 0x1F)
+
+
+def _read_datetime(self):
+    v = self.packet.read_uint64()
+    date, time = divmod(v, 1_000_000)
+    return _temporal(date // 10000, date % 10000 // 100, date % 100, (time // 10000, time % 10000 // 100, time % 100))
+
+
+def _read_datetime2(self, column):
+    """DATETIME2: 1 sign bit, 17 bits year*13+month, 5 day, 5 hour, 6 minute, 6 second
+    (MySQL internals, 'date and time data type representation'), then fsp bytes."""
+    data = self.packet.read_int_be_by_size(5)
+    year_month = (data >> 22) & 0x1FFFF
+    time = ((data >> 12) & 0x1F, (data >> 6) & 0x3F, data & 0x3F)
+    micro = self._RowsEvent__read_fsp(column)
+    return _temporal(year_month // 13, year_month % 13, (data >> 17) & 0x1F, time, micro, column.fsp)
+
+
+def _read_time2(self, column):
+    """TIME2 as MySQL's my_time_packed_from_binary (sql-common/my_time.c): the integer
+    part is offset by 0x800000 and, when negative, borrows from the fraction. The
+    library gets negative fractional times wrong (-838:59:59.99 read as ...59.01)."""
+    fsp = column.fsp or 0
+    frac_bytes = (fsp + 1) // 2
+    raw = int.from_bytes(self.packet.read(3 + frac_bytes), "big")
+    if frac_bytes == 3:
+        packed = raw - 0x800000000000
+    else:
+        intpart = (raw >> (8 * frac_bytes)) - 0x800000
+        frac = raw & ((1 << (8 * frac_bytes)) - 1)
+        if intpart < 0 and frac:
+            intpart += 1
+            frac -= 1 << (8 * frac_bytes)
+        packed = (intpart << 24) + frac * (10000, 100)[frac_bytes - 1] if frac_bytes else intpart << 24
+    sign, packed = (-1, -packed) if packed < 0 else (1, packed)
+    hms, micro = packed >> 24, packed & 0xFFFFFF
+    return sign * dt.timedelta(hours=(hms >> 12) & 0x3FF, minutes=(hms >> 6) & 0x3F, seconds=hms & 0x3F,
+                               microseconds=micro)
+
+
+RowsEvent._RowsEvent__read_date = _read_date
+RowsEvent._RowsEvent__read_time2 = _read_time2
+RowsEvent._RowsEvent__read_datetime = _read_datetime
+RowsEvent._RowsEvent__read_datetime2 = _read_datetime2

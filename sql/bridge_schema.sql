@@ -1,0 +1,12 @@
+-- Replica-side bookkeeping. One row per channel, updated in the same replica
+-- transaction as the rows it describes, so the position is exact after a crash.
+-- pending_ddl_seq is set (and committed) before a DDL runs: a replay of that seq
+-- tolerates "already exists / already gone" errors, which makes DDL idempotent.
+CREATE DATABASE IF NOT EXISTS rdma_bridge;
+CREATE TABLE IF NOT EXISTS rdma_bridge.bridge_meta (
+  channel          VARCHAR(64) NOT NULL PRIMARY KEY,
+  applied_seq      BIGINT UNSIGNED NOT NULL,
+  gtid_set         TEXT NOT NULL,
+  pending_ddl_seq  BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  updated_at       TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB;
