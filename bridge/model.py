@@ -88,6 +88,9 @@ class GtidSet:
         found[gtid.domain] = _merge(found.get(gtid.domain, ()), gtid.seq)
         return GtidSet(mysql=tuple(sorted(found.items())))
 
+    def add_text(self, gtid: str) -> GtidSet:
+        return self.add(Gtid.parse(gtid))
+
     def domains(self) -> set[str]:
         return {g.domain for g in self.mariadb} | {uuid for uuid, _ in self.mysql}
 

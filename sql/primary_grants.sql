@@ -1,5 +1,7 @@
 -- Least privilege for the bridge's reader on the primary: read the binlog as a
--- replica and its position/settings. No table privileges at all.
+-- replica (REPLICATION SLAVE), read binlog positions (BINLOG MONITOR) and list
+-- connected replicas to refuse a server_id clash (REPLICATION MASTER ADMIN is what
+-- SHOW SLAVE HOSTS needs on MariaDB 10.5+). No table privileges at all.
 -- {user} and {password} are filled in by the sandbox (or by you).
 CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{password}';
-GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'127.0.0.1';
+GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.* TO '{user}'@'127.0.0.1';

@@ -1,0 +1,1 @@
+"""Replica side: SQL building (pure) and the applier that replays transactions."""

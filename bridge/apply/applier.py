@@ -1,0 +1,187 @@
+"""Applier: replays transactions into the replica, exactly once, in order.
+
+The channel's position (applied seq, executed GTID set) lives in
+``rdma_bridge.bridge_meta`` and is updated in the same replica transaction as the
+rows, so after any crash the replica says exactly what it holds. A whole
+transaction goes to the server in one round trip (multi-statement), and every
+UPDATE/DELETE must match exactly one row: anything else is divergence and raises.
+
+DDL cannot share a transaction with the position row (it commits implicitly), so
+it is applied as: mark ``pending_ddl_seq`` (commit) → DDL → position (commit). On
+replay of a marked seq, "already exists / already gone" errors mean the DDL ran
+before the crash, and are accepted: that makes DDL replay idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from bridge.apply import sql
+from bridge.config import MysqlUrl
+from bridge.errors import ApplyError
+from bridge.model import GtidSet, RowChange, Statement, Transaction
+from bridge.sqlfiles import sql_statements
+
+log = logging.getLogger(__name__)
+SESSION_SETUP = ("SET SESSION time_zone='+00:00', sql_mode='STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO,"
+                 "NO_ENGINE_SUBSTITUTION', foreign_key_checks=0, autocommit=0")
+# Errors that mean a replayed DDL already took effect before a crash.
+DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176}
+UNKNOWN_DATABASE = 1049
+BATCH_SQL_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    applied_seq: int
+    gtid_set: GtidSet
+    pending_ddl_seq: int = 0
+
+
+class Applier:
+    def __init__(self, url: MysqlUrl, channel: str = "default") -> None:
+        self.url = url
+        self.channel = channel
+        self.conn = self._connect()
+        self.position = self._load_position()
+
+    def _connect(self) -> pymysql.Connection:
+        try:
+            conn = pymysql.connect(**self.url.connect_args(), charset="utf8mb4", connect_timeout=10,
+                                   client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.FOUND_ROWS)
+        except pymysql.MySQLError as exc:
+            raise ApplyError(f"connect to replica {self.url}: {exc.args[-1] if exc.args else exc}") from exc
+        conn.encoders = {**conn.encoders, **sql.LITERAL_ENCODERS}
+        with conn.cursor() as cur:
+            cur.execute(SESSION_SETUP)
+        return conn
+
+    def _load_position(self) -> Position:
+        with self.conn.cursor() as cur:
+            for stmt in sql_statements("bridge_schema.sql"):
+                cur.execute(stmt)
+            cur.execute(sql.POSITION_SELECT, (self.channel,))
+            row = cur.fetchone()
+        self.conn.commit()
+        if row is None:
+            return Position(0, GtidSet())
+        return Position(int(row[0]), GtidSet.parse(row[1]), int(row[2]))
+
+    @property
+    def has_position(self) -> bool:
+        return self.position.applied_seq > 0 or bool(self.position.gtid_set)
+
+    def init_position(self, gtid_set: GtidSet) -> Position:
+        """Record where a new channel starts (seq 0), durably, before anything is applied."""
+        with self.conn.cursor() as cur:
+            cur.execute(sql.POSITION_INSERT + " ON DUPLICATE KEY UPDATE channel=channel",
+                        (self.channel, 0, str(gtid_set)))
+        self.conn.commit()
+        self.position = self._load_position()
+        return self.position
+
+    def apply(self, seq: int, txn: Transaction) -> None:
+        if seq <= self.position.applied_seq:
+            return  # already applied before a reconnect: exactly once
+        if seq != self.position.applied_seq + 1:
+            raise ApplyError(f"apply seq {seq} ({txn.gtid}): expected seq {self.position.applied_seq + 1}")
+        gtids = self.position.gtid_set.add_text(txn.gtid)
+        if txn.is_ddl:
+            self._apply_ddl(seq, txn, gtids)
+        else:
+            self._apply_rows(seq, txn, gtids)
+        self.position = Position(seq, gtids)
+
+    def _apply_rows(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
+        statements = [(*sql.row_statement(c), c) for c in txn.changes]
+        statements.append((sql.POSITION_UPDATE, [seq, str(gtids), self.channel], None))
+        try:
+            self._run_batched(seq, txn, statements)
+            self.conn.commit()
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _run_batched(self, seq: int, txn: Transaction, statements: list) -> None:
+        with self.conn.cursor() as cur:
+            batch, size = [], 0
+            for text, params, change in statements:
+                rendered = cur.mogrify(text, params)
+                batch.append((rendered, change))
+                size += len(rendered)
+                if size >= BATCH_SQL_BYTES:
+                    self._run(cur, seq, txn, batch)
+                    batch, size = [], 0
+            if batch:
+                self._run(cur, seq, txn, batch)
+
+    def _run(self, cur, seq: int, txn: Transaction, batch: list) -> None:
+        """One round trip; then check each UPDATE/DELETE matched exactly one row."""
+        index = 0
+        try:
+            cur.execute(";".join(text for text, _ in batch))
+            while True:
+                _check_matched(seq, txn, batch[index][1], cur.rowcount)
+                index += 1
+                if not cur.nextset():
+                    break
+        except pymysql.MySQLError as exc:
+            change = batch[index][1] if index < len(batch) else None
+            where = f" on {change.schema}.{change.table}" if change else ""
+            raise ApplyError(f"apply seq {seq} ({txn.gtid}){where}: {exc.args[-1] if exc.args else exc}") from exc
+
+    def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
+        replay = self.position.pending_ddl_seq == seq
+        with self.conn.cursor() as cur:
+            cur.execute(sql.DDL_PENDING, (seq, self.channel))
+            self.conn.commit()
+            for change in txn.changes:
+                if isinstance(change, Statement):
+                    self._run_statement(cur, seq, txn, change, replay)
+                else:
+                    self._run(cur, seq, txn, [(cur.mogrify(*sql.row_statement(change)), change)])
+            cur.execute(sql.POSITION_UPDATE, (seq, str(gtids), self.channel))
+        self.conn.commit()
+
+    def _run_statement(self, cur, seq: int, txn: Transaction, st: Statement, replay: bool) -> None:
+        if st.schema:
+            try:
+                cur.execute(f"USE {sql.quote_name(st.schema)}")
+            except pymysql.MySQLError as exc:
+                if exc.args[0] != UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
+                    raise ApplyError(f"apply seq {seq} ({txn.gtid}): USE {st.schema}: {exc.args[-1]}") from exc
+        try:
+            cur.execute(sql.TAG + st.sql)
+        except pymysql.MySQLError as exc:
+            if replay and exc.args[0] in DDL_ALREADY_DONE:
+                log.warning("apply seq %d (%s): DDL already applied before a restart (%s); continuing",
+                            seq, txn.gtid, exc.args[-1])
+                return
+            raise ApplyError(f"apply seq {seq} ({txn.gtid}) DDL in schema '{st.schema}': "
+                             f"{exc.args[-1] if exc.args else exc}: {st.sql[:200]}") from exc
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.rollback()
+        except pymysql.MySQLError as exc:
+            log.warning("rollback on replica %s failed: %s", self.url, exc)
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except pymysql.MySQLError as exc:
+            log.debug("closing replica connection: %s", exc)
+
+
+def _check_matched(seq: int, txn: Transaction, change: RowChange | None, rowcount: int) -> None:
+    if change is None or change.kind == "insert":
+        if change is None and rowcount != 1:
+            raise ApplyError(f"apply seq {seq} ({txn.gtid}): position row for the channel is missing")
+        return
+    if rowcount != 1:
+        raise ApplyError(f"apply seq {seq} ({txn.gtid}): {change.kind} on {change.schema}.{change.table} "
+                         f"matched {rowcount} rows, expected 1: the replica has diverged")

@@ -1,0 +1,81 @@
+"""Row changes to SQL (pure): statement templates with %s parameters.
+
+Rows are matched by primary key; a table without one is matched on every column
+of the before image with the NULL-safe ``<=>`` and ``LIMIT 1``, so a duplicate row
+is changed exactly once. Every statement carries the ``/* rdma-bridge */`` tag.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from bridge.model import BitValue, InvalidTemporal, RowChange
+
+TAG = "/* rdma-bridge */ "
+
+
+def quote_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_name(schema: str, table: str) -> str:
+    return f"{quote_name(schema)}.{quote_name(table)}"
+
+
+def to_param(v):
+    """A wire value as a parameter PyMySQL escapes exactly."""
+    t = type(v)
+    if t is InvalidTemporal:
+        return v.text
+    if t is BitValue:
+        return v.value
+    if t is frozenset or t is set:
+        return ",".join(sorted(v))
+    return v
+
+
+def decimal_literal(v: Decimal, mapping=None) -> str:
+    """Plain notation: PyMySQL's str() gives '0E-10', which SQL reads as a DOUBLE."""
+    return format(v, "f")
+
+
+def time_literal(v: dt.timedelta, mapping=None) -> str:
+    """PyMySQL renders negative timedeltas wrongly (-1.25 s as '-1:59:58.75')."""
+    micros = (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+    sign = "-" if micros < 0 else ""
+    secs, frac = divmod(abs(micros), 1_000_000)
+    return f"'{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}.{frac:06d}'"
+
+
+LITERAL_ENCODERS = {Decimal: decimal_literal, dt.timedelta: time_literal}
+
+
+def row_statement(c: RowChange) -> tuple[str, list]:
+    name = table_name(c.schema, c.table)
+    if c.kind == "insert":
+        cols = ",".join(map(quote_name, c.columns))
+        marks = ",".join(["%s"] * len(c.columns))
+        return f"{TAG}INSERT INTO {name} ({cols}) VALUES ({marks})", [to_param(v) for v in c.after]
+    where, where_params = _match(c)
+    if c.kind == "update":
+        sets = ",".join(f"{quote_name(col)}=%s" for col in c.columns)
+        return f"{TAG}UPDATE {name} SET {sets} WHERE {where}", [to_param(v) for v in c.after] + where_params
+    return f"{TAG}DELETE FROM {name} WHERE {where}", where_params
+
+
+def _match(c: RowChange) -> tuple[str, list]:
+    if c.key:
+        index = {col: i for i, col in enumerate(c.columns)}
+        return (" AND ".join(f"{quote_name(k)}=%s" for k in c.key),
+                [to_param(c.before[index[k]]) for k in c.key])
+    return (" AND ".join(f"{quote_name(col)}<=>%s" for col in c.columns) + " LIMIT 1",
+            [to_param(v) for v in c.before])
+
+
+POSITION_UPDATE = (f"{TAG}UPDATE rdma_bridge.bridge_meta SET applied_seq=%s, gtid_set=%s, "
+                   "pending_ddl_seq=0 WHERE channel=%s")
+DDL_PENDING = f"{TAG}UPDATE rdma_bridge.bridge_meta SET pending_ddl_seq=%s WHERE channel=%s"
+POSITION_SELECT = "SELECT applied_seq, gtid_set, pending_ddl_seq FROM rdma_bridge.bridge_meta WHERE channel=%s"
+POSITION_INSERT = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set) "
+                   "VALUES (%s, %s, %s)")

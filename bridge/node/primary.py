@@ -1,0 +1,121 @@
+"""Primary node: binlog → assembler → frames → the replica's ring.
+
+``connect`` does the handshake (learns the replica's applied seq and GTID set),
+the preflight of the primary and opens the transport and the binlog stream at
+that GTID set; ``step`` moves one binlog event; ``run`` loops until ``stop``.
+When the ring is full it waits for the replica's ack up to the backpressure
+timeout, then fails with the backlog named; the binlog is the durable buffer,
+so a restart resumes from the replica's position and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from bridge.config import PrimaryConfig
+from bridge.errors import BackpressureTimeout, RingFull
+from bridge.model import GtidSet, Transaction
+from bridge.ring.producer import RingProducer
+from bridge.source import preflight
+from bridge.source.assembler import TransactionAssembler
+from bridge.source.reader import BinlogReader
+from bridge.transport import open_remote
+from bridge.transport.sockets import ControlConnection, connect
+from bridge.wire import control
+from bridge.wire.codec import encode_transaction
+from bridge.wire.frame import FrameKind
+
+log = logging.getLogger(__name__)
+ACK_POLL_S = 0.0005
+
+
+class PrimaryNode:
+    def __init__(self, cfg: PrimaryConfig) -> None:
+        self.cfg = cfg
+        self.shipped = 0
+        self.last_gtid = ""
+        self._stop = threading.Event()
+        self._control: ControlConnection | None = None
+        self.remote = None
+        self.reader: BinlogReader | None = None
+        self.producer: RingProducer | None = None
+        self.assembler = TransactionAssembler()
+
+    def connect(self) -> None:
+        settings = self._preflight()
+        welcome = self._handshake()
+        resume = GtidSet.parse(welcome["gtid_set"])
+        preflight.check_position(settings, resume, self.cfg.source)
+        self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1)
+        self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"])
+        self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
+                                   mariadb="mariadb" in settings["version"].lower())
+        log.info("streaming %s from %s after seq %d to replica %s:%d over %s", self.cfg.source,
+                 resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport)
+
+    def _preflight(self) -> dict:
+        conn = preflight.connect(self.cfg.source, "primary")
+        try:
+            settings = preflight.read_settings(conn)
+            preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
+            preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source)
+        finally:
+            conn.close()
+        return settings
+
+    def _handshake(self) -> dict:
+        self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
+        self._control.send(control.hello("control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid))
+        return control.check_hello(self._control.recv(), expect_type="welcome")
+
+    def run(self) -> None:
+        if self.reader is None:
+            self.connect()
+        while not self._stop.is_set():
+            self.step()
+
+    def step(self) -> Transaction | None:
+        """Read one binlog event; ship the transaction it completes, if any."""
+        event = self.reader.next_event()
+        txn = self.assembler.feed(event) if event is not None else None
+        if txn is not None:
+            self.ship(txn)
+        return txn
+
+    def ship(self, txn: Transaction) -> None:
+        payload = encode_transaction(txn)
+        placements = self._append(payload, txn.gtid)
+        if placements is None:
+            return  # stopping: not shipped; the replica's position says where to resume
+        for p in placements:
+            self.remote.write(p.offset, self.producer.region[p.offset:p.offset + p.length])
+        self.remote.publish(self.producer.write_seq, self.producer.head)
+        self.shipped += 1
+        self.last_gtid = txn.gtid
+
+    def _append(self, payload: bytes, gtid: str):
+        deadline = time.monotonic() + self.cfg.backpressure_timeout_s
+        while True:
+            try:
+                return self.producer.append(FrameKind.TXN, payload)
+            except RingFull as full:
+                self.producer.acknowledge(self.remote.read_ack())
+                if time.monotonic() > deadline:
+                    raise BackpressureTimeout(
+                        f"ship {gtid}: ring full for {self.cfg.backpressure_timeout_s:.1f}s with "
+                        f"{self.producer.backlog_frames} frames unapplied (slow stage: replica apply); "
+                        f"{full}") from full
+                if self._stop.is_set():
+                    return None
+                time.sleep(ACK_POLL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        for part in (self.reader, self.remote, self._control):
+            if part is not None:
+                part.close()

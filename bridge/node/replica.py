@@ -1,0 +1,175 @@
+"""Replica node: owns the ring host, the control listener and the apply loop.
+
+Threads: an accept loop (control and tcp-data connections) and the apply loop
+(``run``). A new primary session (hello) pauses the apply loop between
+transactions, resets the ring and restarts numbering at applied_seq + 1, so
+frames at or below the applied seq are never applied twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+import time
+
+from bridge.apply.applier import Applier
+from bridge.config import ReplicaConfig
+from bridge.errors import BridgeError, CorruptFrame, TransportError
+from bridge.model import GtidSet
+from bridge.ring.consumer import RingConsumer
+from bridge.transport import make_host
+from bridge.transport.sockets import ControlConnection
+from bridge.wire import control
+from bridge.wire.codec import decode_transaction
+from bridge.wire.frame import FrameKind
+
+log = logging.getLogger(__name__)
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class ReplicaNode:
+    def __init__(self, cfg: ReplicaConfig) -> None:
+        self.cfg = cfg
+        self.applier = Applier(cfg.target, cfg.channel)
+        self.host = make_host(cfg.transport, cfg.ring_bytes)
+        self.consumer: RingConsumer | None = None
+        self.session = ""
+        self.applied_count = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener = socket.create_server(cfg.listen, reuse_port=False)
+        self._listener.settimeout(0.2)
+        self.address = self._listener.getsockname()[:2]
+        self._accept_thread = threading.Thread(target=self._accept_loop, name="replica-accept", daemon=True)
+        self._control: ControlConnection | None = None
+
+    # --- lifecycle -------------------------------------------------------
+
+    def start(self) -> None:
+        self._accept_thread.start()
+        log.info("replica listening on %s:%d, transport %s, ring %d bytes, channel %r at seq %d (%s)",
+                 *self.address, self.cfg.transport, self.cfg.ring_bytes, self.cfg.channel,
+                 self.applier.position.applied_seq, self.applier.position.gtid_set or "no gtid yet")
+
+    def run(self) -> None:
+        """Apply loop until ``stop``: finishes the transaction in flight."""
+        idle = 0
+        while not self._stop.is_set():
+            if self.step():
+                idle = 0
+            else:
+                idle += 1
+                time.sleep(0 if idle < 50 else self.cfg.poll_idle_s)
+
+    def step(self) -> bool:
+        """Apply at most one frame; False when there was nothing to do."""
+        with self._lock:
+            if self.consumer is None:
+                return False
+            try:
+                frame = self.consumer.poll()
+            except CorruptFrame as exc:
+                self._end_session(f"corrupt frame: {exc}")
+                return False
+            if frame is None:
+                return False
+            if frame.kind == FrameKind.TXN:
+                self.applier.apply(frame.seq, decode_transaction(frame.payload))
+                self.applied_count += 1
+            self.consumer.acknowledge(frame.seq)
+            return True
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        self._accept_thread.join(timeout=2)
+        with self._lock:
+            if self._control:
+                self._control.close()
+            self.consumer = None
+            self.host.close()
+            self.applier.close()
+
+    # --- connections -----------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(sock,), name="replica-conn", daemon=True).start()
+
+    def _handle(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(HANDSHAKE_TIMEOUT_S)
+        conn = ControlConnection(sock)
+        try:
+            msg = control.check_hello(conn.recv())
+            if msg.get("role") == "data":
+                self._serve_data(conn, msg)
+            else:
+                self._serve_control(conn, msg)
+        except BridgeError as exc:
+            log.warning("connection from %s refused: %s", conn.peer, exc)
+            _try_send(conn, {"type": "error", "reason": str(exc)})
+            conn.close()
+
+    def _serve_data(self, conn: ControlConnection, msg: dict) -> None:
+        if not self.session or msg.get("session") != self.session or not hasattr(self.host, "serve"):
+            raise TransportError(f"data connection from {conn.peer}: no matching session")
+        conn.sock.settimeout(None)
+        self.host.serve(conn.sock)
+
+    def _serve_control(self, conn: ControlConnection, msg: dict) -> None:
+        if msg.get("transport") != self.cfg.transport:
+            raise TransportError(f"handshake: primary wants transport {msg.get('transport')!r}, "
+                                 f"this replica serves {self.cfg.transport!r}")
+        welcome = self._new_session(conn, msg)
+        conn.send(welcome)
+        log.info("session %s: primary %s resumes after seq %d", self.session, conn.peer, welcome["applied_seq"])
+        conn.sock.settimeout(None)
+        try:
+            while True:
+                conn.recv()  # heartbeats and future control messages
+        except BridgeError as exc:
+            log.info("session %s: control channel ended: %s", self.session, exc)
+
+    def _new_session(self, conn: ControlConnection, msg: dict) -> dict:
+        with self._lock:
+            if self._control is not None:
+                self._control.close()
+            if not self.applier.has_position:
+                self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")))
+            self.host.reset()
+            pos = self.applier.position
+            self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1)
+            self.session = secrets.token_hex(8)
+            self._control = conn
+            return {"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
+                    "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
+                    "params": {**self.host.params(), "session": self.session},
+                    "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel}
+
+    def _end_session(self, reason: str) -> None:
+        log.error("session %s ended: %s", self.session, reason)
+        self.consumer = None
+        self.session = ""
+        if self._control is not None:
+            _try_send(self._control, {"type": "error", "reason": reason})
+            self._control.close()
+            self._control = None
+
+
+def _try_send(conn: ControlConnection, msg: dict) -> None:
+    try:
+        conn.send(msg)
+    except TransportError as exc:
+        log.debug("could not tell %s: %s", conn.peer, exc)

@@ -1,0 +1,73 @@
+"""Preflight checks of the primary: refuse settings that make row replication
+unsafe, each with the setting and the fix in the message; and check that the
+primary can still serve a resume position.
+"""
+
+from __future__ import annotations
+
+import pymysql
+
+from bridge.config import MysqlUrl
+from bridge.errors import PreflightError, SourceError
+from bridge.model import GtidSet
+
+REQUIRED = (
+    ("log_bin", "ON", "start the primary with log_bin=mysql-bin"),
+    ("binlog_format", "ROW", "set binlog_format=ROW (SET GLOBAL binlog_format='ROW' and in my.cnf)"),
+    ("binlog_row_image", "FULL", "set binlog_row_image=FULL"),
+    ("binlog_row_metadata", "FULL", "set binlog_row_metadata=FULL: with MINIMAL, column names and "
+                                    "ENUM values are lost and columns are mislabelled after DDL"),
+)
+
+
+def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
+    try:
+        return pymysql.connect(**url.connect_args(), connect_timeout=10, autocommit=True, **kwargs)
+    except pymysql.MySQLError as exc:
+        raise SourceError(f"connect to {what} {url}: {exc.args[-1] if exc.args else exc}") from exc
+
+
+SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",
+            "version", "gtid_binlog_pos", "gtid_executed", "gtid_strict_mode")
+
+
+def read_settings(conn) -> dict[str, str]:
+    """The primary's global variables that matter; '' for one this server lacks."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s)" % ",".join(["%s"] * len(SETTINGS)),
+                    SETTINGS)
+        found = dict(cur.fetchall())
+    return {name: str(found.get(name, "")) for name in SETTINGS}
+
+
+def check_primary(settings: dict[str, str], our_server_id: int, url: MysqlUrl) -> None:
+    problems = [f"{name} is {settings[name]}, need {want}: {fix}"
+                for name, want, fix in REQUIRED if settings[name].upper() != want]
+    if int(settings["server_id"]) == our_server_id:
+        problems.append(f"server_id clash: the primary's server_id is {our_server_id}; pass another --server-id")
+    if problems:
+        raise PreflightError(f"preflight of primary {url}: " + "; ".join(problems))
+
+
+def check_server_id_free(conn, our_server_id: int, url: MysqlUrl) -> None:
+    with conn.cursor() as cur:
+        cur.execute("SHOW SLAVE HOSTS")
+        taken = {int(row[0]) for row in cur.fetchall()}
+    if our_server_id in taken:
+        raise PreflightError(f"preflight of primary {url}: server_id {our_server_id} is already used by a "
+                             "connected replica; pass another --server-id")
+
+
+def check_position(settings: dict[str, str], resume: GtidSet, url: MysqlUrl) -> None:
+    """A GTID in a domain the primary does not know is silently accepted by MariaDB
+    and streams from the start; a position ahead of the primary is a different
+    history. Both are refused here."""
+    primary = GtidSet.parse(settings["gtid_binlog_pos"])
+    for g in resume.mariadb:
+        have = next((p for p in primary.mariadb if p.domain == g.domain), None)
+        if have is None:
+            raise SourceError(f"resume from {resume} on {url}: domain {g.domain} is not in the primary's "
+                              f"binlog position {primary or '(empty)'}")
+        if g.seq > have.seq:
+            raise SourceError(f"resume from {resume} on {url}: replica is ahead of the primary "
+                              f"({g} > {have}); it replicated another history")

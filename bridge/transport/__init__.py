@@ -1,0 +1,29 @@
+"""One-sided-write transports: the replica's ring presented to the primary as
+remote memory (``RemoteRing``), and the replica side that owns that memory
+(``RingHost``). ``rdma`` (pyverbs) is imported lazily, only in rdma.py."""
+
+from __future__ import annotations
+
+from bridge.errors import ConfigError
+
+TRANSPORTS = ("shm", "tcp", "rdma")
+
+
+def make_host(transport: str, ring_bytes: int):
+    if transport == "shm":
+        from bridge.transport.shm import ShmRingHost
+        return ShmRingHost(ring_bytes)
+    if transport == "tcp":
+        from bridge.transport.tcp import TcpRingHost
+        return TcpRingHost(ring_bytes)
+    raise ConfigError(f"transport {transport!r}: not available in this build (choose shm or tcp)")
+
+
+def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int):
+    if transport == "shm":
+        from bridge.transport.shm import ShmRemoteRing
+        return ShmRemoteRing(params, ring_bytes)
+    if transport == "tcp":
+        from bridge.transport.tcp import TcpRemoteRing
+        return TcpRemoteRing(params, replica_addr, ring_bytes)
+    raise ConfigError(f"transport {transport!r}: not available in this build (choose shm or tcp)")

@@ -1,0 +1,27 @@
+"""The one-sided transport contract (DESIGN.md "Transports").
+
+Primary side, ``RemoteRing``: place bytes at a region offset, publish progress,
+wait until placed, read the replica's ack_seq. The replica never answers a write.
+Replica side, ``RingHost``: owns the registered/shared/placed region and tells the
+primary (handshake ``params``) how to reach it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class RemoteRing(Protocol):
+    def write(self, offset: int, data) -> None: ...
+    def publish(self, write_seq: int, head: int) -> None: ...
+    def flush(self) -> None: ...
+    def read_ack(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class RingHost(Protocol):
+    region: memoryview
+
+    def params(self) -> dict: ...
+    def reset(self) -> None: ...
+    def close(self) -> None: ...

@@ -1,0 +1,73 @@
+"""Same-host transport: the replica's ring is a file in /dev/shm that the primary
+maps and writes directly (stores are visible to the consumer without a syscall)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from pathlib import Path
+
+from bridge.errors import TransportError
+from bridge.ring.layout import ACK_SEQ_AT, init_region, read_u64, region_bytes, write_publish
+
+SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+
+
+class ShmRingHost:
+    def __init__(self, ring_bytes: int) -> None:
+        self.ring_bytes = ring_bytes
+        self.path = SHM_DIR / f"rdma-bridge-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, region_bytes(ring_bytes))
+            self._mm = mmap.mmap(fd, region_bytes(ring_bytes))
+        finally:
+            os.close(fd)
+        self.region = memoryview(self._mm)
+        self.reset()
+
+    def params(self) -> dict:
+        return {"path": str(self.path)}
+
+    def reset(self) -> None:
+        init_region(self.region, self.ring_bytes)
+
+    def close(self) -> None:
+        self.region.release()
+        self._mm.close()
+        self.path.unlink(missing_ok=True)
+
+
+class ShmRemoteRing:
+    def __init__(self, params: dict, ring_bytes: int) -> None:
+        path = params.get("path", "")
+        if not str(path).startswith(str(SHM_DIR) + "/rdma-bridge-"):
+            raise TransportError(f"shm transport: replica offered an unexpected path {path!r}")
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise TransportError(f"shm transport: open {path}: {exc.strerror} (is the replica on this host?)") from exc
+        try:
+            self._mm = mmap.mmap(fd, region_bytes(ring_bytes))
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"shm transport: map {path}: {exc}") from exc
+        finally:
+            os.close(fd)
+        self._view = memoryview(self._mm)
+
+    def write(self, offset: int, data) -> None:
+        self._view[offset:offset + len(data)] = data
+
+    def publish(self, write_seq: int, head: int) -> None:
+        write_publish(self._view, write_seq, head)
+
+    def flush(self) -> None:
+        """Stores to a shared mapping are visible at once (x86 TSO keeps their order)."""
+
+    def read_ack(self) -> int:
+        return read_u64(self._view, ACK_SEQ_AT)
+
+    def close(self) -> None:
+        self._view.release()
+        self._mm.close()

@@ -1,0 +1,98 @@
+"""TCP transport for hosts without RDMA: placement messages (wire/placement.py)
+carried out on the replica's ring by a receiver thread. The baseline the RDMA
+path is compared with. Writes are buffered until publish/flush/read, so a
+transaction costs one send."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+from bridge.errors import BridgeError, TransportError
+from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes, write_publish
+from bridge.transport.sockets import ControlConnection, connect, recv_exact, recv_into_exact
+from bridge.wire import control, placement
+from bridge.wire.placement import Op
+
+log = logging.getLogger(__name__)
+
+
+class TcpRingHost:
+    def __init__(self, ring_bytes: int) -> None:
+        self.ring_bytes = ring_bytes
+        self._buf = bytearray(region_bytes(ring_bytes))
+        self.region = memoryview(self._buf)
+        self.reset()
+
+    def params(self) -> dict:
+        return {}
+
+    def reset(self) -> None:
+        init_region(self.region, self.ring_bytes)
+
+    def serve(self, sock: socket.socket) -> None:
+        """Carry out placements from one data connection until it closes."""
+        size = len(self.region)
+        try:
+            while True:
+                op, offset, length, body = placement.parse_head(recv_exact(sock, placement.HEAD.size), size)
+                if op == Op.WRITE:
+                    recv_into_exact(sock, self.region[offset:offset + length])
+                elif op == Op.PUBLISH:
+                    write_publish(self.region, placement.SEQ.unpack(recv_exact(sock, body))[0], offset)
+                elif op == Op.READ:
+                    sock.sendall(self.region[offset:offset + length])
+                else:
+                    sock.sendall(b"\x01")
+        except (BridgeError, OSError) as exc:
+            log.info("tcp transport: data connection ended: %s", exc)
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        self.region.release()
+
+
+class TcpRemoteRing:
+    def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
+                 timeout_s: float = 10.0, session: str = "") -> None:
+        self._sock = connect(replica_addr, timeout_s)
+        ControlConnection(self._sock).send(control.hello("data", session=params.get("session", session)))
+        self._out = bytearray()
+
+    def write(self, offset: int, data) -> None:
+        self._out += placement.encode_write(offset, data)
+
+    def publish(self, write_seq: int, head: int) -> None:
+        self._out += placement.encode_publish(write_seq, head)
+        self._send()
+
+    def flush(self) -> None:
+        self._out += placement.encode_fence()
+        self._send()
+        self._recv(1)
+
+    def read_ack(self) -> int:
+        self._out += placement.encode_read(ACK_SEQ_AT, 8)
+        self._send()
+        return int.from_bytes(self._recv(8), "little")
+
+    def _send(self) -> None:
+        try:
+            self._sock.sendall(self._out)
+        except OSError as exc:
+            raise TransportError(f"tcp transport: send: {exc.strerror or exc}") from exc
+        self._out.clear()
+
+    def _recv(self, n: int) -> bytes:
+        try:
+            return recv_exact(self._sock, n)
+        except OSError as exc:
+            raise TransportError(f"tcp transport: recv: {exc.strerror or exc}") from exc
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
