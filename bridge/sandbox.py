@@ -221,6 +221,7 @@ class Sandbox:
                                         ("replica", "rdma_apply", "replica_grants.sql", "apply")):
             conn = _root(self._server(state, role))
             with conn.cursor() as cur:
+                cur.execute("SET SESSION sql_log_bin=0")  # the sandbox's own accounts are not replicated
                 for stmt in sql_statements(grants, user=user, password=pw[key]):
                     cur.execute(stmt)
                 cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s", (pw["admin"],))

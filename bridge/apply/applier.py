@@ -148,6 +148,10 @@ class Applier:
         self.conn.commit()
 
     def _run_statement(self, cur, seq: int, txn: Transaction, st: Statement, replay: bool) -> None:
+        if not sql.is_replayed(st.sql):
+            log.info("apply seq %d (%s): account/flush statement not replayed on the replica: %.60s",
+                     seq, txn.gtid, st.sql)
+            return
         if st.schema:
             try:
                 cur.execute(f"USE {sql.quote_name(st.schema)}")

@@ -8,6 +8,7 @@ is changed exactly once. Every statement carries the ``/* rdma-bridge */`` tag.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 
 from bridge.model import BitValue, InvalidTemporal, RowChange
@@ -79,3 +80,14 @@ DDL_PENDING = f"{TAG}UPDATE rdma_bridge.bridge_meta SET pending_ddl_seq=%s WHERE
 POSITION_SELECT = "SELECT applied_seq, gtid_set, pending_ddl_seq FROM rdma_bridge.bridge_meta WHERE channel=%s"
 POSITION_INSERT = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set) "
                    "VALUES (%s, %s, %s)")
+
+
+# Account management and FLUSH statements concern the primary's own security and
+# caches; the replica keeps its own accounts (and the apply user may not manage them).
+_NOT_REPLAYED = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:(?:CREATE|DROP|ALTER|RENAME)\s+(?:USER|ROLE)\b|"
+                           r"GRANT\b|REVOKE\b|SET\s+(?:PASSWORD|DEFAULT\s+ROLE)\b|FLUSH\b)",
+                           re.IGNORECASE | re.DOTALL)
+
+
+def is_replayed(statement_sql: str) -> bool:
+    return _NOT_REPLAYED.match(statement_sql) is None

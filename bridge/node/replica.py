@@ -112,7 +112,13 @@ class ReplicaNode:
         sock.settimeout(HANDSHAKE_TIMEOUT_S)
         conn = ControlConnection(sock)
         try:
-            msg = control.check_hello(conn.recv())
+            first = conn.recv()
+        except TransportError as exc:
+            log.debug("connection from %s closed before its hello: %s", conn.peer, exc)
+            conn.close()
+            return
+        try:
+            msg = control.check_hello(first)
             if msg.get("role") == "data":
                 self._serve_data(conn, msg)
             else:

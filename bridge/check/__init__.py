@@ -1,0 +1,1 @@
+"""Consistency: row-by-row comparison and per-table digests of both databases."""
