@@ -1,0 +1,40 @@
+from bridge.model import Statement
+from bridge.source.assembler import TransactionAssembler
+from bridge.source.events import CommitRead, GtidStart, HeartbeatRead, QueryRead, RowsRead
+
+UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+
+def rows(n=1):
+    return RowsRead("insert", "s", "t", ("id",), ("id",), tuple((None, (i,)) for i in range(n)))
+
+
+def feed(events):
+    asm = TransactionAssembler()
+    return [t for t in (asm.feed(e) for e in events) if t is not None]
+
+
+def test_mariadb_innodb_transaction_ends_at_xid():
+    txns = feed([GtidStart("0-1-5", False), rows(2), HeartbeatRead(), rows(1), CommitRead()])
+    assert [(t.gtid, t.row_count) for t in txns] == [("0-1-5", 3)]
+
+
+def test_mariadb_ddl_is_standalone():
+    txns = feed([GtidStart("0-1-6", True), QueryRead("db", "ALTER TABLE t ADD c INT")])
+    assert txns[0].changes == (Statement("db", "ALTER TABLE t ADD c INT"),) and txns[0].is_ddl
+
+
+def test_aria_commit_query_ends_the_transaction():
+    txns = feed([GtidStart("0-1-7", False), rows(1), QueryRead("db", "COMMIT")])
+    assert txns[0].row_count == 1 and not txns[0].is_ddl
+
+
+def test_mysql_begin_rows_xid_and_ddl_without_begin():
+    txns = feed([GtidStart(f"{UUID}:1", False), QueryRead("", "BEGIN"), rows(1), CommitRead(),
+                 GtidStart(f"{UUID}:2", False), QueryRead("db", "CREATE TABLE x (a INT)")])
+    assert [t.gtid for t in txns] == [f"{UUID}:1", f"{UUID}:2"]
+    assert txns[1].is_ddl
+
+
+def test_events_before_the_first_gtid_are_ignored():
+    assert feed([rows(1), CommitRead(), GtidStart("0-1-1", False), rows(1), CommitRead()])[0].gtid == "0-1-1"

@@ -1,0 +1,46 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.errors import RemoteProtocolError, VersionSkew
+from bridge.wire import control, placement
+
+
+def test_messages_survive_arbitrary_splits():
+    stream = b"".join(control.encode_message({"type": "m", "n": i}) for i in range(20))
+    dec = control.MessageDecoder()
+    got = []
+    for i in range(0, len(stream), 3):
+        got += dec.feed(stream[i:i + 3])
+    assert [m["n"] for m in got] == list(range(20))
+
+
+def test_oversized_message_is_refused_before_reading_it():
+    with pytest.raises(RemoteProtocolError, match="limit"):
+        control.MessageDecoder(max_bytes=100).feed((101).to_bytes(4, "little"))
+
+
+def test_version_skew_names_both_versions():
+    msg = control.hello("control")
+    msg["version"] = 99
+    with pytest.raises(VersionSkew, match="99.*1"):
+        control.check_hello(msg)
+
+
+def test_peer_error_is_reported():
+    with pytest.raises(RemoteProtocolError, match="nope"):
+        control.check_hello({"type": "error", "reason": "nope"})
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=500)
+def test_control_garbage_is_a_protocol_error_or_nothing(data):
+    try:
+        control.MessageDecoder().feed(data)
+    except RemoteProtocolError:
+        pass
+
+
+def test_placement_outside_region_is_refused():
+    with pytest.raises(RemoteProtocolError, match="outside"):
+        placement.parse_head(placement.encode_write(4000, b"x" * 200)[:placement.HEAD.size], 4096)

@@ -1,0 +1,56 @@
+import pytest
+
+from bridge.config import MysqlUrl
+from bridge.errors import ConfigError
+from bridge.model import Gtid, GtidSet
+
+UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+
+def test_mariadb_gtid_parses_and_prints():
+    g = Gtid.parse("0-1-42")
+    assert (g.domain, g.server, g.seq, str(g)) == ("0", 1, 42, "0-1-42")
+
+
+def test_mysql_gtid_parses_and_prints():
+    g = Gtid.parse(f"{UUID.upper()}:7")
+    assert (g.domain, g.seq, g.is_mariadb, str(g)) == (UUID, 7, False, f"{UUID}:7")
+
+
+def test_bad_gtid_is_refused_with_the_text():
+    with pytest.raises(ConfigError, match="'x-1'"):
+        Gtid.parse("x-1")
+
+
+def test_mariadb_set_keeps_last_per_domain():
+    s = GtidSet.parse("1-2-5,0-1-9").add_text("0-1-10").add_text("2-1-1")
+    assert str(s) == "0-1-10,1-2-5,2-1-1"
+    assert s.contains(Gtid.parse("0-1-3")) and not s.contains(Gtid.parse("0-1-11"))
+    assert not s.contains(Gtid.parse("3-1-1"))
+
+
+def test_mysql_set_merges_intervals():
+    s = GtidSet.parse(f"{UUID}:1-3:5").add_text(f"{UUID}:4").add_text(f"{UUID}:9")
+    assert str(s) == f"{UUID}:1-5:9"
+    assert s.contains(Gtid.parse(f"{UUID}:5")) and not s.contains(Gtid.parse(f"{UUID}:6"))
+
+
+def test_empty_set_is_falsy_and_prints_empty():
+    assert not GtidSet.parse("") and str(GtidSet.parse(None)) == ""
+
+
+def test_url_hides_password_everywhere():
+    url = MysqlUrl.parse("mysql://app:s3cret%21@db.example:3307")
+    assert url.password == "s3cret!" and url.port == 3307
+    assert "s3cret" not in str(url) and "s3cret" not in repr(url)
+
+
+def test_url_password_from_environment(monkeypatch):
+    monkeypatch.setenv("PW_FOR_TEST", "fromenv")
+    assert MysqlUrl.parse("mysql://app@h:1", "PW_FOR_TEST").password == "fromenv"
+
+
+def test_bad_url_error_masks_password():
+    with pytest.raises(ConfigError) as err:
+        MysqlUrl.parse("http://app:hunter2@h:1")
+    assert "hunter2" not in str(err.value)
