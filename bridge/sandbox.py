@@ -155,13 +155,7 @@ class Sandbox:
 
     def _running(self, server: ServerState) -> bool:
         pid = _read_pid(server.pid_file)
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return server.socket.exists()
+        return pid is not None and _alive(pid) and server.socket.exists()
 
     def _start(self, server: ServerState) -> None:
         server_id, extra = ROLES[server.role]
@@ -202,9 +196,7 @@ class Sandbox:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not _alive(pid):
                 return True
             time.sleep(0.05)
         raise SandboxError(f"sandbox: {server.role} (pid {pid}) did not stop within {READY_TIMEOUT_S:.0f}s")
@@ -234,6 +226,21 @@ class Sandbox:
 def _root(server: ServerState) -> pymysql.Connection:
     return pymysql.connect(unix_socket=str(server.socket), user="root", password="",
                            autocommit=True, connect_timeout=2)
+
+
+def _alive(pid: int) -> bool:
+    """True while the process runs; reaps it when it is our own exited child (a
+    zombie still answers kill(pid, 0))."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # started by another process (e.g. an earlier `sandbox up`)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _read_pid(path: Path) -> int | None:

@@ -1,0 +1,133 @@
+"""Shared fixtures: one real MariaDB sandbox (primary + replica) per test session,
+in a temporary directory, stopped at the end."""
+
+import itertools
+import threading
+import time
+
+import pymysql
+import pytest
+
+from bridge.check.compare import compare_databases
+from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig
+from bridge.node.primary import PrimaryNode
+from bridge.node.replica import ReplicaNode
+from bridge.sandbox import Sandbox
+from bridge.workload import connect
+
+_channels = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory):
+    box = Sandbox(tmp_path_factory.mktemp("sandbox"))
+    info = box.up()
+    yield box, info
+    box.down()
+
+
+@pytest.fixture(scope="session")
+def urls(sandbox):
+    _, info = sandbox
+    return {k: MysqlUrl.parse(v) for k, v in info.items() if k != "state_dir"}
+
+
+def primary_position(conn) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        return cur.fetchone()[0]
+
+
+class BridgePair:
+    """Both ends in this process (threads), on a fresh channel that starts at the
+    primary's current position. ``sync()`` waits until the replica holds everything
+    the primary committed; ``assert_same()`` compares the schemas row by row."""
+
+    def __init__(self, urls, transport, ring_bytes=1 << 20):
+        self.urls, self.transport, self.ring_bytes = urls, transport, ring_bytes
+        self.channel = f"t{next(_channels)}_{int(time.time())}"
+        self.primary = connect(urls["primary_admin"])
+        self.replica = connect(urls["replica_admin"])
+        self.start_gtid = primary_position(self.primary)
+        self.replica_node = self.primary_node = None
+        self.errors = []
+
+    def start_replica(self, port=0):
+        cfg = ReplicaConfig(target=self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
+                            ring_bytes=self.ring_bytes, channel=self.channel)
+        self.replica_node = ReplicaNode(cfg)
+        self.replica_node.start()
+        self._thread(self.replica_node.run, "replica")
+        return self.replica_node.address
+
+    def start_primary(self, **overrides):
+        cfg = PrimaryConfig(source=self.urls["primary"], replica=tuple(self.replica_node.address),
+                            transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1, **overrides)
+        self.primary_node = PrimaryNode(cfg)
+        self.primary_node.connect()
+        self._thread(self.primary_node.run, "primary")
+
+    def start(self):
+        self.start_replica()
+        self.start_primary()
+        return self
+
+    def _thread(self, target, name):
+        def guarded():
+            try:
+                target()
+            except Exception as exc:  # surfaced by sync() and stop()
+                self.errors.append((name, exc))
+        threading.Thread(target=guarded, name=name, daemon=True).start()
+
+    def sql(self, *statements):
+        with self.primary.cursor() as cur:
+            for s in statements:
+                cur.execute(s)
+
+    def sync(self, timeout_s=60.0):
+        target = primary_position(self.primary)
+        deadline = time.monotonic() + timeout_s
+        with self.replica.cursor() as cur:
+            while time.monotonic() < deadline:
+                assert not self.errors, f"bridge failed: {self.errors}"
+                cur.execute("SELECT gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (self.channel,))
+                row = cur.fetchone()
+                if row and row[0] == target:
+                    return
+                time.sleep(0.02)
+        raise AssertionError(f"replica did not reach {target} in {timeout_s}s (errors: {self.errors})")
+
+    def assert_same(self, *schemas):
+        self.sync()
+        result = compare_databases(self.urls["primary_admin"], self.urls["replica_admin"], list(schemas))
+        assert result.digests, f"nothing compared in {schemas}"
+        assert result.ok, [(d.table, d.missing, d.extra, d.sample) for d in result.diffs]
+        return result
+
+    def stop(self):
+        for node in (self.primary_node, self.replica_node):
+            if node is not None:
+                node.close()
+        self.primary.close()
+        self.replica.close()
+
+
+@pytest.fixture(params=["shm", "tcp"])
+def pair(request, urls):
+    p = BridgePair(urls, request.param).start()
+    yield p
+    p.stop()
+    assert not p.errors, p.errors
+
+
+@pytest.fixture
+def fresh_schema(urls):
+    """A schema name unique to the test; dropped on the primary at the end (the drop replicates)."""
+    names = []
+
+    def make(prefix="db"):
+        name = f"{prefix}_{next(_channels)}"
+        names.append(name)
+        return name
+    yield make

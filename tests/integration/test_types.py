@@ -1,0 +1,72 @@
+"""Every column type round-trips through the bridge bit for bit (both transports)."""
+
+TYPES_TABLE = """CREATE TABLE {s}.types (
+  id INT PRIMARY KEY,
+  ti TINYINT, tiu TINYINT UNSIGNED, si SMALLINT, siu SMALLINT UNSIGNED, mi MEDIUMINT, miu MEDIUMINT UNSIGNED,
+  i INT, iu INT UNSIGNED, bi BIGINT, biu BIGINT UNSIGNED,
+  d1 DECIMAL(5,2), d2 DECIMAL(65,30), d3 DECIMAL(20,10), f FLOAT, db DOUBLE,
+  b1 BIT(1), b3 BIT(3), b64 BIT(64),
+  dt DATE, dtm DATETIME, dtm6 DATETIME(6), ts TIMESTAMP NULL, ts3 TIMESTAMP(3) NULL,
+  tm TIME, tm2 TIME(2), tm6 TIME(6), y YEAR,
+  c CHAR(5), vc VARCHAR(300), tx TEXT, mtx MEDIUMTEXT, lat VARCHAR(10) CHARACTER SET latin1,
+  bn BINARY(4), vb VARBINARY(10), bl BLOB, lbl LONGBLOB,
+  j JSON, e ENUM('x','y','zz'), st SET('a','b','c')
+) ENGINE=InnoDB"""
+
+ROWS = [
+    # extremes
+    """(1, -128, 255, -32768, 65535, -8388608, 16777215, -2147483648, 4294967295,
+        -9223372036854775808, 18446744073709551615, -999.99, 12345678901234567890123456789012345.123456789012345678901234567890,
+        0.0000000000, -3.4e38, 1.7976931348623157e308, b'1', b'101', b'1111111111111111111111111111111111111111111111111111111111111111',
+        '1000-01-01', '9999-12-31 23:59:59', '2024-02-29 12:34:56.789012', '2038-01-19 03:14:07', '1970-01-01 00:00:01.001',
+        '-838:59:59', '-838:59:59.99', '838:59:59.000001', 2155,
+        'ab', REPEAT('é', 300), 'utf8mb4 😀 中文', REPEAT('x', 70000), 'Ørsted',
+        x'00ff0000', x'0000', x'00', REPEAT(x'00ff', 40000), '{"k": [1, 2.5, null, "v"]}', 'zz', 'a,c')""",
+    # NULLs everywhere but the key
+    "(2" + ", NULL" * 39 + ")",
+    # zeros, empties, trailing-space and trailing-zero traps
+    """(3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.00, 0, 0E-10, 0, -0.0, b'0', b'000', b'0',
+        '2020-02-02', '2020-02-02 00:00:00', '2020-02-02 00:00:00.000001', NULL, NULL,
+        '00:00:00', '-00:00:00.01', '-00:00:01.000001', 1901,
+        '', '', '', '', '', x'01000000', x'', x'', x'', '{}', 'x', '')""",
+]
+
+
+def test_type_matrix_round_trips(pair, fresh_schema):
+    s = fresh_schema("types")
+    pair.sql(f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s))
+    for row in ROWS:
+        pair.sql(f"INSERT INTO {s}.types VALUES {row}")
+    pair.sql(f"UPDATE {s}.types SET f=1.1, db=2.2, tm2='-12:00:00.5', b64=b'1010', bn=x'0a000000' WHERE id=1",
+             f"UPDATE {s}.types SET id=30 WHERE id=3",
+             f"DELETE FROM {s}.types WHERE id=2")
+    pair.assert_same(s)
+
+
+def test_zero_dates_under_permissive_sql_mode(pair, fresh_schema):
+    s = fresh_schema("zero")
+    pair.sql(f"CREATE DATABASE {s}",
+             f"CREATE TABLE {s}.z (id INT PRIMARY KEY, d DATE NOT NULL, dt DATETIME(3) NOT NULL, "
+             "ts TIMESTAMP NOT NULL DEFAULT '0000-00-00 00:00:00', dn DATE NULL)",
+             "SET SESSION sql_mode=''",
+             f"INSERT INTO {s}.z VALUES (1, '0000-00-00', '0000-00-00 00:00:00.000', '0000-00-00 00:00:00', NULL)",
+             f"INSERT INTO {s}.z VALUES (2, '2020-00-10', '2020-05-00 10:11:12.345', NOW(), '0000-00-00')",
+             f"UPDATE {s}.z SET d='2021-01-01' WHERE id=1",
+             f"DELETE FROM {s}.z WHERE id=2",
+             f"INSERT INTO {s}.z VALUES (3, '0000-00-00', '2021-01-01', '0000-00-00 00:00:00', '2000-00-00')",
+             "SET SESSION sql_mode=DEFAULT")
+    pair.assert_same(s)
+
+
+def test_keyless_table_by_all_columns_with_every_type(pair, fresh_schema):
+    s = fresh_schema("keyless")
+    pair.sql(f"CREATE DATABASE {s}",
+             f"CREATE TABLE {s}.k (a INT, d DECIMAL(10,3), t VARCHAR(10), b VARBINARY(4), tm TIME(3), st SET('p','q'), "
+             "bn BINARY(4))",
+             f"INSERT INTO {s}.k VALUES (1, 1.5, 'x', x'00', '-01:00:00.5', 'p', x'00ff'), "
+             "(1, 1.5, 'x', x'00', '-01:00:00.5', 'p', x'00ff'), "
+             "(NULL, NULL, NULL, NULL, NULL, NULL, NULL), (NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+             f"UPDATE {s}.k SET t='y' WHERE a=1 LIMIT 1",
+             f"DELETE FROM {s}.k WHERE a IS NULL LIMIT 1")
+    result = pair.assert_same(s)
+    assert result.digests[f"{s}.k"][0].rows == 3
