@@ -83,3 +83,6 @@ class PrimaryConfig:
     backpressure_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     heartbeat_s: float = 0.5
+    reconnect_attempts: int = 60
+    reconnect_backoff_s: float = 0.1
+    reconnect_backoff_max_s: float = 2.0

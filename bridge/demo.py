@@ -5,15 +5,12 @@ row-by-row verification and a short summary (transactions, rate, lag P50/P99).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 from bridge.check.compare import compare_databases
-from bridge.config import PASSWORD_ENV, MysqlUrl
+from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
+from bridge.procs import primary_process, replica_process, wait_port
 from bridge.sandbox import Sandbox, free_port
 from bridge.workload import MixedWorkload, connect, create_schema, percentile, probe_lag
 
@@ -89,58 +86,23 @@ def wait_caught_up(pconn, rconn, channel: str, alive=lambda: None, timeout_s: fl
 
 
 class bridge_processes:
-    """Both ends as `python -m bridge` processes; URLs with passwords go through the
-    environment, never argv. Stopped with SIGTERM on exit."""
+    """Both ends as real processes for the demo; stopped with SIGTERM on exit."""
 
     def __init__(self, info: dict, transport: str, state_dir: str, start_gtid: str) -> None:
-        self.info, self.transport, self.log_dir, self.start_gtid = info, transport, state_dir, start_gtid
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.port = 0
+        self.port = free_port()
+        self.replica = replica_process(info["replica"], self.port, transport, CHANNEL, state_dir)
+        self.primary = primary_process(info["primary"], self.port, transport, start_gtid, state_dir)
 
     def __enter__(self) -> bridge_processes:
-        self.port = port = free_port()
-        env = {**os.environ, "RDMA_BRIDGE_TARGET": self.info["replica"], "RDMA_BRIDGE_SOURCE": self.info["primary"]}
-        base = [sys.executable, "-m", "bridge"]
-        self._spawn(base + ["start-replica", "--listen", f"127.0.0.1:{port}", "--transport", self.transport,
-                            "--channel", CHANNEL], env, "replica")
-        wait_port(port)
-        self._spawn(base + ["start-primary", "--replica", f"127.0.0.1:{port}", "--transport", self.transport,
-                            "--start-gtid", self.start_gtid], env, "primary")
+        self.replica.start()
+        wait_port(self.port, alive=self.replica.check_alive)
+        self.primary.start()
         return self
 
-    def _spawn(self, cmd: list[str], env: dict, name: str) -> None:
-        with open(self._log(name), "wb") as log:
-            self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=log)
-
-    def _log(self, name: str) -> str:
-        return os.path.join(self.log_dir, f"bridge-{name}.log")
-
     def check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                with open(self._log(name)) as f:
-                    tail = f.read()[-600:]
-                raise BridgeError(f"demo: the {name} bridge exited with code {proc.returncode}; its log ends:\n{tail}")
+        self.replica.check_alive()
+        self.primary.check_alive()
 
     def __exit__(self, *exc) -> None:
-        for proc in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def wait_port(port: int, timeout_s: float = 20.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise BridgeError(f"demo: replica bridge did not listen on 127.0.0.1:{port} within {timeout_s:.0f}s")
+        self.primary.stop()
+        self.replica.stop()

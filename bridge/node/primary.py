@@ -3,6 +3,9 @@
 ``connect`` does the handshake (learns the replica's applied seq and GTID set),
 the preflight of the primary and opens the transport and the binlog stream at
 that GTID set; ``step`` moves one binlog event; ``run`` loops until ``stop``.
+A lost link (control channel closed, transport error) or a lost binlog stream
+ends the session; ``run`` reconnects with bounded backoff, and every session
+resumes from the replica's recorded position, so nothing is lost or doubled.
 When the ring is full it waits for the replica's ack up to the backpressure
 timeout, then fails with the backlog named; the binlog is the durable buffer,
 so a restart resumes from the replica's position and nothing is lost.
@@ -15,7 +18,7 @@ import threading
 import time
 
 from bridge.config import PrimaryConfig
-from bridge.errors import BackpressureTimeout, RingFull
+from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
 from bridge.model import GtidSet, Transaction
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
@@ -42,12 +45,16 @@ class PrimaryNode:
         self.reader: BinlogReader | None = None
         self.producer: RingProducer | None = None
         self.assembler = TransactionAssembler()
+        self.reconnects = 0
+        self._link_down = threading.Event()
+        self._link_reason = ""
 
     def connect(self) -> None:
         settings = self._preflight()
         welcome = self._handshake()
         resume = GtidSet.parse(welcome["gtid_set"])
         preflight.check_position(settings, resume, self.cfg.source)
+        self.assembler = TransactionAssembler()
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1)
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"])
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
@@ -68,16 +75,53 @@ class PrimaryNode:
     def _handshake(self) -> dict:
         self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
         self._control.send(control.hello("control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid))
-        return control.check_hello(self._control.recv(), expect_type="welcome")
+        welcome = control.check_hello(self._control.recv(), expect_type="welcome")
+        self._control.sock.settimeout(None)
+        self._link_down.clear()
+        threading.Thread(target=self._watch_control, args=(self._control,), name="primary-control",
+                         daemon=True).start()
+        return welcome
+
+    def _watch_control(self, conn: ControlConnection) -> None:
+        """The replica only speaks to end a session (error) or by closing it."""
+        try:
+            while True:
+                msg = conn.recv()
+                if msg.get("type") == "error":
+                    raise TransportError(f"replica ended the session: {msg.get('reason')}")
+        except BridgeError as exc:
+            if conn is self._control:
+                self._link_reason = str(exc)
+                self._link_down.set()
 
     def run(self) -> None:
-        if self.reader is None:
-            self.connect()
+        """Stream until ``stop``, reconnecting after a lost link or binlog stream."""
+        attempt = 0
         while not self._stop.is_set():
-            self.step()
+            try:
+                if self.reader is None:
+                    self.connect()
+                attempt = 0
+                while not self._stop.is_set():
+                    self.step()
+            except (TransportError, SourceConnectionLost) as exc:
+                self.disconnect()
+                attempt += 1
+                if attempt > self.cfg.reconnect_attempts:
+                    raise
+                self._backoff(attempt, exc)
+
+    def _backoff(self, attempt: int, exc: BridgeError) -> None:
+        delay = min(self.cfg.reconnect_backoff_max_s, self.cfg.reconnect_backoff_s * 2 ** (attempt - 1))
+        log.warning("session lost (%s); reconnect attempt %d/%d in %.1fs", exc, attempt,
+                    self.cfg.reconnect_attempts, delay)
+        self.reconnects += 1
+        self._stop.wait(delay)
 
     def step(self) -> Transaction | None:
         """Read one binlog event; ship the transaction it completes, if any."""
+        if self._link_down.is_set():
+            raise TransportError(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
         event = self.reader.next_event()
         txn = self.assembler.feed(event) if event is not None else None
         if txn is not None:
@@ -101,6 +145,8 @@ class PrimaryNode:
             try:
                 return self.producer.append(FrameKind.TXN, payload)
             except RingFull as full:
+                if self._link_down.is_set():
+                    raise TransportError(f"ship {gtid}: link to replica lost: {self._link_reason}") from full
                 self.producer.acknowledge(self.remote.read_ack())
                 if time.monotonic() > deadline:
                     raise BackpressureTimeout(
@@ -114,8 +160,12 @@ class PrimaryNode:
     def stop(self) -> None:
         self._stop.set()
 
-    def close(self) -> None:
-        self._stop.set()
-        for part in (self.reader, self.remote, self._control):
+    def disconnect(self) -> None:
+        parts, self.reader, self.remote, self._control = (self.reader, self.remote, self._control), None, None, None
+        for part in parts:
             if part is not None:
                 part.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.disconnect()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pymysql
 
 from bridge.config import MysqlUrl
-from bridge.errors import PreflightError, SourceError
+from bridge.errors import PreflightError, SourceConnectionLost, SourceError
 from bridge.model import GtidSet
 
 REQUIRED = (
@@ -20,11 +20,17 @@ REQUIRED = (
 )
 
 
+# Can't connect (2003), server gone away (2006), lost connection (2013): worth a retry.
+UNREACHABLE_CODES = (2003, 2006, 2013)
+
+
 def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
     try:
         return pymysql.connect(**url.connect_args(), connect_timeout=10, autocommit=True, **kwargs)
     except pymysql.MySQLError as exc:
-        raise SourceError(f"connect to {what} {url}: {exc.args[-1] if exc.args else exc}") from exc
+        code = exc.args[0] if exc.args else 0
+        error = SourceConnectionLost if code in UNREACHABLE_CODES else SourceError
+        raise error(f"connect to {what} {url}: {exc.args[-1] if exc.args else exc}") from exc
 
 
 SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",

@@ -71,7 +71,9 @@ class BinlogReader:
         try:
             event = self._stream.fetchone()
         except pymysql.MySQLError as exc:
-            raise SourceError(f"binlog stream from {self.url}: {exc}") from exc
+            code = exc.args[0] if exc.args else 0
+            error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
+            raise error(f"binlog stream from {self.url}: {exc}") from exc
         if event is None:
             raise SourceConnectionLost(f"binlog stream from {self.url}: server ended the stream")
         return self._translate(event)

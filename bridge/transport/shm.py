@@ -14,8 +14,20 @@ from bridge.ring.layout import ACK_SEQ_AT, init_region, read_u64, region_bytes, 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
 
 
+def remove_stale_rings() -> list[Path]:
+    """Rings left by replica processes that died without closing (kill -9)."""
+    removed = []
+    for path in SHM_DIR.glob("rdma-bridge-*-*"):
+        pid = path.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 class ShmRingHost:
     def __init__(self, ring_bytes: int) -> None:
+        remove_stale_rings()
         self.ring_bytes = ring_bytes
         self.path = SHM_DIR / f"rdma-bridge-{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)

@@ -1,0 +1,80 @@
+"""Running the two bridge ends as real `python -m bridge` processes (demo, tests,
+benchmarks). URLs with passwords go through the environment, never argv."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from bridge.errors import BridgeError
+
+STOP_TIMEOUT_S = 15.0
+
+
+class BridgeProcess:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: str) -> None:
+        self.name, self.args, self.env = name, args, {**os.environ, **env}
+        self.log_path = os.path.join(log_dir, f"bridge-{name}.log")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> BridgeProcess:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "bridge", *self.args], env=self.env,
+                                         stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if self.proc is not None and not self.alive():
+            raise BridgeError(f"the {self.name} bridge exited with code {self.proc.returncode}; "
+                              f"its log ends:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 800) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-chars:]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Signal and wait; returns the exit code (SIGKILL: -9)."""
+        if not self.alive():
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise BridgeError(f"the {self.name} bridge did not stop within {STOP_TIMEOUT_S:.0f}s "
+                              f"after signal {sig}") from None
+
+
+def replica_process(target_url: str, port: int, transport: str, channel: str, log_dir: str,
+                    ring_bytes: int | None = None) -> BridgeProcess:
+    args = ["start-replica", "--listen", f"127.0.0.1:{port}", "--transport", transport, "--channel", channel]
+    if ring_bytes:
+        args += ["--ring-bytes", str(ring_bytes)]
+    return BridgeProcess("replica", args, {"RDMA_BRIDGE_TARGET": target_url}, log_dir)
+
+
+def primary_process(source_url: str, port: int, transport: str, start_gtid: str, log_dir: str,
+                    extra: tuple[str, ...] = ()) -> BridgeProcess:
+    args = ["start-primary", "--replica", f"127.0.0.1:{port}", "--transport", transport,
+            "--start-gtid", start_gtid, *extra]
+    return BridgeProcess("primary", args, {"RDMA_BRIDGE_SOURCE": source_url}, log_dir)
+
+
+def wait_port(port: int, timeout_s: float = 20.0, alive=lambda: None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise BridgeError(f"replica bridge did not listen on 127.0.0.1:{port} within {timeout_s:.0f}s")

@@ -1,0 +1,113 @@
+"""Row changes and DDL in the middle of the stream, over both transports, each
+test ending in a row-by-row comparison of both databases."""
+
+import pymysql
+import pytest
+
+
+def test_insert_update_delete_and_primary_key_changes(pair, fresh_schema):
+    s = fresh_schema("dml")
+    pair.sql(f"CREATE DATABASE {s}",
+             f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
+             f"CREATE TABLE {s}.c (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))")
+    pair.sql(*[f"INSERT INTO {s}.t VALUES ({i}, 'v{i}', {i})" for i in range(50)])
+    pair.sql(f"UPDATE {s}.t SET id=id+1000 WHERE id < 10",  # key changes, several rows
+             f"UPDATE {s}.t SET v=NULL WHERE id BETWEEN 20 AND 25",
+             f"UPDATE {s}.t SET n=n WHERE id=30",  # matched, unchanged: never reaches the binlog
+             f"DELETE FROM {s}.t WHERE id % 7 = 0",
+             f"INSERT INTO {s}.c VALUES (1,'a',1),(1,'b',2),(2,'a',3)",
+             f"UPDATE {s}.c SET b='z' WHERE a=1 AND b='a'")
+    pair.assert_same(s)
+
+
+def test_multi_statement_transactions_and_rollbacks(pair, fresh_schema):
+    s = fresh_schema("txn")
+    pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.acct (id INT PRIMARY KEY, bal INT NOT NULL)",
+             f"INSERT INTO {s}.acct VALUES (1, 100), (2, 100)")
+    for i in range(30):
+        pair.sql("BEGIN", f"UPDATE {s}.acct SET bal=bal-1 WHERE id=1", f"UPDATE {s}.acct SET bal=bal+1 WHERE id=2",
+                 f"INSERT INTO {s}.acct VALUES ({100 + i}, {i})", "COMMIT")
+    pair.sql("BEGIN", f"DELETE FROM {s}.acct", "ROLLBACK")
+    pair.assert_same(s)
+
+
+def test_keyless_duplicates_change_exactly_once(pair, fresh_schema):
+    s = fresh_schema("dups")
+    pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.log (k INT, msg VARCHAR(10))",
+             f"INSERT INTO {s}.log VALUES (1,'a'),(1,'a'),(1,'a'),(2,'b'),(2,'b')",
+             f"UPDATE {s}.log SET msg='c' WHERE k=1 LIMIT 2",
+             f"DELETE FROM {s}.log WHERE k=2 LIMIT 1",
+             f"UPDATE {s}.log SET k=3 WHERE k=1")  # three rows, one statement, two distinct images
+    result = pair.assert_same(s)
+    assert result.digests[f"{s}.log"][1].rows == 4
+
+
+def test_aria_and_myisam_tables(pair, fresh_schema):
+    s = fresh_schema("engines")
+    pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.a (id INT PRIMARY KEY, v INT) ENGINE=Aria",
+             f"CREATE TABLE {s}.m (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
+             f"CREATE TABLE {s}.i (id INT PRIMARY KEY, v INT) ENGINE=InnoDB",
+             f"INSERT INTO {s}.a VALUES (1,1),(2,2)", f"INSERT INTO {s}.m VALUES (1,1)",
+             "BEGIN", f"INSERT INTO {s}.i VALUES (1,1)", f"INSERT INTO {s}.m VALUES (2,2)", "COMMIT",
+             f"UPDATE {s}.a SET v=v+10", f"DELETE FROM {s}.m WHERE id=1")
+    pair.assert_same(s)
+
+
+def test_ddl_mid_stream(pair, fresh_schema):
+    s = fresh_schema("ddl")
+    pair.sql(f"CREATE DATABASE {s}", f"USE {s}",
+             "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10))",
+             "INSERT INTO t VALUES (1, 1, 'x'), (2, 2, 'y')",
+             "ALTER TABLE t ADD COLUMN c DATETIME(6) NULL AFTER a",
+             "INSERT INTO t VALUES (3, 3, '2020-01-01 00:00:00.5', 'z')",
+             "ALTER TABLE t DROP COLUMN a",
+             "UPDATE t SET b='after-drop' WHERE id=1",
+             "RENAME TABLE t TO t2",
+             "INSERT INTO t2 VALUES (4, NULL, 'w')",
+             "CREATE TABLE gone (id INT)", "INSERT INTO gone VALUES (1)", "DROP TABLE gone",
+             "CREATE INDEX ib ON t2 (b)",
+             "ALTER TABLE t2 MODIFY b VARCHAR(40) NOT NULL DEFAULT ''",
+             "DELETE FROM t2 WHERE id=2")
+    pair.sql("USE mysql")
+    pair.assert_same(s)
+
+
+def test_create_database_and_unqualified_ddl_land_in_the_right_schema(pair, fresh_schema):
+    a, b = fresh_schema("one"), fresh_schema("two")
+    pair.sql(f"CREATE DATABASE {a}", f"CREATE DATABASE {b}", f"USE {a}",
+             "CREATE TABLE same_name (id INT PRIMARY KEY)", "INSERT INTO same_name VALUES (1)",
+             f"USE {b}", "CREATE TABLE same_name (id INT PRIMARY KEY, x INT)", "INSERT INTO same_name VALUES (2, 2)",
+             f"CREATE TABLE {a}.qualified (id INT)", f"INSERT INTO {a}.qualified VALUES (7)", "USE mysql")
+    pair.assert_same(a, b)
+
+
+def test_account_statements_on_the_primary_do_not_stop_replication(pair, fresh_schema):
+    s = fresh_schema("acct")
+    pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)",
+             "CREATE USER IF NOT EXISTS 'app_test'@'127.0.0.1' IDENTIFIED BY 'pw-not-replicated'",
+             f"GRANT SELECT ON {s}.* TO 'app_test'@'127.0.0.1'", "FLUSH PRIVILEGES",
+             f"INSERT INTO {s}.t VALUES (1)", "DROP USER 'app_test'@'127.0.0.1'")
+    pair.assert_same(s)
+    with pair.replica.cursor() as cur:
+        assert cur.execute("SELECT 1 FROM mysql.user WHERE user='app_test'") == 0
+
+
+def test_divergence_stops_the_applier_with_the_table_named(urls, fresh_schema):
+    from tests.conftest import BridgePair
+
+    p = BridgePair(urls, "shm").start()
+    try:
+        s = fresh_schema("diverge")
+        p.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)", f"INSERT INTO {s}.t VALUES (1, 1)")
+        p.sync()
+        with p.replica.cursor() as cur:
+            cur.execute(f"DELETE FROM {s}.t")  # someone wrote on the replica
+        p.sql(f"UPDATE {s}.t SET v=2 WHERE id=1")
+        with pytest.raises(AssertionError, match=f"update on {s}.t matched 0 rows"):
+            p.sync(timeout_s=10)
+        with p.replica.cursor() as cur:
+            cur.execute("SELECT applied_seq FROM rdma_bridge.bridge_meta WHERE channel=%s", (p.channel,))
+            assert cur.fetchone()[0] == 3  # the failed transaction was rolled back, position exact
+    finally:
+        p.errors.clear()
+        p.stop()
