@@ -149,8 +149,11 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                    "a GTID set, 'current' for the primary's position now, or empty for the binlog start.")
 @click.option("--backpressure-timeout", type=float, default=5.0, show_default=True, metavar="SECONDS",
               help="How long to wait for ring space before stopping with an error.")
+@click.option("--reconnect-attempts", type=click.IntRange(min=0), default=60, show_default=True,
+              help="Reconnects (with backoff up to 2s) after a lost replica link or primary connection; "
+                   "0 stops at the first loss.")
 def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str,
-                  backpressure_timeout: float) -> None:
+                  backpressure_timeout: float, reconnect_attempts: int) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -164,7 +167,8 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
 
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
     cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
-                        start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout)
+                        start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
+                        reconnect_attempts=reconnect_attempts)
     node = PrimaryNode(cfg)
     _on_signals(node.stop)
     try:

@@ -45,7 +45,8 @@ class BridgePair:
 
     def __init__(self, urls, transport, ring_bytes=1 << 20):
         self.urls, self.transport, self.ring_bytes = urls, transport, ring_bytes
-        self.channel = f"t{next(_channels)}_{int(time.time())}"
+        n = next(_channels)
+        self.channel, self.server_id = f"t{n}_{int(time.time())}", 5000 + n
         self.primary = connect(urls["primary_admin"])
         self.replica = connect(urls["replica_admin"])
         self.start_gtid = primary_position(self.primary)
@@ -62,7 +63,8 @@ class BridgePair:
 
     def start_primary(self, **overrides):
         cfg = PrimaryConfig(source=self.urls["primary"], replica=tuple(self.replica_node.address),
-                            transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1, **overrides)
+                            transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1,
+                            server_id=self.server_id, **overrides)
         self.primary_node = PrimaryNode(cfg)
         self.primary_node.connect()
         self._thread(self.primary_node.run, "primary")

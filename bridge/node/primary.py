@@ -49,6 +49,11 @@ class PrimaryNode:
         self._link_down = threading.Event()
         self._link_reason = ""
 
+    @property
+    def report_as(self) -> str:
+        """How this bridge names itself to the primary (SHOW SLAVE HOSTS): by the replica it feeds."""
+        return f"rdma-bridge {self.cfg.replica[0]}:{self.cfg.replica[1]}"
+
     def connect(self) -> None:
         settings = self._preflight()
         welcome = self._handshake()
@@ -58,7 +63,7 @@ class PrimaryNode:
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1)
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"])
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
-                                   mariadb="mariadb" in settings["version"].lower())
+                                   mariadb="mariadb" in settings["version"].lower(), report_as=self.report_as)
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s", self.cfg.source,
                  resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport)
 
@@ -67,7 +72,7 @@ class PrimaryNode:
         try:
             settings = preflight.read_settings(conn)
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
-            preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source)
+            preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as)
         finally:
             conn.close()
         return settings

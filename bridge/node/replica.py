@@ -16,7 +16,7 @@ import time
 
 from bridge.apply.applier import Applier
 from bridge.config import ReplicaConfig
-from bridge.errors import BridgeError, CorruptFrame, TransportError
+from bridge.errors import BridgeError, CorruptFrame, RemoteProtocolError, TransportError
 from bridge.model import GtidSet
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
@@ -112,31 +112,27 @@ class ReplicaNode:
         sock.settimeout(HANDSHAKE_TIMEOUT_S)
         conn = ControlConnection(sock)
         try:
-            first = conn.recv()
-        except TransportError as exc:
-            log.debug("connection from %s closed before its hello: %s", conn.peer, exc)
-            conn.close()
-            return
-        try:
-            msg = control.check_hello(first)
+            msg = control.check_hello(conn.recv())
             if msg.get("role") == "data":
                 self._serve_data(conn, msg)
             else:
                 self._serve_control(conn, msg)
+        except TransportError as exc:  # closed or timed out: nobody to answer
+            log.info("connection from %s ended: %s", conn.peer, exc)
+            conn.close()
         except BridgeError as exc:
             log.warning("connection from %s refused: %s", conn.peer, exc)
             _try_send(conn, {"type": "error", "reason": str(exc)})
             conn.close()
 
     def _serve_data(self, conn: ControlConnection, msg: dict) -> None:
-        if not self.session or msg.get("session") != self.session or not hasattr(self.host, "serve"):
-            raise TransportError(f"data connection from {conn.peer}: no matching session")
-        conn.sock.settimeout(None)
-        self.host.serve(conn.sock)
+        if not self.session or msg.get("session") != self.session or not hasattr(self.host, "accept"):
+            raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
+        self.host.accept(conn)
 
     def _serve_control(self, conn: ControlConnection, msg: dict) -> None:
         if msg.get("transport") != self.cfg.transport:
-            raise TransportError(f"handshake: primary wants transport {msg.get('transport')!r}, "
+            raise RemoteProtocolError(f"handshake: primary wants transport {msg.get('transport')!r}, "
                                  f"this replica serves {self.cfg.transport!r}")
         welcome = self._new_session(conn, msg)
         conn.send(welcome)

@@ -55,13 +55,17 @@ def check_primary(settings: dict[str, str], our_server_id: int, url: MysqlUrl) -
         raise PreflightError(f"preflight of primary {url}: " + "; ".join(problems))
 
 
-def check_server_id_free(conn, our_server_id: int, url: MysqlUrl) -> None:
+def check_server_id_free(conn, our_server_id: int, url: MysqlUrl, report_as: str) -> None:
+    """Two replicas with one server_id make the primary drop one of them, back and
+    forth. A registration under our own name is a previous run of this bridge that
+    the primary has not reaped yet: the new stream replaces it."""
     with conn.cursor() as cur:
         cur.execute("SHOW SLAVE HOSTS")
-        taken = {int(row[0]) for row in cur.fetchall()}
-    if our_server_id in taken:
-        raise PreflightError(f"preflight of primary {url}: server_id {our_server_id} is already used by a "
-                             "connected replica; pass another --server-id")
+        others = [host for server_id, host, *_ in cur.fetchall()
+                  if int(server_id) == our_server_id and host != report_as]
+    if others:
+        raise PreflightError(f"preflight of primary {url}: server_id {our_server_id} is already used by "
+                             f"replica {others[0]!r}; pass another --server-id")
 
 
 def check_position(settings: dict[str, str], resume: GtidSet, url: MysqlUrl) -> None:

@@ -56,7 +56,7 @@ class BinlogReader:
     until an event or a heartbeat arrives."""
 
     def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
-                 mariadb: bool = True) -> None:
+                 mariadb: bool = True, report_as: str = "rdma-bridge") -> None:
         self.url = url
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
@@ -64,7 +64,9 @@ class BinlogReader:
             server_id=server_id, blocking=True, is_mariadb=mariadb, slave_heartbeat=heartbeat_s,
             only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent,
                          UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
-            pymysql_wrapper=_StreamConnection, enable_logging=False, **position)
+            pymysql_wrapper=_StreamConnection, enable_logging=False,
+            report_slave=report_as,  # shown by SHOW SLAVE HOSTS, which the server_id check reads
+            **position)
         self._converters: dict[int, tuple] = {}
 
     def next_event(self) -> SourceEvent | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 
 from bridge.errors import BridgeError, TransportError
 from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes, write_publish
@@ -30,6 +29,13 @@ class TcpRingHost:
 
     def reset(self) -> None:
         init_region(self.region, self.ring_bytes)
+
+    def accept(self, conn: ControlConnection) -> None:
+        """Take over a data connection after its hello. The primary sends no placement
+        before ``ready``, so nothing it sends is left in the control reader's buffer."""
+        conn.send({"type": "ready"})
+        conn.sock.settimeout(None)
+        self.serve(conn.sock)
 
     def serve(self, sock: socket.socket) -> None:
         """Carry out placements from one data connection until it closes."""
@@ -58,7 +64,12 @@ class TcpRemoteRing:
     def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
                  timeout_s: float = 10.0, session: str = "") -> None:
         self._sock = connect(replica_addr, timeout_s)
-        ControlConnection(self._sock).send(control.hello("data", session=params.get("session", session)))
+        conn = ControlConnection(self._sock)
+        conn.send(control.hello("data", session=params.get("session", session)))
+        reply = conn.recv()
+        if reply.get("type") != "ready":
+            raise TransportError(f"tcp transport: replica {replica_addr[0]}:{replica_addr[1]} refused the data "
+                                 f"connection: {reply.get('reason', reply.get('type'))}")
         self._out = bytearray()
 
     def write(self, offset: int, data) -> None:

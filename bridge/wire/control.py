@@ -46,7 +46,7 @@ class MessageDecoder:
 
 def _parse(body: bytes) -> dict:
     try:
-        msg = json.loads(body)
+        msg = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RemoteProtocolError(f"control message: not JSON: {exc}") from exc
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
@@ -61,7 +61,7 @@ def hello(role: str, **fields) -> dict:
 def check_hello(msg: dict, expect_type: str = "hello") -> dict:
     """Verify magic and version of a hello/welcome; raise VersionSkew naming both."""
     if msg.get("type") == "error":
-        raise RemoteProtocolError(f"handshake: peer refused: {msg.get('reason', '?')}")
+        raise RemoteProtocolError(f"refused by peer: {msg.get('reason', '?')}")
     if msg.get("type") != expect_type or msg.get("magic") != PROTOCOL_MAGIC:
         raise RemoteProtocolError(f"handshake: expected {expect_type!r} with magic {PROTOCOL_MAGIC!r}, got {msg.get('type')!r}")
     if msg.get("version") != PROTOCOL_VERSION:

@@ -15,7 +15,8 @@ from bridge.sandbox import free_port
 from bridge.workload import MixedWorkload, connect, create_schema
 from tests.conftest import primary_position
 
-TRANSACTIONS = 1500
+BEFORE_FAULT = 300  # transactions applied before the fault
+AFTER_RESTART = 300  # and after the restart, while the workload goes on
 
 
 def applied_seq(rconn, channel):
@@ -54,19 +55,23 @@ def test_restart_mid_workload_loses_and_doubles_nothing(sandbox, urls, tmp_path,
     wait_port(port, alive=alive)
     procs["primary"].start()
     create_schema(pconn, schema)
-    workload = threading.Thread(target=MixedWorkload(connect(urls["primary_admin"]), schema).run,
-                                args=(TRANSACTIONS,))
+    stop = threading.Event()
+    workload = threading.Thread(target=_run_until, args=(MixedWorkload(connect(urls["primary_admin"]), schema), stop))
     workload.start()
     try:
-        wait_for(lambda: applied_seq(rconn, channel) > 300, "the first 300 transactions", alive=alive)
-        assert workload.is_alive(), "the workload ended before the fault: raise TRANSACTIONS"
+        wait_for(lambda: applied_seq(rconn, channel) > BEFORE_FAULT, "transactions before the fault", alive=alive)
         code = procs[victim].stop(sig)
         assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL), procs[victim].log_tail()
+        at_fault = applied_seq(rconn, channel)
         procs[victim].start()
+        wait_for(lambda: applied_seq(rconn, channel) > at_fault + AFTER_RESTART, "transactions after the restart",
+                 alive=alive)
+        stop.set()
         workload.join()
         target = primary_position(pconn)
         wait_for(lambda: _gtid_set(rconn, channel) == target, f"replica to reach {target}", alive=alive)
     finally:
+        stop.set()
         workload.join()
         for p in procs.values():
             p.stop()
@@ -75,6 +80,14 @@ def test_restart_mid_workload_loses_and_doubles_nothing(sandbox, urls, tmp_path,
     assert result.digests[f"{schema}.ledger"][0].rows > 0
     if victim == "replica":
         assert "reconnect attempt 1/" in procs["primary"].log_tail(20000)
+    for p in procs.values():  # secrets never in argv (ps) or logs
+        for url in (urls["primary"], urls["replica"]):
+            assert url.password not in " ".join(p.proc.args) and url.password not in p.log_tail(10**6)
+
+
+def _run_until(workload, stop):
+    while not stop.is_set():
+        workload.run(20)
 
 
 def _gtid_set(rconn, channel):

@@ -32,8 +32,9 @@ class HostedRing:
                 sock, _ = self.listener.accept()
             except OSError:
                 return
-            ControlConnection(sock).recv()  # the data hello
-            threading.Thread(target=self.host.serve, args=(sock,), daemon=True).start()
+            conn = ControlConnection(sock)
+            conn.recv()  # the data hello
+            threading.Thread(target=self.host.accept, args=(conn,), daemon=True).start()
 
     def remote(self):
         return open_remote(self.transport, self.host.params(), self.addr, RING)

@@ -28,7 +28,7 @@ def test_version_skew_names_both_versions():
 
 
 def test_peer_error_is_reported():
-    with pytest.raises(RemoteProtocolError, match="nope"):
+    with pytest.raises(RemoteProtocolError, match="refused by peer: nope"):
         control.check_hello({"type": "error", "reason": "nope"})
 
 
