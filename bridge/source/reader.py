@@ -214,6 +214,17 @@ def _read_time2(self, column):
                                microseconds=micro)
 
 
+# MySQL's UTF-16/UTF-32/UCS-2 are big-endian; the library passes the charset name to
+# Python, whose 'utf16'/'utf32' codecs assume little-endian without a BOM.
+_BIG_ENDIAN_CHARSETS = {"utf16": "utf-16-be", "utf32": "utf-32-be", "ucs2": "utf-16-be", "utf16le": "utf-16-le"}
+_library_charset_to_encoding = RowsEvent.charset_to_encoding
+
+
+def _charset_to_encoding(name):
+    return _BIG_ENDIAN_CHARSETS.get(name) or _library_charset_to_encoding(name)
+
+
+RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
 RowsEvent._RowsEvent__read_date = _read_date
 RowsEvent._RowsEvent__read_time2 = _read_time2
 RowsEvent._RowsEvent__read_datetime = _read_datetime

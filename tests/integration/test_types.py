@@ -70,3 +70,28 @@ def test_keyless_table_by_all_columns_with_every_type(pair, fresh_schema):
              f"DELETE FROM {s}.k WHERE a IS NULL LIMIT 1")
     result = pair.assert_same(s)
     assert result.digests[f"{s}.k"][0].rows == 3
+
+
+MORE_TYPES = """CREATE TABLE {s}.more (
+  id BIGINT UNSIGNED PRIMARY KEY,
+  tt TINYTEXT, mt MEDIUMTEXT, lt LONGTEXT, tb TINYBLOB, mb MEDIUMBLOB,
+  du DECIMAL(10,4) UNSIGNED, fu FLOAT UNSIGNED, f73 FLOAT(7,3), dbu DOUBLE UNSIGNED,
+  u UUID, i6 INET6, i4 INET4, g POINT, geo GEOMETRY,
+  cb CHAR(3) BINARY, vbin VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+  ucs VARCHAR(10) CHARACTER SET ucs2, u16 VARCHAR(10) CHARACTER SET utf16,
+  u16le VARCHAR(10) CHARACTER SET utf16le, u32 VARCHAR(10) CHARACTER SET utf32, sj VARCHAR(10) CHARACTER SET sjis
+)"""
+
+
+def test_mariadb_specific_and_wide_types(pair, fresh_schema):
+    s = fresh_schema("more")
+    pair.sql(f"CREATE DATABASE {s}", MORE_TYPES.format(s=s),
+             f"""INSERT INTO {s}.more VALUES (18446744073709551615, 'tiny', REPEAT('m', 70000), REPEAT('l', 100000),
+                 x'00ff00', REPEAT(x'ab00', 40000), 123456.7890, 3.5, -1234.567, 1e300,
+                 '123e4567-e89b-12d3-a456-426614174000', '2001:db8::ff00:42:8329', '192.0.2.1',
+                 ST_GeomFromText('POINT(1 2)'), ST_GeomFromText('LINESTRING(0 0, 1 1, 2 0)'),
+                 'ab', 'CaSe', 'ucs ü', 'utf16 😀', 'le 😀', 'u32 😀', 'ｶﾀｶﾅ漢字')""",
+             f"INSERT INTO {s}.more (id) VALUES (0)",
+             f"UPDATE {s}.more SET i6='::1', u='00000000-0000-0000-0000-000000000001', g=ST_GeomFromText('POINT(3 4)') "
+             "WHERE id=0")
+    pair.assert_same(s)
