@@ -71,6 +71,9 @@ class ReplicaConfig:
     ring_bytes: int = DEFAULT_RING_BYTES
     channel: str = "default"
     poll_idle_s: float = 0.0002
+    reconnect_attempts: int = 60
+    reconnect_backoff_s: float = 0.1
+    reconnect_backoff_max_s: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)

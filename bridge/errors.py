@@ -67,6 +67,11 @@ class ApplyError(BridgeError):
     """The replica refused a transaction."""
 
 
+class TargetConnectionLost(ApplyError):
+    """The connection to the replica server dropped; the transaction was rolled back
+    by the server and is retried after a reconnect."""
+
+
 class ConsistencyError(BridgeError):
     """Both databases do not hold the same rows."""
 

@@ -22,7 +22,7 @@ from pymysql.constants import CLIENT
 
 from bridge.apply import sql
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError
+from bridge.errors import ApplyError, TargetConnectionLost
 from bridge.model import GtidSet, RowChange, Statement, Transaction
 from bridge.sqlfiles import sql_statements
 
@@ -32,6 +32,8 @@ SESSION_SETUP = ("SET SESSION time_zone='+00:00', sql_mode='STRICT_ALL_TABLES,NO
 # Errors that mean a replayed DDL already took effect before a crash.
 DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176}
 UNKNOWN_DATABASE = 1049
+# Can't connect, server gone away, lost connection, server shutdown in progress, killed.
+CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
 BATCH_SQL_BYTES = 4 << 20
 
 
@@ -54,7 +56,7 @@ class Applier:
             conn = pymysql.connect(**self.url.connect_args(), charset="utf8mb4", connect_timeout=10,
                                    client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.FOUND_ROWS)
         except pymysql.MySQLError as exc:
-            raise ApplyError(f"connect to replica {self.url}: {exc.args[-1] if exc.args else exc}") from exc
+            raise apply_error(f"connect to replica {self.url}", exc) from exc
         conn.encoders = {**conn.encoders, **sql.LITERAL_ENCODERS}
         with conn.cursor() as cur:
             cur.execute(SESSION_SETUP)
@@ -90,11 +92,22 @@ class Applier:
         if seq != self.position.applied_seq + 1:
             raise ApplyError(f"apply seq {seq} ({txn.gtid}): expected seq {self.position.applied_seq + 1}")
         gtids = self.position.gtid_set.add_text(txn.gtid)
-        if txn.is_ddl:
-            self._apply_ddl(seq, txn, gtids)
-        else:
-            self._apply_rows(seq, txn, gtids)
+        try:
+            if txn.is_ddl:
+                self._apply_ddl(seq, txn, gtids)
+            else:
+                self._apply_rows(seq, txn, gtids)
+        except pymysql.MySQLError as exc:  # commit and bookkeeping statements
+            raise apply_error(f"apply seq {seq} ({txn.gtid})", exc) from exc
         self.position = Position(seq, gtids)
+
+    def reconnect(self) -> Position:
+        """A fresh connection and the position the replica really holds (a commit whose
+        OK was lost may have happened: the position row says)."""
+        self.close()
+        self.conn = self._connect()
+        self.position = self._load_position()
+        return self.position
 
     def _apply_rows(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
         statements = [(*sql.row_statement(c), c) for c in txn.changes]
@@ -132,7 +145,7 @@ class Applier:
         except pymysql.MySQLError as exc:
             change = batch[index][1] if index < len(batch) else None
             where = f" on {change.schema}.{change.table}" if change else ""
-            raise ApplyError(f"apply seq {seq} ({txn.gtid}){where}: {exc.args[-1] if exc.args else exc}") from exc
+            raise apply_error(f"apply seq {seq} ({txn.gtid}){where}", exc) from exc
 
     def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
         replay = self.position.pending_ddl_seq == seq
@@ -157,7 +170,7 @@ class Applier:
                 cur.execute(f"USE {sql.quote_name(st.schema)}")
             except pymysql.MySQLError as exc:
                 if exc.args[0] != UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
-                    raise ApplyError(f"apply seq {seq} ({txn.gtid}): USE {st.schema}: {exc.args[-1]}") from exc
+                    raise apply_error(f"apply seq {seq} ({txn.gtid}): USE {st.schema}", exc) from exc
         try:
             cur.execute(sql.TAG + st.sql)
         except pymysql.MySQLError as exc:
@@ -165,8 +178,8 @@ class Applier:
                 log.warning("apply seq %d (%s): DDL already applied before a restart (%s); continuing",
                             seq, txn.gtid, exc.args[-1])
                 return
-            raise ApplyError(f"apply seq {seq} ({txn.gtid}) DDL in schema '{st.schema}': "
-                             f"{exc.args[-1] if exc.args else exc}: {st.sql[:200]}") from exc
+            raise apply_error(f"apply seq {seq} ({txn.gtid}) DDL in schema '{st.schema}' ({st.sql[:200]})",
+                              exc) from exc
 
     def _rollback(self) -> None:
         try:
@@ -179,6 +192,15 @@ class Applier:
             self.conn.close()
         except pymysql.MySQLError as exc:
             log.debug("closing replica connection: %s", exc)
+
+
+def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
+    """Our error for a server error: a lost connection is retryable, the rest is not."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    detail = exc.args[-1] if exc.args else type(exc).__name__
+    if code in CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
+        return TargetConnectionLost(f"{context}: connection to the replica lost: {detail}")
+    return ApplyError(f"{context}: {detail}")
 
 
 def _check_matched(seq: int, txn: Transaction, change: RowChange | None, rowcount: int) -> None:

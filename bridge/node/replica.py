@@ -16,7 +16,7 @@ import time
 
 from bridge.apply.applier import Applier
 from bridge.config import ReplicaConfig
-from bridge.errors import BridgeError, CorruptFrame, RemoteProtocolError, TransportError
+from bridge.errors import BridgeError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
 from bridge.model import GtidSet
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
@@ -37,6 +37,9 @@ class ReplicaNode:
         self.consumer: RingConsumer | None = None
         self.session = ""
         self.applied_count = 0
+        self.corrupt_frames = 0
+        self.target_reconnects = 0
+        self._pending = None  # a frame whose apply lost the replica connection
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._listener = socket.create_server(cfg.listen, reuse_port=False)
@@ -69,17 +72,41 @@ class ReplicaNode:
             if self.consumer is None:
                 return False
             try:
-                frame = self.consumer.poll()
+                frame = self._pending or self.consumer.poll()
             except CorruptFrame as exc:
+                self.corrupt_frames += 1
                 self._end_session(f"corrupt frame: {exc}")
                 return False
             if frame is None:
                 return False
             if frame.kind == FrameKind.TXN:
-                self.applier.apply(frame.seq, decode_transaction(frame.payload))
+                try:
+                    self.applier.apply(frame.seq, decode_transaction(frame.payload))
+                except TargetConnectionLost as exc:
+                    self._pending = frame  # rolled back by the server: retry after reconnecting
+                    self._reconnect_target(exc)
+                    return False
                 self.applied_count += 1
+            self._pending = None
             self.consumer.acknowledge(frame.seq)
             return True
+
+    def _reconnect_target(self, cause: TargetConnectionLost) -> None:
+        """Bounded retries, the attempt count in the log; gives up by raising."""
+        for attempt in range(1, self.cfg.reconnect_attempts + 1):
+            delay = min(self.cfg.reconnect_backoff_max_s, self.cfg.reconnect_backoff_s * 2 ** (attempt - 1))
+            log.warning("%s; reconnect attempt %d/%d in %.1fs", cause, attempt, self.cfg.reconnect_attempts, delay)
+            if self._stop.wait(delay):
+                return
+            try:
+                pos = self.applier.reconnect()
+            except TargetConnectionLost as exc:
+                cause = exc
+                continue
+            self.target_reconnects += 1
+            log.info("replica %s back at seq %d (%s)", self.cfg.target, pos.applied_seq, pos.gtid_set)
+            return
+        raise cause
 
     def stop(self) -> None:
         self._stop.set()
@@ -152,6 +179,7 @@ class ReplicaNode:
                 self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")))
             self.host.reset()
             pos = self.applier.position
+            self._pending = None
             self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1)
             self.session = secrets.token_hex(8)
             self._control = conn
