@@ -42,6 +42,7 @@ class Position:
     applied_seq: int
     gtid_set: GtidSet
     pending_ddl_seq: int = 0
+    recorded: bool = True  # False: the channel has no row yet
 
 
 class Applier:
@@ -70,12 +71,12 @@ class Applier:
             row = cur.fetchone()
         self.conn.commit()
         if row is None:
-            return Position(0, GtidSet())
+            return Position(0, GtidSet(), recorded=False)
         return Position(int(row[0]), GtidSet.parse(row[1]), int(row[2]))
 
     @property
     def has_position(self) -> bool:
-        return self.position.applied_seq > 0 or bool(self.position.gtid_set)
+        return self.position.recorded
 
     def init_position(self, gtid_set: GtidSet) -> Position:
         """Record where a new channel starts (seq 0), durably, before anything is applied."""
@@ -100,6 +101,10 @@ class Applier:
         except pymysql.MySQLError as exc:  # commit and bookkeeping statements
             raise apply_error(f"apply seq {seq} ({txn.gtid})", exc) from exc
         self.position = Position(seq, gtids)
+
+    def reload_position(self) -> Position:
+        self.position = self._load_position()
+        return self.position
 
     def reconnect(self) -> Position:
         """A fresh connection and the position the replica really holds (a commit whose

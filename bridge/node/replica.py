@@ -175,10 +175,10 @@ class ReplicaNode:
         with self._lock:
             if self._control is not None:
                 self._control.close()
+            pos = self.applier.reload_position()  # the database, not memory, says where we are
             if not self.applier.has_position:
-                self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")))
+                pos = self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")))
             self.host.reset()
-            pos = self.applier.position
             self._pending = None
             self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1)
             self.session = secrets.token_hex(8)
