@@ -148,7 +148,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
               help="Where a new channel starts (used once, when the replica has no position): "
                    "a GTID set, 'current' for the primary's position now, or empty for the binlog start.")
 @click.option("--backpressure-timeout", type=float, default=5.0, show_default=True, metavar="SECONDS",
-              help="How long to wait for ring space before stopping with an error.")
+              help="How long to wait for ring space before stopping with an error naming the backlog; "
+                   "0 waits as long as it takes. Either way nothing is lost: a restart resumes.")
 @click.option("--reconnect-attempts", type=click.IntRange(min=0), default=60, show_default=True,
               help="Reconnects (with backoff up to 2s) after a lost replica link or primary connection; "
                    "0 stops at the first loss.")

@@ -32,6 +32,7 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
+BACKPRESSURE_LOG_S = 5.0
 
 
 class PrimaryNode:
@@ -145,7 +146,11 @@ class PrimaryNode:
         self.last_gtid = txn.gtid
 
     def _append(self, payload: bytes, gtid: str):
-        deadline = time.monotonic() + self.cfg.backpressure_timeout_s
+        """Append to the ring, waiting for the replica's ack while it is full: up to
+        the backpressure timeout (0: for as long as it takes, logged every few seconds)."""
+        timeout = self.cfg.backpressure_timeout_s
+        started = time.monotonic()
+        next_log = started + BACKPRESSURE_LOG_S
         while True:
             try:
                 return self.producer.append(FrameKind.TXN, payload)
@@ -153,11 +158,16 @@ class PrimaryNode:
                 if self._link_down.is_set():
                     raise TransportError(f"ship {gtid}: link to replica lost: {self._link_reason}") from full
                 self.producer.acknowledge(self.remote.read_ack())
-                if time.monotonic() > deadline:
+                waited = time.monotonic() - started
+                if timeout > 0 and waited > timeout:
                     raise BackpressureTimeout(
-                        f"ship {gtid}: ring full for {self.cfg.backpressure_timeout_s:.1f}s with "
-                        f"{self.producer.backlog_frames} frames unapplied (slow stage: replica apply); "
-                        f"{full}") from full
+                        f"ship {gtid}: ring full for {timeout:.1f}s with {self.producer.backlog_frames} frames "
+                        f"({self.producer.used} bytes) unapplied: the replica applies slower than the primary "
+                        f"writes; restart resumes from the replica's position. {full}") from full
+                if time.monotonic() > next_log:
+                    log.warning("ring full for %.0fs: %d frames (%d bytes) wait for the replica's apply",
+                                waited, self.producer.backlog_frames, self.producer.used)
+                    next_log += BACKPRESSURE_LOG_S
                 if self._stop.is_set():
                     return None
                 time.sleep(ACK_POLL_S)
