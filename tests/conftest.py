@@ -53,16 +53,17 @@ class BridgePair:
         self.replica_node = self.primary_node = None
         self.errors = []
 
-    def start_replica(self, port=0):
-        cfg = ReplicaConfig(target=self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
+    def start_replica(self, port=0, target=None):
+        cfg = ReplicaConfig(target=target or self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
                             ring_bytes=self.ring_bytes, channel=self.channel)
         self.replica_node = ReplicaNode(cfg)
         self.replica_node.start()
         self._thread(self.replica_node.run, "replica")
         return self.replica_node.address
 
-    def start_primary(self, **overrides):
-        cfg = PrimaryConfig(source=self.urls["primary"], replica=tuple(self.replica_node.address),
+    def start_primary(self, replica_addr=None, source=None, **overrides):
+        cfg = PrimaryConfig(source=source or self.urls["primary"],
+                            replica=tuple(replica_addr or self.replica_node.address),
                             transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1,
                             server_id=self.server_id, **overrides)
         self.primary_node = PrimaryNode(cfg)

@@ -60,7 +60,9 @@ class BinlogReader:
         self.url = url
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
-            connection_settings={**url.connect_args(), "connect_timeout": 10},
+            # heartbeats arrive every heartbeat_s, so silence past a few of them is a stalled link
+            connection_settings={**url.connect_args(), "connect_timeout": 10,
+                                 "read_timeout": max(2.0, 4 * heartbeat_s)},
             server_id=server_id, blocking=True, is_mariadb=mariadb, slave_heartbeat=heartbeat_s,
             only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent,
                          UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],

@@ -1,0 +1,120 @@
+"""A TCP fault proxy for tests and the soak: sits between the primary side and the
+replica's control/data port, or between a bridge and a MySQL server, and injects
+faults on demand: cut (drop every connection), stall (stop forwarding), delay (per
+chunk latency), corrupt (flip one byte N bytes into the client→server stream).
+Loopback only; counts what it injected."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+
+
+class FaultProxy:
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self.listener.getsockname()[:2]
+        self.injected: Counter = Counter()
+        self.delay_s = 0.0
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._corrupt_after: int | None = None
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._closed = False
+        threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
+
+    # --- faults ------------------------------------------------------------
+
+    def cut(self) -> int:
+        """Reset every open connection (new ones are accepted)."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for a, b in pairs:
+            for s in (a, b):
+                _close(s)
+        self.injected["cut"] += 1
+        return len(pairs)
+
+    def stall(self, seconds: float) -> None:
+        """Stop forwarding in both directions for a while (connections stay open)."""
+        self.injected["stall"] += 1
+        self._flowing.clear()
+        threading.Timer(seconds, self._flowing.set).start()
+
+    def delay(self, seconds: float) -> None:
+        self.injected["delay"] += 1 if seconds else 0
+        self.delay_s = seconds
+
+    def corrupt(self, after_bytes: int) -> None:
+        """Flip one byte of client→server traffic, ``after_bytes`` bytes from now."""
+        with self._lock:
+            self._corrupt_after = after_bytes
+
+    # --- plumbing ------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                if self._closed:
+                    return
+                continue
+            server.settimeout(None)
+            for s in (client, server):  # no Nagle: the proxy must not add 40 ms round trips
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._pairs.append((client, server))
+            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                self._flowing.wait()
+                if self.delay_s:
+                    time.sleep(self.delay_s)
+                if upstream:
+                    data = self._maybe_corrupt(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(src)
+            _close(dst)
+
+    def _maybe_corrupt(self, data: bytes) -> bytes:
+        with self._lock:
+            at = self._corrupt_after
+            if at is None:
+                return data
+            if at >= len(data):
+                self._corrupt_after = at - len(data)
+                return data
+            self._corrupt_after = None
+        self.injected["corrupt"] += 1
+        flipped = bytearray(data)
+        flipped[at] ^= 0x5A
+        return bytes(flipped)
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        _close(self.listener)
+        self.cut()
+
+
+def _close(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    s.close()

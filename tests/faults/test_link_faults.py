@@ -1,0 +1,120 @@
+"""Faults on the wire, injected by a TCP proxy: on the bridge link (tcp transport:
+control and data), on the binlog connection to the primary, and on the applier's
+connection to the replica. Each ends in a row-by-row comparison."""
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from bridge.workload import MixedWorkload, connect, create_schema
+from tests.conftest import BridgePair
+from tests.faults.proxy import FaultProxy
+
+
+class Running:
+    """A workload in the background while faults are injected."""
+
+    def __init__(self, url, schema):
+        self.workload, self.stop = MixedWorkload(connect(url), schema), threading.Event()
+        self.thread = threading.Thread(target=lambda: [self.workload.run(10) for _ in iter(self.stop.is_set, True)])
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def url_via(url, proxy):
+    return dataclasses.replace(url, host=proxy.address[0], port=proxy.address[1])
+
+
+@pytest.fixture
+def link(urls):
+    """A tcp pair whose primary side reaches the replica through a fault proxy."""
+    pair = BridgePair(urls, "tcp")
+    pair.start_replica()
+    proxy = FaultProxy(tuple(pair.replica_node.address))
+    pair.start_primary(replica_addr=proxy.address)
+    yield pair, proxy
+    proxy.close()
+    pair.stop()
+
+
+def test_link_cuts_mid_workload(link, urls):
+    pair, proxy = link
+    create_schema(pair.primary, "cut_link")
+    with Running(urls["primary_admin"], "cut_link"):
+        for _ in range(3):
+            time.sleep(0.4)
+            proxy.cut()
+    pair.assert_same("cut_link")
+    assert pair.primary_node.reconnects >= 3 and proxy.injected["cut"] == 3
+
+
+def test_link_stall_and_delay(link, urls):
+    pair, proxy = link
+    create_schema(pair.primary, "stall_link")
+    with Running(urls["primary_admin"], "stall_link"):
+        time.sleep(0.3)
+        proxy.stall(2.0)
+        time.sleep(2.5)
+        proxy.delay(0.002)
+        time.sleep(0.5)
+        proxy.delay(0)
+    pair.assert_same("stall_link")
+
+
+def test_corrupted_frame_is_never_applied_and_is_resent(link, fresh_schema):
+    pair, proxy = link
+    s = fresh_schema("corrupt")
+    pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v LONGTEXT)")
+    pair.sync()
+    proxy.corrupt(after_bytes=5000)  # inside the payload of the next frame
+    pair.sql(f"INSERT INTO {s}.t VALUES (1, REPEAT('abcdefgh', 4000))", f"INSERT INTO {s}.t VALUES (2, 'after')")
+    pair.assert_same(s)
+    assert proxy.injected["corrupt"] == 1
+    assert pair.replica_node.corrupt_frames == 1
+    assert pair.primary_node.reconnects >= 1
+
+
+def test_binlog_connection_cut_and_stall(urls):
+    pair = BridgePair(urls, "shm")
+    pair.start_replica()
+    proxy = FaultProxy((urls["primary"].host, urls["primary"].port))
+    pair.start_primary(source=url_via(urls["primary"], proxy))
+    try:
+        create_schema(pair.primary, "binlog_faults")
+        with Running(urls["primary_admin"], "binlog_faults"):
+            time.sleep(0.4)
+            proxy.cut()
+            time.sleep(0.4)
+            proxy.stall(3.0)  # past the read timeout: detected through missing heartbeats
+            time.sleep(3.5)
+        pair.assert_same("binlog_faults")
+        assert pair.primary_node.reconnects >= 2
+    finally:
+        proxy.close()
+        pair.stop()
+
+
+def test_replica_connection_cut(urls):
+    pair = BridgePair(urls, "shm")
+    proxy = FaultProxy((urls["replica"].host, urls["replica"].port))
+    pair.start_replica(target=url_via(urls["replica"], proxy))
+    pair.start_primary()
+    try:
+        create_schema(pair.primary, "apply_faults")
+        with Running(urls["primary_admin"], "apply_faults"):
+            for _ in range(2):
+                time.sleep(0.4)
+                proxy.cut()
+        pair.assert_same("apply_faults")
+        assert pair.replica_node.target_reconnects >= 2
+    finally:
+        proxy.close()
+        pair.stop()
