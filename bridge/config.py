@@ -86,6 +86,7 @@ class PrimaryConfig:
     backpressure_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     heartbeat_s: float = 0.5
+    chunk_bytes: int = 1 << 20  # larger transactions stream as chunks (at most ring/4 each)
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0

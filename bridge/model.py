@@ -181,3 +181,26 @@ class Transaction:
     @property
     def row_count(self) -> int:
         return sum(1 for c in self.changes if isinstance(c, RowChange))
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Part of a transaction too large for one frame, shipped while it is read.
+    The replica applies chunks 0..n inside one replica transaction and commits
+    (with the position) at the chunk marked ``last``."""
+
+    gtid: str
+    index: int
+    last: bool
+    changes: tuple[Change, ...] = ()
+
+
+def estimate_bytes(change: Change) -> int:
+    """A cheap upper-ish bound of a change's encoded size, to cut chunks."""
+    if isinstance(change, Statement):
+        return 16 + len(change.sql) * 4
+    total = 64 + sum(len(c) for c in change.columns)
+    for image in (change.before, change.after):
+        for v in image or ():
+            total += 16 + (len(v) * (4 if isinstance(v, str) else 1) if isinstance(v, (str, bytes)) else 16)
+    return total

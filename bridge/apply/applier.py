@@ -23,7 +23,7 @@ from pymysql.constants import CLIENT
 from bridge.apply import sql
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, TargetConnectionLost
-from bridge.model import GtidSet, RowChange, Statement, Transaction
+from bridge.model import Chunk, GtidSet, RowChange, Statement, Transaction
 from bridge.sqlfiles import sql_statements
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class Applier:
         self.channel = channel
         self.conn = self._connect()
         self.position = self._load_position()
+        self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
 
     def _connect(self) -> pymysql.Connection:
         try:
@@ -103,6 +104,7 @@ class Applier:
         self.position = Position(seq, gtids)
 
     def reload_position(self) -> Position:
+        self.abort_open()
         self.position = self._load_position()
         return self.position
 
@@ -110,19 +112,60 @@ class Applier:
         """A fresh connection and the position the replica really holds (a commit whose
         OK was lost may have happened: the position row says)."""
         self.close()
+        self._open = None  # the server rolled it back with the lost connection
         self.conn = self._connect()
         self.position = self._load_position()
         return self.position
 
-    def _apply_rows(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
+    def _apply_rows(self, seq: int, txn: Transaction | Chunk, gtids: GtidSet | None) -> None:
+        """Row statements (+ the position and COMMIT when ``gtids`` is given)."""
         statements = [(*sql.row_statement(c), c) for c in txn.changes]
-        statements.append((sql.POSITION_UPDATE, [seq, str(gtids), self.channel], None))
+        if gtids is not None:
+            statements.append((sql.POSITION_UPDATE, [seq, str(gtids), self.channel], None))
         try:
             self._run_batched(seq, txn, statements)
-            self.conn.commit()
+            if gtids is not None:
+                self.conn.commit()
         except BaseException:
             self._rollback()
             raise
+
+    def apply_chunk(self, seq: int, chunk: Chunk) -> None:
+        """Chunks of one transaction share one replica transaction; the last commits
+        it with the position, so a crash in between leaves no trace of it."""
+        expected = (self._open[1] if self._open else self.position.applied_seq) + 1
+        starts = chunk.index == 0
+        if seq != expected or starts != (self._open is None) or (self._open and self._open[0] != chunk.gtid):
+            raise ApplyError(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}: out of order "
+                             f"(expected seq {expected}, open transaction {self._open})")
+        if any(isinstance(c, Statement) for c in chunk.changes):
+            raise ApplyError(f"apply chunk {chunk.index} of {chunk.gtid}: a chunked transaction holds DDL")
+        gtids = self.position.gtid_set.add_text(chunk.gtid) if chunk.last else None
+        self._open = (chunk.gtid, seq - 1)
+        try:
+            self._apply_rows(seq, chunk, gtids)  # rolls the whole transaction back on failure
+        except pymysql.MySQLError as exc:
+            self._open = None
+            raise apply_error(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}", exc) from exc
+        except BaseException:
+            self._open = None
+            raise
+        if chunk.last:
+            self.position = Position(seq, gtids)
+            self._open = None
+        else:
+            self._open = (chunk.gtid, seq)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._open is not None
+
+    def abort_open(self) -> None:
+        """Roll back a chunked transaction whose remaining chunks will not come."""
+        if self._open is not None:
+            log.warning("rolling back the partly applied transaction %s (chunks through seq %d)", *self._open)
+            self._open = None
+            self._rollback()
 
     def _run_batched(self, seq: int, txn: Transaction, statements: list) -> None:
         with self.conn.cursor() as cur:

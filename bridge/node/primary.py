@@ -19,7 +19,7 @@ import time
 
 from bridge.config import PrimaryConfig
 from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
-from bridge.model import GtidSet, Transaction
+from bridge.model import Chunk, GtidSet, Transaction
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
 from bridge.source.assembler import TransactionAssembler
@@ -27,7 +27,7 @@ from bridge.source.reader import BinlogReader
 from bridge.transport import open_remote
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control
-from bridge.wire.codec import encode_transaction
+from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class PrimaryNode:
         welcome = self._handshake()
         resume = GtidSet.parse(welcome["gtid_set"])
         preflight.check_position(settings, resume, self.cfg.source)
-        self.assembler = TransactionAssembler()
+        self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1)
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"])
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
@@ -124,28 +124,30 @@ class PrimaryNode:
         self.reconnects += 1
         self._stop.wait(delay)
 
-    def step(self) -> Transaction | None:
+    def step(self) -> Transaction | Chunk | None:
         """Read one binlog event; ship the transaction it completes, if any."""
         if self._link_down.is_set():
             raise TransportError(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
         event = self.reader.next_event()
-        txn = self.assembler.feed(event) if event is not None else None
-        if txn is not None:
-            self.ship(txn)
-        return txn
+        item = self.assembler.feed(event) if event is not None else None
+        if isinstance(item, Chunk):
+            self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid)
+            self.shipped += item.last
+        elif item is not None:
+            self._place(FrameKind.TXN, encode_transaction(item), item.gtid)
+            self.shipped += 1
+        return item
 
-    def ship(self, txn: Transaction) -> None:
-        payload = encode_transaction(txn)
-        placements = self._append(payload, txn.gtid)
+    def _place(self, kind: FrameKind, payload: bytes, gtid: str) -> None:
+        placements = self._append(kind, payload, gtid)
         if placements is None:
             return  # stopping: not shipped; the replica's position says where to resume
         for p in placements:
             self.remote.write(p.offset, self.producer.region[p.offset:p.offset + p.length])
         self.remote.publish(self.producer.write_seq, self.producer.head)
-        self.shipped += 1
-        self.last_gtid = txn.gtid
+        self.last_gtid = gtid
 
-    def _append(self, payload: bytes, gtid: str):
+    def _append(self, kind: FrameKind, payload: bytes, gtid: str):
         """Append to the ring, waiting for the replica's ack while it is full: up to
         the backpressure timeout (0: for as long as it takes, logged every few seconds)."""
         timeout = self.cfg.backpressure_timeout_s
@@ -153,7 +155,7 @@ class PrimaryNode:
         next_log = started + BACKPRESSURE_LOG_S
         while True:
             try:
-                return self.producer.append(FrameKind.TXN, payload)
+                return self.producer.append(kind, payload)
             except RingFull as full:
                 if self._link_down.is_set():
                     raise TransportError(f"ship {gtid}: link to replica lost: {self._link_reason}") from full

@@ -22,7 +22,7 @@ from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
-from bridge.wire.codec import decode_transaction
+from bridge.wire.codec import decode_chunk, decode_transaction
 from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
@@ -79,17 +79,27 @@ class ReplicaNode:
                 return False
             if frame is None:
                 return False
-            if frame.kind == FrameKind.TXN:
-                try:
-                    self.applier.apply(frame.seq, decode_transaction(frame.payload))
-                except TargetConnectionLost as exc:
-                    self._pending = frame  # rolled back by the server: retry after reconnecting
-                    self._reconnect_target(exc)
-                    return False
-                self.applied_count += 1
+            try:
+                self._apply(frame)
+            except TargetConnectionLost as exc:
+                chunked = frame.kind == FrameKind.CHUNK
+                self._pending = None if chunked else frame  # rolled back by the server: retry it
+                self._reconnect_target(exc)
+                if chunked:  # its earlier chunks are gone from the ring: resend from the binlog
+                    self._end_session(f"replica connection lost inside chunked transaction at seq {frame.seq}")
+                return False
             self._pending = None
             self.consumer.acknowledge(frame.seq)
             return True
+
+    def _apply(self, frame) -> None:
+        if frame.kind == FrameKind.TXN:
+            self.applier.apply(frame.seq, decode_transaction(frame.payload))
+            self.applied_count += 1
+        elif frame.kind == FrameKind.CHUNK:
+            chunk = decode_chunk(frame.payload)
+            self.applier.apply_chunk(frame.seq, chunk)
+            self.applied_count += chunk.last
 
     def _reconnect_target(self, cause: TargetConnectionLost) -> None:
         """Bounded retries, the attempt count in the log; gives up by raising."""
@@ -190,6 +200,7 @@ class ReplicaNode:
 
     def _end_session(self, reason: str) -> None:
         log.error("session %s ended: %s", self.session, reason)
+        self.applier.abort_open()
         self.consumer = None
         self.session = ""
         if self._control is not None:

@@ -15,7 +15,7 @@ import struct
 from decimal import Decimal, InvalidOperation
 
 from bridge.errors import LocalProtocolError, RemoteProtocolError
-from bridge.model import BitValue, InvalidTemporal, RowChange, Statement, Transaction
+from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, Statement, Transaction
 
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
@@ -167,16 +167,36 @@ def _change_tuple(c) -> tuple:
     return ("r", c.kind, c.schema, c.table, c.columns, c.key, c.before, c.after)
 
 
+def encode_chunk(chunk: Chunk) -> bytes:
+    out = bytearray()
+    encode_value((chunk.gtid, chunk.index, int(chunk.last), tuple(_change_tuple(c) for c in chunk.changes)), out)
+    return bytes(out)
+
+
 def decode_transaction(payload) -> Transaction:
+    try:
+        gtid, changes = _decode_whole(payload, "transaction")
+        return Transaction(gtid=_text(gtid), changes=tuple(_change_from(c) for c in changes))
+    except (TypeError, ValueError) as exc:
+        raise RemoteProtocolError(f"decode transaction: malformed structure: {exc}") from exc
+
+
+def decode_chunk(payload) -> Chunk:
+    try:
+        gtid, index, last, changes = _decode_whole(payload, "chunk")
+        if type(index) is not int or index < 0 or last not in (0, 1):
+            raise ValueError(f"bad chunk index {index!r} or last flag {last!r}")
+        return Chunk(_text(gtid), index, bool(last), tuple(_change_from(c) for c in changes))
+    except (TypeError, ValueError) as exc:
+        raise RemoteProtocolError(f"decode chunk: malformed structure: {exc}") from exc
+
+
+def _decode_whole(payload, what: str):
     r = _Reader(payload)
     value = decode_value(r)
     if r.pos != len(r.buf):
-        raise RemoteProtocolError(f"decode transaction: {len(r.buf) - r.pos} trailing bytes")
-    try:
-        gtid, changes = value
-        return Transaction(gtid=gtid, changes=tuple(_change_from(c) for c in changes))
-    except (TypeError, ValueError) as exc:
-        raise RemoteProtocolError(f"decode transaction: malformed structure: {exc}") from exc
+        raise RemoteProtocolError(f"decode {what}: {len(r.buf) - r.pos} trailing bytes")
+    return value
 
 
 _KINDS = ("insert", "update", "delete")

@@ -38,3 +38,20 @@ def test_mysql_begin_rows_xid_and_ddl_without_begin():
 
 def test_events_before_the_first_gtid_are_ignored():
     assert feed([rows(1), CommitRead(), GtidStart("0-1-1", False), rows(1), CommitRead()])[0].gtid == "0-1-1"
+
+
+def test_large_transaction_is_emitted_in_chunks_while_read():
+    asm = TransactionAssembler(chunk_bytes=900)
+    out = [asm.feed(e) for e in [GtidStart("0-1-9", False), rows(10), rows(10), rows(10), rows(3), CommitRead()]]
+    chunks = [o for o in out if o is not None]
+    assert all(type(c).__name__ == "Chunk" for c in chunks)
+    assert [c.index for c in chunks] == list(range(len(chunks))) and len(chunks) >= 3
+    assert [c.last for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert sum(len(c.changes) for c in chunks) == 33 and {c.gtid for c in chunks} == {"0-1-9"}
+    assert asm.feed(GtidStart("0-1-10", False)) is None and not asm.feed(CommitRead()).changes
+
+
+def test_small_transaction_stays_whole():
+    asm = TransactionAssembler(chunk_bytes=10**6)
+    out = [asm.feed(e) for e in [GtidStart("0-1-9", False), rows(10), CommitRead()]]
+    assert type(out[-1]).__name__ == "Transaction" and out[-1].row_count == 10
