@@ -8,7 +8,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/dev/null)
 
-.PHONY: demo test unit integration faults lint deps mariadb clean sandbox-down
+MINUTES ?= 5
+
+.PHONY: demo test unit integration faults soak deps mariadb clean sandbox-down
 
 $(STAMP): setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +42,14 @@ integration: deps
 faults: deps
 	$(PY) -m pytest -q tests/faults
 
+# A random mix of faults against a steady workload for $(MINUTES) minutes; prints the
+# fault matrix (runs, lost, duplicated, time to recover) and writes soak-result.json.
+soak: deps
+	$(PY) -m tests.faults.soak --minutes $(MINUTES)
+
 sandbox-down: $(STAMP)
 	$(PY) -m bridge sandbox down
 
 clean: sandbox-down
-	rm -rf $(VENV) .sandbox
+	$(PY) -m bridge sandbox down --state-dir .sandbox-soak
+	rm -rf $(VENV) .sandbox .sandbox-soak

@@ -15,6 +15,7 @@ before the crash, and are accepted: that makes DDL replay idempotent.
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass
 
 import pymysql
@@ -35,6 +36,7 @@ UNKNOWN_DATABASE = 1049
 # Can't connect, server gone away, lost connection, server shutdown in progress, killed.
 CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
 BATCH_SQL_BYTES = 4 << 20
+CONNECT_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +57,15 @@ class Applier:
 
     def _connect(self) -> pymysql.Connection:
         try:
-            conn = pymysql.connect(**self.url.connect_args(), charset="utf8mb4", connect_timeout=10,
+            conn = pymysql.connect(**self.url.connect_args(), charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S,
+                                   read_timeout=CONNECT_TIMEOUT_S,  # a server that never greets must not hang us
                                    client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.FOUND_ROWS)
         except pymysql.MySQLError as exc:
             raise apply_error(f"connect to replica {self.url}", exc) from exc
+        # A DDL may legitimately run for hours: no read timeout once connected; TCP
+        # keepalive finds a dead peer instead. (PyMySQL has no public setter for this.)
+        conn._read_timeout = None
+        _keepalive(conn._sock)
         conn.encoders = {**conn.encoders, **sql.LITERAL_ENCODERS}
         with conn.cursor() as cur:
             cur.execute(SESSION_SETUP)
@@ -240,6 +247,13 @@ class Applier:
             self.conn.close()
         except pymysql.MySQLError as exc:
             log.debug("closing replica connection: %s", exc)
+
+
+def _keepalive(sock: socket.socket, idle_s: int = 30, interval_s: int = 10, probes: int = 3) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
 
 
 def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:

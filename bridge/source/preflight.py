@@ -26,7 +26,7 @@ UNREACHABLE_CODES = (2003, 2006, 2013)
 
 def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
     try:
-        return pymysql.connect(**url.connect_args(), connect_timeout=10, autocommit=True, **kwargs)
+        return pymysql.connect(**url.connect_args(), connect_timeout=10, read_timeout=30, autocommit=True, **kwargs)
     except pymysql.MySQLError as exc:
         code = exc.args[0] if exc.args else 0
         error = SourceConnectionLost if code in UNREACHABLE_CODES else SourceError

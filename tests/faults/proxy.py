@@ -60,10 +60,12 @@ class FaultProxy:
         while not self._closed:
             try:
                 client, _ = self.listener.accept()
-                server = socket.create_connection(self.target, timeout=5)
             except OSError:
-                if self._closed:
-                    return
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:  # target down (a server restarting): refuse this client
+                _close(client)
                 continue
             server.settimeout(None)
             for s in (client, server):  # no Nagle: the proxy must not add 40 ms round trips
