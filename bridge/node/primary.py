@@ -3,9 +3,12 @@
 ``connect`` does the handshake (learns the replica's applied seq and GTID set),
 the preflight of the primary and opens the transport and the binlog stream at
 that GTID set; ``step`` moves one binlog event; ``run`` loops until ``stop``.
-A lost link (control channel closed, transport error) or a lost binlog stream
-ends the session; ``run`` reconnects with bounded backoff, and every session
-resumes from the replica's recorded position, so nothing is lost or doubled.
+Recovery, in ``run``, with bounded backoff: a lost link (control channel closed,
+transport error) keeps the binlog stream and, in a new session, resends the
+frames past the replica's applied seq from the local ring; when the ring no
+longer holds them all (or the binlog stream itself was lost), everything is
+reopened and the binlog is re-read from the replica's recorded GTID set. Either
+way the replica's position decides, so nothing is lost or doubled.
 When the ring is full it waits for the replica's ack up to the backpressure
 timeout, then fails with the backlog named; the binlog is the durable buffer,
 so a restart resumes from the replica's position and nothing is lost.
@@ -47,6 +50,9 @@ class PrimaryNode:
         self.producer: RingProducer | None = None
         self.assembler = TransactionAssembler()
         self.reconnects = 0
+        self.resent_frames = 0
+        self.binlog_reopens = 0
+        self._unplaced: tuple[FrameKind, bytes, str] | None = None  # read, but not in the ring when the link fell
         self._link_down = threading.Event()
         self._link_reason = ""
 
@@ -65,6 +71,7 @@ class PrimaryNode:
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"])
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
                                    mariadb="mariadb" in settings["version"].lower(), report_as=self.report_as)
+        self.binlog_reopens += 1
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s", self.cfg.source,
                  resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport)
 
@@ -100,18 +107,49 @@ class PrimaryNode:
                 self._link_reason = str(exc)
                 self._link_down.set()
 
+    def resume_link(self) -> None:
+        """A new session on a kept binlog stream: resend what the replica lacks from
+        the ring, or fall back to re-reading the binlog."""
+        welcome = self._handshake()
+        applied = welcome["applied_seq"]
+        frames = self.producer.unacked(applied) if welcome["ring_bytes"] == self.producer.size else None
+        if frames is None:
+            log.info("the ring no longer holds every frame after seq %d: re-reading the binlog", applied)
+            self.disconnect()
+            self.connect()
+            return
+        unplaced, self._unplaced = self._unplaced, None
+        try:  # all or nothing: a resend cut short must not leave a gap in the seqs
+            self.producer = RingProducer(welcome["ring_bytes"], next_seq=applied + 1)
+            self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
+                                      welcome["ring_bytes"])
+            for frame in frames:
+                self._place(frame.kind, frame.payload, f"resend of seq {frame.seq}")
+            if unplaced is not None:
+                self._place(*unplaced)
+        except TransportError:
+            self.disconnect()  # the next attempt re-reads the binlog from the replica's position
+            raise
+        self.resent_frames += len(frames)
+        log.info("link to replica resumed after seq %d: %d frames resent from the ring", applied, len(frames))
+
     def run(self) -> None:
-        """Stream until ``stop``, reconnecting after a lost link or binlog stream."""
+        """Stream until ``stop``, recovering from lost links and binlog streams."""
         attempt = 0
         while not self._stop.is_set():
             try:
                 if self.reader is None:
                     self.connect()
+                elif self.remote is None:
+                    self.resume_link()
                 attempt = 0
                 while not self._stop.is_set():
                     self.step()
             except (TransportError, SourceConnectionLost) as exc:
-                self.disconnect()
+                if isinstance(exc, TransportError) and self.reader is not None:
+                    self._drop_link()  # keep the binlog stream: resume_link resends from the ring
+                else:
+                    self.disconnect()
                 attempt += 1
                 if attempt > self.cfg.reconnect_attempts:
                     raise
@@ -139,7 +177,11 @@ class PrimaryNode:
         return item
 
     def _place(self, kind: FrameKind, payload: bytes, gtid: str) -> None:
-        placements = self._append(kind, payload, gtid)
+        try:
+            placements = self._append(kind, payload, gtid)
+        except TransportError:
+            self._unplaced = (kind, payload, gtid)
+            raise
         if placements is None:
             return  # stopping: not shipped; the replica's position says where to resume
         for p in placements:
@@ -177,11 +219,18 @@ class PrimaryNode:
     def stop(self) -> None:
         self._stop.set()
 
-    def disconnect(self) -> None:
-        parts, self.reader, self.remote, self._control = (self.reader, self.remote, self._control), None, None, None
+    def _drop_link(self) -> None:
+        """Close the session with the replica; keep the binlog stream and the ring."""
+        parts, self.remote, self._control = (self.remote, self._control), None, None
         for part in parts:
             if part is not None:
                 part.close()
+
+    def disconnect(self) -> None:
+        self._drop_link()
+        reader, self.reader, self.producer, self._unplaced = self.reader, None, None, None
+        if reader is not None:
+            reader.close()
 
     def close(self) -> None:
         self._stop.set()

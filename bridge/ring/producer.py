@@ -29,7 +29,8 @@ class RingProducer:
         self.head = head
         self.next_seq = next_seq
         self.used = 0
-        self._inflight: deque[tuple[int, int]] = deque()  # (seq, bytes incl. the gap before it)
+        # (seq, bytes incl. the gap before it, region offset, payload length, kind, flags)
+        self._inflight: deque[tuple[int, int, int, int, FrameKind, int]] = deque()
 
     @property
     def write_seq(self) -> int:
@@ -52,8 +53,9 @@ class RingProducer:
                            f"{self.size - self.used} free (acked through {self._acked_through()})")
         seq = self.next_seq
         placements = [self._pad(gap, seq)] if gap else []
-        placements.append(self._place(Frame(kind, seq, payload, flags)))
-        self._inflight.append((seq, gap + need))
+        placed = self._place(Frame(kind, seq, payload, flags))
+        placements.append(placed)
+        self._inflight.append((seq, gap + need, placed.offset, len(payload), kind, flags))
         self.used += gap + need
         self.next_seq += 1
         return [p for p in placements if p is not None]
@@ -83,6 +85,18 @@ class RingProducer:
         """Free the space of every frame at or below ack_seq."""
         while self._inflight and self._inflight[0][0] <= ack_seq:
             self.used -= self._inflight.popleft()[1]
+
+    def unacked(self, after_seq: int) -> list[Frame] | None:
+        """The frames after ``after_seq`` for a resend in a new session, or None when
+        the ring no longer holds all of them (the caller re-reads the binlog)."""
+        frames = [self._frame_at(*entry) for entry in self._inflight if entry[0] > after_seq]
+        first = frames[0].seq if frames else self.next_seq
+        return frames if first == after_seq + 1 and after_seq < self.next_seq else None
+
+    def _frame_at(self, seq: int, _used: int, offset: int, length: int, kind: FrameKind, flags: int) -> Frame:
+        """The ring itself is the retransmission buffer: no second copy is kept."""
+        start = offset + HEADER_BYTES
+        return Frame(kind, seq, bytes(self.region[start:start + length]), flags)
 
     def _acked_through(self) -> int:
         return self._inflight[0][0] - 1 if self._inflight else self.write_seq

@@ -115,7 +115,7 @@ class Soak:
         return {
             "link cut": link.cut,
             "link stall 2s": lambda: link.stall(2.0),
-            "link corrupt byte": lambda: link.corrupt(self.rng.randrange(50, 5000)),
+            "link corrupt byte": lambda: link.corrupt(self.rng.randrange(20, 200)),
             "binlog connection cut": binlog.cut,
             "binlog stall 4s": lambda: binlog.stall(4.0),
             "replica connection cut": apply.cut,

@@ -118,3 +118,27 @@ def test_replica_connection_cut(urls):
     finally:
         proxy.close()
         pair.stop()
+
+
+def test_link_cut_resends_unapplied_frames_from_the_ring(link, fresh_schema, urls):
+    """The binlog stream survives a link cut: the new session gets the frames the
+    replica had not applied from the local ring, without re-reading the binlog."""
+    pair, proxy = link
+    s = fresh_schema("resend")
+    pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)")
+    pair.sync()
+    lock = connect(urls["replica_admin"])
+    with lock.cursor() as cur:
+        cur.execute("FLUSH TABLES WITH READ LOCK")  # frames arrive, none can be applied
+    pair.sql(*[f"INSERT INTO {s}.t VALUES ({i}, {i})" for i in range(50)])
+    deadline = time.monotonic() + 10
+    while pair.primary_node.producer.write_seq < pair.primary_node.producer.next_seq - 1 or \
+            pair.primary_node.shipped < 52:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proxy.cut()
+    threading.Timer(0.5, lambda: lock.cursor().execute("UNLOCK TABLES")).start()
+    pair.assert_same(s)
+    assert pair.primary_node.resent_frames >= 49
+    assert pair.primary_node.binlog_reopens == 1  # the stream was never reopened
+    lock.close()

@@ -128,3 +128,15 @@ def test_wrong_magic_is_version_skew():
     region = bytearray(region_bytes(SIZE))
     with pytest.raises(VersionSkew, match="magic"):
         RingConsumer(memoryview(region))
+
+
+def test_unacked_frames_can_be_resent_only_when_contiguous():
+    link = Link()
+    for i in range(5):
+        link.send(bytes([i]) * 10)
+    link.producer.acknowledge(2)
+    assert [f.seq for f in link.producer.unacked(2)] == [3, 4, 5]
+    assert [f.seq for f in link.producer.unacked(3)] == [4, 5]  # the replica got further than our last ack
+    assert link.producer.unacked(1) is None  # frame 2 is gone from the ring: re-read the binlog
+    assert link.producer.unacked(5) == []
+    assert link.producer.unacked(9) is None  # a replica ahead of us: another history
