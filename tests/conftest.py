@@ -5,7 +5,6 @@ import itertools
 import threading
 import time
 
-import pymysql
 import pytest
 
 from bridge.check.compare import compare_databases

@@ -41,6 +41,7 @@ class ReplicaNode:
         self.target_reconnects = 0
         self._pending = None  # a frame whose apply lost the replica connection
         self._lock = threading.Lock()
+        self._session_waiting = threading.Event()
         self._stop = threading.Event()
         self._listener = socket.create_server(cfg.listen, reuse_port=False)
         self._listener.settimeout(0.2)
@@ -68,6 +69,8 @@ class ReplicaNode:
 
     def step(self) -> bool:
         """Apply at most one frame; False when there was nothing to do."""
+        if self._session_waiting.is_set():
+            return False  # a new session resets the ring: let it in first
         with self._lock:
             if self.consumer is None:
                 return False
@@ -182,6 +185,13 @@ class ReplicaNode:
             log.info("session %s: control channel ended: %s", self.session, exc)
 
     def _new_session(self, conn: ControlConnection, msg: dict) -> dict:
+        self._session_waiting.set()
+        try:
+            return self._open_session(conn, msg)
+        finally:
+            self._session_waiting.clear()
+
+    def _open_session(self, conn: ControlConnection, msg: dict) -> dict:
         with self._lock:
             if self._control is not None:
                 self._control.close()

@@ -4,36 +4,18 @@ nothing lost, nothing applied twice (the keyless ledger table would show a
 doubled or missing transaction as a row-count difference)."""
 
 import signal
-import threading
-import time
 
 import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.sandbox import free_port
-from bridge.workload import MixedWorkload, connect, create_schema
+from bridge.workload import connect, create_schema
 from tests.conftest import primary_position
+from tests.helpers import BackgroundWorkload, applied_seq, channel_row, wait_for
 
 BEFORE_FAULT = 300  # transactions applied before the fault
 AFTER_RESTART = 300  # and after the restart, while the workload goes on
-
-
-def applied_seq(rconn, channel):
-    with rconn.cursor() as cur:
-        cur.execute("SELECT applied_seq FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
-        row = cur.fetchone()
-    return row[0] if row else 0
-
-
-def wait_for(predicate, what, timeout_s=60.0, alive=lambda: None):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        alive()
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
@@ -55,24 +37,19 @@ def test_restart_mid_workload_loses_and_doubles_nothing(sandbox, urls, tmp_path,
     wait_port(port, alive=alive)
     procs["primary"].start()
     create_schema(pconn, schema)
-    stop = threading.Event()
-    workload = threading.Thread(target=_run_until, args=(MixedWorkload(connect(urls["primary_admin"]), schema), stop))
-    workload.start()
     try:
-        wait_for(lambda: applied_seq(rconn, channel) > BEFORE_FAULT, "transactions before the fault", alive=alive)
-        code = procs[victim].stop(sig)
-        assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL), procs[victim].log_tail()
-        at_fault = applied_seq(rconn, channel)
-        procs[victim].start()
-        wait_for(lambda: applied_seq(rconn, channel) > at_fault + AFTER_RESTART, "transactions after the restart",
-                 alive=alive)
-        stop.set()
-        workload.join()
+        with BackgroundWorkload(urls["primary_admin"], schema):
+            wait_for(lambda: applied_seq(rconn, channel) > BEFORE_FAULT, "transactions before the fault",
+                     alive=alive)
+            code = procs[victim].stop(sig)
+            assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL), procs[victim].log_tail()
+            at_fault = applied_seq(rconn, channel)
+            procs[victim].start()
+            wait_for(lambda: applied_seq(rconn, channel) > at_fault + AFTER_RESTART,
+                     "transactions after the restart", alive=alive)
         target = primary_position(pconn)
-        wait_for(lambda: _gtid_set(rconn, channel) == target, f"replica to reach {target}", alive=alive)
+        wait_for(lambda: channel_row(rconn, channel)[1] == target, f"replica to reach {target}", alive=alive)
     finally:
-        stop.set()
-        workload.join()
         for p in procs.values():
             p.stop()
     result = compare_databases(urls["primary_admin"], urls["replica_admin"], [schema])
@@ -83,15 +60,3 @@ def test_restart_mid_workload_loses_and_doubles_nothing(sandbox, urls, tmp_path,
     for p in procs.values():  # secrets never in argv (ps) or logs
         for url in (urls["primary"], urls["replica"]):
             assert url.password not in " ".join(p.proc.args) and url.password not in p.log_tail(10**6)
-
-
-def _run_until(workload, stop):
-    while not stop.is_set():
-        workload.run(20)
-
-
-def _gtid_set(rconn, channel):
-    with rconn.cursor() as cur:
-        cur.execute("SELECT gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
-        row = cur.fetchone()
-    return row[0] if row else ""

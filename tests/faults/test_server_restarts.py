@@ -2,46 +2,20 @@
 bridge reconnects (bounded, counted) and resumes from the replica's recorded
 position; both databases end identical."""
 
-import threading
 import time
 
 import pytest
 
 from bridge.workload import MixedWorkload, connect, create_schema
 from tests.conftest import BridgePair
+from tests.helpers import BackgroundWorkload, applied_seq, wait_for
 
 
-def applied_seq(conn, channel):
-    with conn.cursor() as cur:
-        cur.execute("SELECT applied_seq FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
-        row = cur.fetchone()
-    return row[0] if row else 0
-
-
-def wait_applied(pair, at_least, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while applied_seq(pair.replica, pair.channel) < at_least:
+def wait_applied(pair, at_least):
+    def reached():
         assert not pair.errors, pair.errors
-        assert time.monotonic() < deadline, f"replica stuck below seq {at_least}"
-        time.sleep(0.02)
-
-
-class BackgroundWorkload:
-    def __init__(self, url, schema):
-        self.workload, self.stop_event = MixedWorkload(connect(url), schema), threading.Event()
-        self.thread = threading.Thread(target=self._run)
-
-    def _run(self):
-        while not self.stop_event.is_set():
-            self.workload.run(20)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_event.set()
-        self.thread.join()
+        return applied_seq(pair.replica, pair.channel) >= at_least
+    wait_for(reached, f"the replica to apply seq {at_least}")
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

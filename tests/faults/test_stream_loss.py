@@ -3,13 +3,13 @@ primary). The library would reconnect by itself and replay from its first positi
 delivering transactions twice; the bridge must instead resume from the replica's
 recorded position: nothing lost, nothing doubled."""
 
-import threading
 import time
 
 import pytest
 
-from bridge.workload import MixedWorkload, connect, create_schema
+from bridge.workload import create_schema
 from tests.conftest import BridgePair, primary_position
+from tests.helpers import BackgroundWorkload
 
 
 def dump_threads(conn):
@@ -33,21 +33,14 @@ def test_killed_binlog_stream_resumes_without_duplicates(urls, transport):
     pair.start_gtid = primary_position(pair.primary)
     pair.start()
     try:
-        workload = MixedWorkload(connect(urls["primary_admin"]), schema)
-        stop = threading.Event()
-        runner = threading.Thread(target=lambda: [workload.run(20) for _ in iter(stop.is_set, True)])
-        runner.start()
         killed = 0
-        try:
+        with BackgroundWorkload(urls["primary_admin"], schema):
             for _ in range(3):
                 time.sleep(0.4)
                 for thread_id in dump_threads(pair.primary):
                     with pair.primary.cursor() as cur:
                         cur.execute(f"KILL {thread_id}")
                     killed += 1
-        finally:
-            stop.set()
-            runner.join()
         assert killed >= 3
         result = pair.assert_same(schema)
         assert result.digests[f"{schema}.ledger"][0].rows > 0

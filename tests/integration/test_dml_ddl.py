@@ -1,7 +1,6 @@
 """Row changes and DDL in the middle of the stream, over both transports, each
 test ending in a row-by-row comparison of both databases."""
 
-import pymysql
 import pytest
 
 

@@ -1,0 +1,50 @@
+"""Helpers shared by the integration and fault tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from bridge.workload import MixedWorkload, connect
+
+
+def channel_row(conn, channel) -> tuple[int, str]:
+    """(applied_seq, gtid_set) the replica recorded for a channel; (0, '') before any."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT applied_seq, gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
+        row = cur.fetchone()
+    return (row[0], row[1]) if row else (0, "")
+
+
+def applied_seq(conn, channel) -> int:
+    return channel_row(conn, channel)[0]
+
+
+def wait_for(predicate, what: str, timeout_s: float = 60.0, alive=lambda: None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class BackgroundWorkload:
+    """The mixed workload in a thread, in batches, until the ``with`` block ends."""
+
+    def __init__(self, url, schema: str, seed: int = 7) -> None:
+        self.workload = MixedWorkload(connect(url), schema, seed=seed)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="workload")
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.workload.run(10)
+
+    def __enter__(self) -> BackgroundWorkload:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
