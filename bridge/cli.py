@@ -59,9 +59,11 @@ STATE_DIR = click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=
 @sandbox.command("up")
 @STATE_DIR
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the URLs.")
-def sandbox_up(state_dir: str, as_json: bool) -> None:
-    """Create (once) and start both servers. Idempotent."""
-    info = Sandbox(state_dir).up()
+@click.option("--native-replica", is_flag=True,
+              help="Also run a third server as a native MariaDB GTID replica of the primary (benchmark baseline).")
+def sandbox_up(state_dir: str, as_json: bool, native_replica: bool) -> None:
+    """Create (once) and start the servers. Idempotent."""
+    info = Sandbox(state_dir).up(native_replica=native_replica)
     if as_json:
         click.echo(json.dumps(info))
     else:

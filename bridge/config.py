@@ -71,6 +71,8 @@ class ReplicaConfig:
     ring_bytes: int = DEFAULT_RING_BYTES
     channel: str = "default"
     poll_idle_s: float = 0.0002
+    group_max_txns: int = 1000  # consecutive small transactions applied as one replica transaction
+    group_max_rows: int = 5000
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0

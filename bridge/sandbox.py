@@ -51,7 +51,10 @@ binlog_row_image=FULL
 binlog_row_metadata=FULL
 rpl_semi_sync_master_wait_point=AFTER_SYNC
 """
-ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, "")}
+NATIVE_CNF = """relay_log=relay-bin
+slave_parallel_mode=optimistic
+"""
+ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,22 +91,34 @@ class Sandbox:
         self.dir = Path(state_dir).resolve()
         self.state_file = self.dir / "sandbox.json"
 
-    def up(self) -> dict:
+    def up(self, native_replica: bool = False) -> dict:
+        """Start (creating once) the primary and the replica; with ``native_replica``
+        also a third server replicating the primary with MariaDB's own GTID
+        replication, the baseline of the benchmarks."""
         state = self._load_or_create()
-        for role in ROLES:
+        if native_replica and "native" not in state["ports"]:
+            state["ports"]["native"] = free_port()
+            self._save(state)
+        for role in self._roles(state):
             server = self._server(state, role)
             if not self._running(server):
                 self._start(server)
         if not state.get("bootstrapped"):
             self._bootstrap(state)
+        if "native" in state["ports"] and not state.get("native_configured"):
+            self._configure_native(state)
         return self.info(state)
+
+    @staticmethod
+    def _roles(state: dict) -> list[str]:
+        return [role for role in ROLES if role in state["ports"]]
 
     def down(self) -> list[str]:
         if not self.state_file.exists():
             return []
         state = json.loads(self.state_file.read_text())
         stopped = []
-        for role in ROLES:
+        for role in self._roles(state):
             server = self._server(state, role)
             if self._stop(server):
                 stopped.append(role)
@@ -113,20 +128,49 @@ class Sandbox:
         if not self.state_file.exists():
             return {"state_dir": str(self.dir), "created": False}
         state = json.loads(self.state_file.read_text())
-        running = {role: self._running(self._server(state, role)) for role in ROLES}
+        running = {role: self._running(self._server(state, role)) for role in self._roles(state)}
         return {**self.info(state), "created": True, "running": running}
 
     def info(self, state: dict | None = None) -> dict:
         state = state or json.loads(self.state_file.read_text())
         p, r = state["ports"]["primary"], state["ports"]["replica"]
         pw = state["passwords"]
-        return {
+        info = {
             "state_dir": str(self.dir),
             "primary": f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{p}",
             "replica": f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{r}",
             "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}",
             "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}",
         }
+        if "native" in state["ports"]:
+            info["native_socket"] = str(self.dir / "native" / "mysqld.sock")
+        return info
+
+    def native_connection(self) -> pymysql.Connection:
+        """Root on the native replica (its unix socket): STOP/START SLAVE, positions."""
+        return _root(self._server(json.loads(self.state_file.read_text()), "native"))
+
+    def _configure_native(self, state: dict) -> None:
+        """Replicate the primary from its position now (GTID, slave_pos)."""
+        primary = _root(self._server(state, "primary"))
+        with primary.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
+            cur.execute("CREATE USER IF NOT EXISTS 'rdma_native'@'127.0.0.1' IDENTIFIED BY %s",
+                        (state["passwords"]["apply"],))
+            cur.execute("GRANT REPLICATION SLAVE ON *.* TO 'rdma_native'@'127.0.0.1'")
+            cur.execute("SELECT @@gtid_binlog_pos")
+            position = cur.fetchone()[0]
+        primary.close()
+        native = _root(self._server(state, "native"))
+        with native.cursor() as cur:
+            cur.execute("SET GLOBAL gtid_slave_pos=%s", (position,))
+            cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='rdma_native', "
+                        "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos",
+                        (state["ports"]["primary"], state["passwords"]["apply"]))
+            cur.execute("START SLAVE")
+        native.close()
+        state["native_configured"] = True
+        self._save(state)
 
     # --- state -----------------------------------------------------------
 
@@ -135,7 +179,7 @@ class Sandbox:
             return json.loads(self.state_file.read_text())
         self.dir.mkdir(parents=True, exist_ok=True)
         state = {
-            "ports": {role: free_port() for role in ROLES},
+            "ports": {role: free_port() for role in ("primary", "replica")},  # native: on request
             "passwords": {k: secrets.token_urlsafe(12) for k in ("repl", "apply", "admin")},
             "bootstrapped": False,
         }

@@ -28,7 +28,7 @@ def sandbox(tmp_path_factory):
 @pytest.fixture(scope="session")
 def urls(sandbox):
     _, info = sandbox
-    return {k: MysqlUrl.parse(v) for k, v in info.items() if k != "state_dir"}
+    return {k: MysqlUrl.parse(v) for k, v in info.items() if v.startswith("mysql://")}
 
 
 def primary_position(conn) -> str:

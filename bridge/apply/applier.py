@@ -100,15 +100,37 @@ class Applier:
             return  # already applied before a reconnect: exactly once
         if seq != self.position.applied_seq + 1:
             raise ApplyError(f"apply seq {seq} ({txn.gtid}): expected seq {self.position.applied_seq + 1}")
+        if not txn.is_ddl:
+            self.apply_group([(seq, txn)])
+            return
         gtids = self.position.gtid_set.add_text(txn.gtid)
         try:
-            if txn.is_ddl:
-                self._apply_ddl(seq, txn, gtids)
-            else:
-                self._apply_rows(seq, txn, gtids)
+            self._apply_ddl(seq, txn, gtids)
         except pymysql.MySQLError as exc:  # commit and bookkeeping statements
             raise apply_error(f"apply seq {seq} ({txn.gtid})", exc) from exc
         self.position = Position(seq, gtids)
+
+    def apply_group(self, items: list[tuple[int, Transaction]]) -> None:
+        """Consecutive row-only transactions as ONE replica transaction with one
+        position update: the replica still only shows a prefix of the primary's
+        history, and the whole group is retried or skipped as a unit."""
+        items = [(seq, txn) for seq, txn in items if seq > self.position.applied_seq]
+        if not items:
+            return  # already applied before a reconnect: exactly once
+        first, last = items[0][0], items[-1][0]
+        if first != self.position.applied_seq + 1 or last - first + 1 != len(items):
+            raise ApplyError(f"apply seq {first}..{last}: expected seq {self.position.applied_seq + 1}, "
+                             "consecutive")
+        gtids = self.position.gtid_set
+        for _, txn in items:
+            gtids = gtids.add_text(txn.gtid)
+        context = f"apply seq {first} ({items[0][1].gtid})" if len(items) == 1 else \
+            f"apply seq {first}..{last} ({items[0][1].gtid}..{items[-1][1].gtid})"
+        try:
+            self._apply_rows(context, last, [c for _, txn in items for c in txn.changes], gtids)
+        except pymysql.MySQLError as exc:  # the commit
+            raise apply_error(context, exc) from exc
+        self.position = Position(last, gtids)
 
     def reload_position(self) -> Position:
         self.abort_open()
@@ -124,13 +146,13 @@ class Applier:
         self.position = self._load_position()
         return self.position
 
-    def _apply_rows(self, seq: int, txn: Transaction | Chunk, gtids: GtidSet | None) -> None:
+    def _apply_rows(self, context: str, seq: int, changes, gtids: GtidSet | None) -> None:
         """Row statements (+ the position and COMMIT when ``gtids`` is given)."""
-        statements = [(*sql.row_statement(c), c) for c in txn.changes]
+        statements = [(text, params, change) for text, params, change, _ in sql.grouped_statements(changes)]
         if gtids is not None:
             statements.append((sql.POSITION_UPDATE, [seq, str(gtids), self.channel], None))
         try:
-            self._run_batched(seq, txn, statements)
+            self._run_batched(context, statements)
             if gtids is not None:
                 self.conn.commit()
         except BaseException:
@@ -150,7 +172,8 @@ class Applier:
         gtids = self.position.gtid_set.add_text(chunk.gtid) if chunk.last else None
         self._open = (chunk.gtid, seq - 1)
         try:
-            self._apply_rows(seq, chunk, gtids)  # rolls the whole transaction back on failure
+            # rolls the whole transaction back on failure
+            self._apply_rows(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}", seq, chunk.changes, gtids)
         except pymysql.MySQLError as exc:
             self._open = None
             raise apply_error(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}", exc) from exc
@@ -174,7 +197,7 @@ class Applier:
             self._open = None
             self._rollback()
 
-    def _run_batched(self, seq: int, txn: Transaction, statements: list) -> None:
+    def _run_batched(self, context: str, statements: list) -> None:
         with self.conn.cursor() as cur:
             batch, size = [], 0
             for text, params, change in statements:
@@ -182,25 +205,25 @@ class Applier:
                 batch.append((rendered, change))
                 size += len(rendered)
                 if size >= BATCH_SQL_BYTES:
-                    self._run(cur, seq, txn, batch)
+                    self._run(cur, context, batch)
                     batch, size = [], 0
             if batch:
-                self._run(cur, seq, txn, batch)
+                self._run(cur, context, batch)
 
-    def _run(self, cur, seq: int, txn: Transaction, batch: list) -> None:
+    def _run(self, cur, context: str, batch: list) -> None:
         """One round trip; then check each UPDATE/DELETE matched exactly one row."""
         index = 0
         try:
             cur.execute(";".join(text for text, _ in batch))
             while True:
-                _check_matched(seq, txn, batch[index][1], cur.rowcount)
+                _check_matched(context, batch[index][1], cur.rowcount)
                 index += 1
                 if not cur.nextset():
                     break
         except pymysql.MySQLError as exc:
             change = batch[index][1] if index < len(batch) else None
             where = f" on {change.schema}.{change.table}" if change else ""
-            raise apply_error(f"apply seq {seq} ({txn.gtid}){where}", exc) from exc
+            raise apply_error(f"{context}{where}", exc) from exc
 
     def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
         replay = self.position.pending_ddl_seq == seq
@@ -211,7 +234,7 @@ class Applier:
                 if isinstance(change, Statement):
                     self._run_statement(cur, seq, txn, change, replay)
                 else:
-                    self._run(cur, seq, txn, [(cur.mogrify(*sql.row_statement(change)), change)])
+                    self._run(cur, f"apply seq {seq} ({txn.gtid})", [(cur.mogrify(*sql.row_statement(change)), change)])
             cur.execute(sql.POSITION_UPDATE, (seq, str(gtids), self.channel))
         self.conn.commit()
 
@@ -265,11 +288,11 @@ def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
     return ApplyError(f"{context}: {detail}")
 
 
-def _check_matched(seq: int, txn: Transaction, change: RowChange | None, rowcount: int) -> None:
+def _check_matched(context: str, change: RowChange | None, rowcount: int) -> None:
     if change is None or change.kind == "insert":
         if change is None and rowcount != 1:
-            raise ApplyError(f"apply seq {seq} ({txn.gtid}): position row for the channel is missing")
+            raise ApplyError(f"{context}: position row for the channel is missing")
         return
     if rowcount != 1:
-        raise ApplyError(f"apply seq {seq} ({txn.gtid}): {change.kind} on {change.schema}.{change.table} "
+        raise ApplyError(f"{context}: {change.kind} on {change.schema}.{change.table} "
                          f"matched {rowcount} rows, expected 1: the replica has diverged")

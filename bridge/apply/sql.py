@@ -91,3 +91,39 @@ _NOT_REPLAYED = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:(?:CREATE|DROP|ALTER|RENAME
 
 def is_replayed(statement_sql: str) -> bool:
     return _NOT_REPLAYED.match(statement_sql) is None
+
+
+MAX_ROWS_PER_INSERT = 500
+
+
+def grouped_statements(changes) -> list[tuple[str, list, RowChange, int]]:
+    """Row changes as statements, consecutive INSERTs into the same table and columns
+    merged into one multi-row INSERT. Each entry: (sql, params, first change, rows)."""
+    out: list[tuple[str, list, RowChange, int]] = []
+    run: list[RowChange] = []
+    for change in changes:
+        if run and (change.kind != "insert" or not _same_insert(run[0], change) or len(run) >= MAX_ROWS_PER_INSERT):
+            out.append(_insert_many(run))
+            run = []
+        if change.kind == "insert":
+            run.append(change)
+        else:
+            out.append((*row_statement(change), change, 1))
+    if run:
+        out.append(_insert_many(run))
+    return out
+
+
+def _same_insert(a: RowChange, b: RowChange) -> bool:
+    return a.table == b.table and a.schema == b.schema and a.columns == b.columns
+
+
+def _insert_many(run: list[RowChange]) -> tuple[str, list, RowChange, int]:
+    first = run[0]
+    if len(run) == 1:
+        return (*row_statement(first), first, 1)
+    cols = ",".join(map(quote_name, first.columns))
+    marks = "(" + ",".join(["%s"] * len(first.columns)) + ")"
+    params = [to_param(v) for c in run for v in c.after]
+    sql = f"{TAG}INSERT INTO {table_name(first.schema, first.table)} ({cols}) VALUES " + ",".join([marks] * len(run))
+    return sql, params, first, len(run)

@@ -39,7 +39,9 @@ class ReplicaNode:
         self.applied_count = 0
         self.corrupt_frames = 0
         self.target_reconnects = 0
-        self._pending = None  # a frame whose apply lost the replica connection
+        self._pending: list = []  # work whose apply lost the replica connection: retried first
+        self._stash = None  # a decoded frame that could not join the last group
+        self.groups = 0
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
@@ -68,41 +70,74 @@ class ReplicaNode:
                 time.sleep(0 if idle < 50 else self.cfg.poll_idle_s)
 
     def step(self) -> bool:
-        """Apply at most one frame; False when there was nothing to do."""
+        """Apply the next unit of work; False when there was nothing to do. A unit is
+        one DDL transaction, one chunk, or a group of the consecutive row-only
+        transactions already in the ring (applied as one replica transaction)."""
         if self._session_waiting.is_set():
             return False  # a new session resets the ring: let it in first
         with self._lock:
             if self.consumer is None:
                 return False
             try:
-                frame = self._pending or self.consumer.poll()
-            except CorruptFrame as exc:
-                self.corrupt_frames += 1
-                self._end_session(f"corrupt frame: {exc}")
+                work = self._pending or self._take()
+            except (CorruptFrame, RemoteProtocolError) as exc:
+                self.corrupt_frames += isinstance(exc, CorruptFrame)
+                self._end_session(f"bad frame: {exc}")
                 return False
-            if frame is None:
+            if not work:
                 return False
             try:
-                self._apply(frame)
+                self._apply(work)
             except TargetConnectionLost as exc:
-                chunked = frame.kind == FrameKind.CHUNK
-                self._pending = None if chunked else frame  # rolled back by the server: retry it
+                chunked = work[0][0].kind == FrameKind.CHUNK
+                self._pending = [] if chunked else work  # rolled back by the server: retry it
                 self._reconnect_target(exc)
                 if chunked:  # its earlier chunks are gone from the ring: resend from the binlog
-                    self._end_session(f"replica connection lost inside chunked transaction at seq {frame.seq}")
+                    self._end_session(f"replica connection lost inside chunked transaction at seq {work[0][0].seq}")
                 return False
-            self._pending = None
-            self.consumer.acknowledge(frame.seq)
+            self._pending = []
+            self.consumer.acknowledge(work[-1][0].seq)
             return True
 
-    def _apply(self, frame) -> None:
+    def _take(self) -> list:
+        """[(frame, decoded)], grouping row-only transactions up to the configured bounds."""
+        work, rows = [], 0
+        while len(work) < self.cfg.group_max_txns and rows < self.cfg.group_max_rows:
+            entry, self._stash = self._stash or self._next_decoded(), None
+            if entry is None:
+                break
+            groupable = entry[0].kind == FrameKind.TXN and not entry[1].is_ddl
+            if not groupable:
+                if work:
+                    self._stash = entry  # a barrier: it goes alone, next
+                    break
+                return [entry]
+            work.append(entry)
+            rows += entry[1].row_count
+        return work
+
+    def _next_decoded(self):
+        frame = self.consumer.poll()
+        if frame is None:
+            return None
         if frame.kind == FrameKind.TXN:
-            self.applier.apply(frame.seq, decode_transaction(frame.payload))
+            return frame, decode_transaction(frame.payload)
+        if frame.kind == FrameKind.CHUNK:
+            return frame, decode_chunk(frame.payload)
+        raise RemoteProtocolError(f"frame seq {frame.seq}: kind {frame.kind.name} is not expected in the ring")
+
+    def _apply(self, work: list) -> None:
+        frame, item = work[0]
+        if frame.kind == FrameKind.CHUNK:
+            self.applier.apply_chunk(frame.seq, item)
+            self.applied_count += item.last
+        elif len(work) == 1 and item.is_ddl:
+            self.applier.apply(frame.seq, item)
             self.applied_count += 1
-        elif frame.kind == FrameKind.CHUNK:
-            chunk = decode_chunk(frame.payload)
-            self.applier.apply_chunk(frame.seq, chunk)
-            self.applied_count += chunk.last
+        else:
+            self.applier.apply_group([(f.seq, txn) for f, txn in work])
+            self.applied_count += len(work)
+            self.groups += 1
 
     def _reconnect_target(self, cause: TargetConnectionLost) -> None:
         """Bounded retries, the attempt count in the log; gives up by raising."""
@@ -199,7 +234,7 @@ class ReplicaNode:
             if not self.applier.has_position:
                 pos = self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")))
             self.host.reset()
-            self._pending = None
+            self._pending, self._stash = [], None
             self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1)
             self.session = secrets.token_hex(8)
             self._control = conn

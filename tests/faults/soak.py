@@ -67,7 +67,7 @@ class Soak:
         self.rng = random.Random(seed)
         self.box = Sandbox(state_dir)
         info = self.box.up()
-        self.urls = {k: MysqlUrl.parse(v) for k, v in info.items() if k != "state_dir"}
+        self.urls = {k: MysqlUrl.parse(v) for k, v in info.items() if v.startswith("mysql://")}
         self.admin_p, self.admin_r = self.urls["primary_admin"], self.urls["replica_admin"]
         self.proxies = {"link": None, "binlog": FaultProxy((self.urls["primary"].host, self.urls["primary"].port)),
                         "apply": FaultProxy((self.urls["replica"].host, self.urls["replica"].port))}

@@ -124,7 +124,8 @@ def test_link_cut_resends_unapplied_frames_from_the_ring(link, fresh_schema, url
     proxy.cut()
     threading.Timer(0.5, lambda: lock.cursor().execute("UNLOCK TABLES")).start()
     pair.assert_same(s)
-    # the first insert was being applied (blocked) when the link fell; the rest came from the ring
-    assert pair.primary_node.resent_frames in (49, 50)
+    # the first few inserts (one group) were being applied, blocked, when the link fell;
+    # everything after them came from the ring
+    assert 40 <= pair.primary_node.resent_frames <= 50
     assert pair.primary_node.binlog_reopens == 1  # the stream was never reopened
     lock.close()

@@ -43,3 +43,14 @@ def test_account_statements_are_not_replayed():
     assert not is_replayed("GRANT SELECT ON *.* TO x")
     assert not is_replayed("/* c */ CREATE USER 'a'@'%'")
     assert is_replayed("CREATE TABLE users (id INT)")
+
+
+def test_consecutive_inserts_merge_into_multi_row_statements():
+    from bridge.apply.sql import grouped_statements
+
+    ins = [RowChange("insert", "s", "t", COLS, ("id",), None, (i, "x")) for i in range(3)]
+    other = RowChange("insert", "s", "u", COLS, ("id",), None, (9, "y"))
+    upd = RowChange("update", "s", "t", COLS, ("id",), (1, "x"), (1, "z"))
+    out = grouped_statements([*ins, other, upd, ins[0]])
+    assert [(rows, change.table) for _, _, change, rows in out] == [(3, "t"), (1, "u"), (1, "t"), (1, "t")]
+    assert out[0][0].endswith("VALUES (%s,%s),(%s,%s),(%s,%s)") and out[0][1] == [0, "x", 1, "x", 2, "x"]

@@ -1,0 +1,110 @@
+"""Shared pieces of the benchmarks: sandbox with the native replica, bridge
+processes, positions, backlog generation."""
+
+from __future__ import annotations
+
+import time
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from bridge.config import MysqlUrl
+from bridge.model import GtidSet
+from bridge.procs import primary_process, replica_process, wait_port
+from bridge.sandbox import Sandbox, free_port
+from bridge.workload import connect
+
+BENCH_SCHEMA = "bench"
+
+
+class Bench:
+    def __init__(self, state_dir: str, transport: str = "shm", extra_primary: tuple[str, ...] = (),
+                 extra_replica: tuple[str, ...] = ()) -> None:
+        self.box = Sandbox(state_dir)
+        self.info = self.box.up(native_replica=True)
+        self.primary = connect(MysqlUrl.parse(self.info["primary_admin"]))
+        self.replica = connect(MysqlUrl.parse(self.info["replica_admin"]))
+        self.native = self.box.native_connection()
+        self.transport, self.state_dir = transport, state_dir
+        self.extra_primary, self.extra_replica = extra_primary, extra_replica
+        self.channel = f"bench_{int(time.time())}"
+        self.port = free_port()
+        self.bridge_primary = self.bridge_replica = None
+
+    def start_bridge(self, start_gtid: str | None = None) -> None:
+        if self.bridge_replica is None:
+            self.bridge_replica = replica_process(self.info["replica"], self.port, self.transport, self.channel,
+                                                  self.state_dir)
+            self.bridge_replica.args += list(self.extra_replica)
+            self.bridge_replica.start()
+            wait_port(self.port, alive=self.bridge_replica.check_alive)
+        start = self.primary_pos() if start_gtid is None else start_gtid
+        self.bridge_primary = primary_process(self.info["primary"], self.port, self.transport, str(start),
+                                              self.state_dir, extra=self.extra_primary).start()
+
+    def bridge_alive(self) -> None:
+        self.bridge_primary.check_alive()
+        self.bridge_replica.check_alive()
+
+    def stop_bridge_reader(self) -> None:
+        self.bridge_primary.stop()
+
+    def stop(self) -> None:
+        for proc in (self.bridge_primary, self.bridge_replica):
+            if proc is not None:
+                proc.stop()
+
+    def primary_pos(self) -> GtidSet:
+        with self.primary.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            return GtidSet.parse(cur.fetchone()[0])
+
+    def bridge_pos(self) -> GtidSet:
+        with self.replica.cursor() as cur:
+            cur.execute("SELECT gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (self.channel,))
+            row = cur.fetchone()
+        return GtidSet.parse(row[0] if row else "")
+
+    def native_pos(self) -> GtidSet:
+        with self.native.cursor() as cur:
+            cur.execute("SELECT @@gtid_slave_pos")
+            return GtidSet.parse(cur.fetchone()[0])
+
+    def native_sql(self, *statements: str) -> None:
+        with self.native.cursor() as cur:
+            for s in statements:
+                cur.execute(s)
+
+    def wait(self, pos_fn, target: GtidSet, timeout_s: float = 900.0, alive=lambda: None) -> float:
+        """Seconds until ``pos_fn()`` holds every GTID of ``target``."""
+        started = time.perf_counter()
+        while not _holds(pos_fn(), target):
+            alive()
+            if time.perf_counter() - started > timeout_s:
+                raise TimeoutError(f"bench: {target} not reached in {timeout_s}s")
+            time.sleep(0.005)
+        return time.perf_counter() - started
+
+    def create_table(self, ddl: str) -> None:
+        with self.primary.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {BENCH_SCHEMA}")
+            cur.execute(ddl)
+
+
+def _holds(have: GtidSet, target: GtidSet) -> bool:
+    return all(have.contains(g) for g in target.mariadb)
+
+
+def single_row_backlog(url: MysqlUrl, count: int, start_id: int, batch: int = 500, progress=None) -> None:
+    """``count`` single-row transactions (autocommit), sent ``batch`` per round trip."""
+    conn = pymysql.connect(**url.connect_args(), autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
+    with conn.cursor() as cur:
+        for base in range(start_id, start_id + count, batch):
+            n = min(batch, start_id + count - base)
+            cur.execute(";".join(f"INSERT INTO {BENCH_SCHEMA}.single VALUES ({i}, {i % 1000}, 'row {i}')"
+                                 for i in range(base, base + n)))
+            while cur.nextset():
+                pass
+            if progress:
+                progress(n)
+    conn.close()
