@@ -10,7 +10,7 @@ MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/
 
 MINUTES ?= 5
 
-.PHONY: demo test unit integration faults soak deps mariadb clean sandbox-down
+.PHONY: demo test unit integration faults soak bench deps mariadb clean sandbox-down
 
 $(STAMP): setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ faults: deps
 # fault matrix (runs, lost, duplicated, time to recover) and writes soak-result.json.
 soak: deps
 	$(PY) -m tests.faults.soak --minutes $(MINUTES)
+
+# Catch-up, lag and decode against baselines measured in the same run (a native
+# MariaDB replica, the stock binlog library); writes bench/results/<date>.json/.html.
+bench: deps
+	$(PY) -m bench.run_all
 
 sandbox-down: $(STAMP)
 	$(PY) -m bridge sandbox down

@@ -28,7 +28,7 @@ def catch_up(bench: Bench, count: int, native_threads: int, start_id: int, log) 
     bench.native_sql("START SLAVE")
     native_s = bench.wait(bench.native_pos, target)
     log(f"native ({native_threads} threads): {native_s:.1f}s")
-    bench.start_bridge(start_gtid="")
+    bench.start_bridge()
     bridge_s = bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
     log(f"bridge: {bridge_s:.1f}s")
     return {"native_threads": native_threads, "transactions": count,

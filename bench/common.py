@@ -27,20 +27,36 @@ class Bench:
         self.native = self.box.native_connection()
         self.transport, self.state_dir = transport, state_dir
         self.extra_primary, self.extra_replica = extra_primary, extra_replica
-        self.channel = f"bench_{int(time.time())}"
+        self.channel = f"bench_{time.time_ns()}"
+        self.server_id = 10_000 + time.time_ns() % 1_000_000  # each benchmark's bridge is another replica
+        self.start_gtid = str(self.primary_pos())  # where this channel starts, whenever it first connects
         self.port = free_port()
         self.bridge_primary = self.bridge_replica = None
 
-    def start_bridge(self, start_gtid: str | None = None) -> None:
+    def start_bridge(self) -> None:
+        """Start the bridge (the reader side again, if only it was stopped); returns once the
+        channel is registered on the replica."""
         if self.bridge_replica is None:
             self.bridge_replica = replica_process(self.info["replica"], self.port, self.transport, self.channel,
                                                   self.state_dir)
             self.bridge_replica.args += list(self.extra_replica)
             self.bridge_replica.start()
             wait_port(self.port, alive=self.bridge_replica.check_alive)
-        start = self.primary_pos() if start_gtid is None else start_gtid
-        self.bridge_primary = primary_process(self.info["primary"], self.port, self.transport, str(start),
-                                              self.state_dir, extra=self.extra_primary).start()
+        self.bridge_primary = primary_process(self.info["primary"], self.port, self.transport, self.start_gtid,
+                                              self.state_dir, extra=("--server-id", str(self.server_id),
+                                                                     *self.extra_primary)).start()
+        deadline = time.monotonic() + 30
+        while not self._channel_registered():
+            self.bridge_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bench: channel {self.channel} not registered within 30s")
+            time.sleep(0.02)
+
+    def _channel_registered(self) -> bool:
+        with self.replica.cursor() as cur:
+            return bool(cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA='rdma_bridge' "
+                                    "AND TABLE_NAME='bridge_meta'")) and \
+                bool(cur.execute("SELECT 1 FROM rdma_bridge.bridge_meta WHERE channel=%s", (self.channel,)))
 
     def bridge_alive(self) -> None:
         self.bridge_primary.check_alive()

@@ -71,6 +71,7 @@ class ReplicaConfig:
     ring_bytes: int = DEFAULT_RING_BYTES
     channel: str = "default"
     poll_idle_s: float = 0.0002
+    spin_s: float = 0.005  # yield-spin this long after the last frame before sleeping
     group_max_txns: int = 1000  # consecutive small transactions applied as one replica transaction
     group_max_rows: int = 5000
     reconnect_attempts: int = 60

@@ -194,13 +194,3 @@ class Chunk:
     last: bool
     changes: tuple[Change, ...] = ()
 
-
-def estimate_bytes(change: Change) -> int:
-    """A cheap upper-ish bound of a change's encoded size, to cut chunks."""
-    if isinstance(change, Statement):
-        return 16 + len(change.sql) * 4
-    total = 64 + sum(len(c) for c in change.columns)
-    for image in (change.before, change.after):
-        for v in image or ():
-            total += 16 + (len(v) * (4 if isinstance(v, str) else 1) if isinstance(v, (str, bytes)) else 16)
-    return total

@@ -61,13 +61,16 @@ class ReplicaNode:
 
     def run(self) -> None:
         """Apply loop until ``stop``: finishes the transaction in flight."""
-        idle = 0
+        idle_since = None
         while not self._stop.is_set():
             if self.step():
-                idle = 0
-            else:
-                idle += 1
-                time.sleep(0 if idle < 50 else self.cfg.poll_idle_s)
+                idle_since = None
+                continue
+            now = time.monotonic()
+            idle_since = idle_since or now
+            # Yield-spin for a while after the last frame (lowest pickup latency while
+            # traffic flows), then back off to short sleeps so an idle replica costs little.
+            time.sleep(0 if now - idle_since < self.cfg.spin_s else self.cfg.poll_idle_s)
 
     def step(self) -> bool:
         """Apply the next unit of work; False when there was nothing to do. A unit is

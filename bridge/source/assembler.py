@@ -13,7 +13,7 @@ Events outside a GTID (e.g. the stream's first events) are ignored.
 from __future__ import annotations
 
 from bridge.errors import RemoteProtocolError
-from bridge.model import Chunk, RowChange, Statement, Transaction, estimate_bytes
+from bridge.model import Chunk, RowChange, Statement, Transaction
 from bridge.source.events import CommitRead, GtidStart, QueryRead, RowsRead, SourceEvent
 
 
@@ -36,6 +36,11 @@ class TransactionAssembler:
         return self._gtid is not None
 
     def feed(self, event: SourceEvent) -> Transaction | Chunk | None:
+        if isinstance(event, RowsRead) and self._gtid is not None:  # the common case first
+            self._changes.extend(_row_changes(event))
+            self._bytes += encoded_bytes_bound(event)
+            full = self._bytes >= self.chunk_bytes and not self._has_statement  # DDL stays whole
+            return self._chunk(last=False) if full else None
         if isinstance(event, GtidStart):
             if self._gtid is not None:
                 raise RemoteProtocolError(f"assemble: gtid {event.gtid} began before {self._gtid} committed")
@@ -44,12 +49,6 @@ class TransactionAssembler:
             return None
         if self._gtid is None:
             return None
-        if isinstance(event, RowsRead):
-            for change in _row_changes(event):
-                self._changes.append(change)
-                self._bytes += estimate_bytes(change)
-            full = self._bytes >= self.chunk_bytes and not self._has_statement  # DDL stays whole
-            return self._chunk(last=False) if full else None
         if isinstance(event, QueryRead):
             return self._query(event)
         if isinstance(event, CommitRead):
@@ -82,6 +81,13 @@ class TransactionAssembler:
         txn = Transaction(gtid=self._gtid, changes=tuple(self._changes))
         self._gtid, self._changes = None, []
         return txn
+
+
+def encoded_bytes_bound(ev: RowsRead) -> int:
+    """An upper bound of the wire size of an event's changes: the codec widens a
+    binlog value at most 4x (latin1 text to utf-8, 4-byte ints to tagged 8), and
+    repeats the column names per row."""
+    return 4 * ev.size + len(ev.rows) * (64 + 8 * sum(len(c) for c in ev.columns))
 
 
 def _row_changes(ev: RowsRead):

@@ -23,6 +23,7 @@ class RowsRead:
     columns: tuple[str, ...]
     key: tuple[str, ...]
     rows: tuple[tuple[tuple | None, tuple | None], ...]  # (before, after) per row
+    size: int = 0  # bytes of the binlog event, to size chunks without walking the values
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
@@ -86,20 +86,8 @@ class BinlogReader:
         self._stream.close()
 
     def _translate(self, ev) -> SourceEvent | None:
-        if isinstance(ev, MariadbGtidEvent):
-            return GtidStart(ev.gtid, standalone=bool(ev.flags & MARIADB_FL_STANDALONE))
-        if isinstance(ev, GtidEvent):
-            return GtidStart(ev.gtid, standalone=False)
-        if isinstance(ev, XidEvent):
-            return CommitRead()
-        if isinstance(ev, QueryEvent):
-            schema = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
-            return QueryRead(schema=schema, sql=ev.query)
-        if isinstance(ev, HeartbeatLogEvent):
-            return HeartbeatRead()
-        if isinstance(ev, RowsEvent):
-            return self._rows(ev)
-        return None
+        translate = _TRANSLATE.get(type(ev))
+        return translate(self, ev) if translate is not None else None
 
     def _rows(self, ev) -> RowsRead:
         columns = tuple(c.name for c in ev.columns)
@@ -115,7 +103,7 @@ class BinlogReader:
                 rows.append((None, image) if kind == "insert" else (image, None))
         pk = ev.primary_key
         key = (pk,) if isinstance(pk, str) and pk else tuple(pk or ())
-        return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows))
+        return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows), ev.event_size)
 
     def _column_converters(self, ev) -> tuple:
         table = ev.table_map[ev.table_id]
@@ -124,6 +112,25 @@ class BinlogReader:
             cached = (table, tuple(_converter(c) for c in ev.columns))
             self._converters[ev.table_id] = cached
         return cached[1]
+
+
+def _query(_reader, ev) -> QueryRead:
+    schema = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
+    return QueryRead(schema=schema, sql=ev.query)
+
+
+_COMMIT, _HEARTBEAT = CommitRead(), HeartbeatRead()
+# One dict lookup per event instead of an isinstance chain (decode is the hot path).
+_TRANSLATE = {
+    MariadbGtidEvent: lambda _r, ev: GtidStart(ev.gtid, standalone=bool(ev.flags & MARIADB_FL_STANDALONE)),
+    GtidEvent: lambda _r, ev: GtidStart(ev.gtid, standalone=False),
+    XidEvent: lambda _r, ev: _COMMIT,
+    QueryEvent: _query,
+    HeartbeatLogEvent: lambda _r, ev: _HEARTBEAT,
+    WriteRowsEvent: BinlogReader._rows,
+    UpdateRowsEvent: BinlogReader._rows,
+    DeleteRowsEvent: BinlogReader._rows,
+}
 
 
 def _image(values: dict, none_sources: dict, columns: tuple, convert: tuple) -> tuple:
@@ -227,6 +234,37 @@ def _charset_to_encoding(name):
 
 
 RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
+
+
+# --- TableMap events parsed once ---------------------------------------------
+# Every transaction repeats the TableMap event of each table it touches, and parsing
+# it (column metadata, optional metadata) was over half of the decode time. Events
+# with the same body bytes (table id, names, column types, metadata) describe the
+# same table, so the first parse is reused. An ALTER or a reused table id changes
+# the bytes and parses anew.
+_TABLE_MAP_CACHE: dict[bytes, TableMapEvent] = {}
+_TABLE_MAP_CACHE_MAX = 4096
+_parse_table_map = TableMapEvent.__init__
+
+
+def _cached_table_map_init(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
+    raw = from_packet.packet  # the pymysql packet, positioned after the event header
+    key = bytes(raw._data[raw._position:raw._position + event_size])
+    hit = _TABLE_MAP_CACHE.get(key)
+    if hit is None:
+        _parse_table_map(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+        if self._processed:
+            if len(_TABLE_MAP_CACHE) >= _TABLE_MAP_CACHE_MAX:
+                _TABLE_MAP_CACHE.clear()
+            _TABLE_MAP_CACHE[key] = self
+        return
+    self.__dict__.update(hit.__dict__)
+    self.packet, self.table_map, self.timestamp = from_packet, table_map, from_packet.timestamp
+    self._ctl_connection = ctl_connection
+    table_map[self.table_id] = self.table_obj
+
+
+TableMapEvent.__init__ = _cached_table_map_init
 RowsEvent._RowsEvent__read_date = _read_date
 RowsEvent._RowsEvent__read_time2 = _read_time2
 RowsEvent._RowsEvent__read_datetime = _read_datetime

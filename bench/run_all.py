@@ -1,0 +1,72 @@
+"""`make bench`: catch-up, lag and decode, bridge vs baselines measured in the same
+run on the sandbox (native MariaDB replica, stock mysql-replication). Writes
+bench/results/<date>.json and .html (ratios first) and prints the ratios.
+
+    python -m bench.run_all [--transactions 200000] [--decode-transactions 100000] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import sys
+from pathlib import Path
+
+from bench import catchup, decode, lag
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def ratios(result: dict) -> dict:
+    out = {}
+    for r in result["catchup"]["rounds"]:
+        out[f"catch-up vs native {r['native_threads'] or 1} thread(s) (higher is better)"] = r["ratio_bridge_over_native"]
+    for r in result["lag"]["rates"]:
+        for p in ("p50", "p99", "p999"):
+            out[f"lag {p} at {r['rate']} txn/s, bridge/native (lower is better)"] = r[f"ratio_{p}"]
+    out["decode vs stock mysql-replication (higher is better)"] = result["decode"]["ratio_ours_over_stock"]
+    return out
+
+
+def html(result: dict) -> str:
+    rows = []
+    for name, value in result["ratios"].items():
+        width = min(400, value * 100)
+        rows.append(f"<tr><td>{name}</td><td>{value:.2f}</td><td><svg width='420' height='14'>"
+                    f"<rect width='{width:.0f}' height='14' fill='#4a7'/><line x1='100' x2='100' y1='0' "
+                    f"y2='14' stroke='#000'/></svg></td></tr>")
+    return ("<html><head><meta charset='utf-8'><title>rdma-bridge bench</title></head><body>"
+            f"<h1>rdma-bridge benchmarks {result['date']}</h1><p>{result['machine']}. The line marks 1.0 "
+            "(parity with the baseline measured in the same run).</p><table>" + "".join(rows) +
+            "</table><pre>" + json.dumps({k: v for k, v in result.items() if k != "ratios"}, indent=2) +
+            "</pre></body></html>")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--transactions", type=int, default=200_000)
+    ap.add_argument("--decode-transactions", type=int, default=100_000)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--state-dir", default=".sandbox")
+    args = ap.parse_args()
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    result = {"date": dt.date.today().isoformat(), "machine": f"{platform.node()} {platform.machine()}, "
+              f"{__import__('os').cpu_count()} cpus, Python {platform.python_version()}"}
+    log("catch-up ...")
+    result["catchup"] = catchup.run(args.transactions, args.state_dir, "shm", log=log)
+    log("lag ...")
+    result["lag"] = lag.run([500, 2000, 5000], args.seconds, args.state_dir, "shm")
+    log("decode ...")
+    result["decode"] = decode.run(args.decode_transactions, args.state_dir)
+    result["ratios"] = ratios(result)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{result['date']}.json").write_text(json.dumps(result, indent=2))
+    (RESULTS / f"{result['date']}.html").write_text(html(result))
+    print(json.dumps(result["ratios"], indent=2))
+    log(f"written: {RESULTS / (result['date'] + '.json')} and .html")
+
+
+if __name__ == "__main__":
+    main()
