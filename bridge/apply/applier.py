@@ -147,13 +147,20 @@ class Applier:
         return self.position
 
     def _apply_rows(self, context: str, seq: int, changes, gtids: GtidSet | None) -> None:
-        """Row statements (+ the position and COMMIT when ``gtids`` is given)."""
+        """Row statements (+ the position and COMMIT when ``gtids`` is given).
+
+        UPDATE/DELETE row counts are checked here, after the server ran the batch, so
+        their COMMIT must wait for the check. INSERT-only work fails with an SQL error
+        that stops the batch, so its COMMIT can travel in the same round trip."""
         statements = [(text, params, change) for text, params, change, _ in sql.grouped_statements(changes)]
+        commit_in_batch = gtids is not None and all(c.kind == "insert" for c in changes)
         if gtids is not None:
-            statements.append((sql.POSITION_UPDATE, [seq, str(gtids), self.channel], None))
+            statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION))
+        if commit_in_batch:
+            statements.append(("COMMIT", None, _COMMIT))
         try:
             self._run_batched(context, statements)
-            if gtids is not None:
+            if gtids is not None and not commit_in_batch:
                 self.conn.commit()
         except BaseException:
             self._rollback()
@@ -222,7 +229,7 @@ class Applier:
                     break
         except pymysql.MySQLError as exc:
             change = batch[index][1] if index < len(batch) else None
-            where = f" on {change.schema}.{change.table}" if change else ""
+            where = f" on {change.schema}.{change.table}" if isinstance(change, RowChange) else ""
             raise apply_error(f"{context}{where}", exc) from exc
 
     def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
@@ -235,7 +242,7 @@ class Applier:
                     self._run_statement(cur, seq, txn, change, replay)
                 else:
                     self._run(cur, f"apply seq {seq} ({txn.gtid})", [(cur.mogrify(*sql.row_statement(change)), change)])
-            cur.execute(sql.POSITION_UPDATE, (seq, str(gtids), self.channel))
+            cur.execute(sql.POSITION_WRITE, (self.channel, seq, str(gtids)))
         self.conn.commit()
 
     def _run_statement(self, cur, seq: int, txn: Transaction, st: Statement, replay: bool) -> None:
@@ -288,10 +295,12 @@ def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
     return ApplyError(f"{context}: {detail}")
 
 
-def _check_matched(context: str, change: RowChange | None, rowcount: int) -> None:
-    if change is None or change.kind == "insert":
-        if change is None and rowcount != 1:
-            raise ApplyError(f"{context}: position row for the channel is missing")
+# Batch entries without a row count to check: the position upsert and the COMMIT.
+_POSITION, _COMMIT = object(), object()
+
+
+def _check_matched(context: str, change, rowcount: int) -> None:
+    if change is _COMMIT or change is _POSITION or change.kind == "insert":
         return
     if rowcount != 1:
         raise ApplyError(f"{context}: {change.kind} on {change.schema}.{change.table} "

@@ -74,8 +74,11 @@ def _match(c: RowChange) -> tuple[str, list]:
             [to_param(v) for v in c.before])
 
 
-POSITION_UPDATE = (f"{TAG}UPDATE rdma_bridge.bridge_meta SET applied_seq=%s, gtid_set=%s, "
-                   "pending_ddl_seq=0 WHERE channel=%s")
+# An upsert, so the position is written even if its row vanished: it can never
+# silently match nothing while the rows it describes commit.
+POSITION_WRITE = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set, pending_ddl_seq) "
+                  "VALUES (%s, %s, %s, 0) ON DUPLICATE KEY UPDATE applied_seq=VALUES(applied_seq), "
+                  "gtid_set=VALUES(gtid_set), pending_ddl_seq=0")
 DDL_PENDING = f"{TAG}UPDATE rdma_bridge.bridge_meta SET pending_ddl_seq=%s WHERE channel=%s"
 POSITION_SELECT = "SELECT applied_seq, gtid_set, pending_ddl_seq FROM rdma_bridge.bridge_meta WHERE channel=%s"
 POSITION_INSERT = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set) "
