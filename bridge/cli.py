@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from bridge.config import (DEFAULT_RING_BYTES, PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig,
-                           parse_hostport)
+from bridge.config import (DEFAULT_RING_BYTES, PASSWORD_ENV, SECRET_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig,
+                           parse_hostport, read_secret)
 from bridge.errors import BridgeError
 from bridge.ring.layout import check_ring_bytes
 from bridge.sandbox import DEFAULT_STATE_DIR, Sandbox
@@ -101,6 +101,12 @@ def _hostport(_ctx, _param, value: str) -> tuple[str, int]:
         raise click.BadParameter(str(exc)) from exc
 
 
+SECRET_FILE = click.option(
+    "--secret-file", type=click.Path(dir_okay=False), default=None,
+    help=f"File whose first line is the control channel's shared secret (else ${SECRET_ENV}). Both sides "
+         "prove it to each other; required when the replica listens beyond loopback.")
+
+
 @main.command("start-replica")
 @click.option("--target", required=True, envvar="RDMA_BRIDGE_TARGET", metavar="URL",
               help="Replica server, mysql://user[:password]@host:port. Password also from "
@@ -112,7 +118,8 @@ def _hostport(_ctx, _param, value: str) -> tuple[str, int]:
               help="Ring data area size, a power of two.")
 @click.option("--channel", default="default", show_default=True,
               help="Name of this replication stream in rdma_bridge.bridge_meta.")
-def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str) -> None:
+@SECRET_FILE
+def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, secret_file: str) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -125,7 +132,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
     from bridge.node.replica import ReplicaNode
 
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
-                        transport=transport, ring_bytes=ring_bytes, channel=channel)
+                        transport=transport, ring_bytes=ring_bytes, channel=channel, secret=read_secret(secret_file))
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:
@@ -155,8 +162,9 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @click.option("--reconnect-attempts", type=click.IntRange(min=0), default=60, show_default=True,
               help="Reconnects (with backoff up to 2s) after a lost replica link or primary connection; "
                    "0 stops at the first loss.")
+@SECRET_FILE
 def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str,
-                  backpressure_timeout: float, reconnect_attempts: int) -> None:
+                  backpressure_timeout: float, reconnect_attempts: int, secret_file: str) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -171,7 +179,7 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
     cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
-                        reconnect_attempts=reconnect_attempts)
+                        reconnect_attempts=reconnect_attempts, secret=read_secret(secret_file))
     node = PrimaryNode(cfg)
     _on_signals(node.stop)
     try:

@@ -5,8 +5,9 @@ Parsed only by the CLI; each component receives its own section as plain values.
 
 from __future__ import annotations
 
+import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from bridge.errors import ConfigError
@@ -63,10 +64,34 @@ def parse_hostport(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+SECRET_ENV = "RDMA_BRIDGE_SECRET"
+
+
+def read_secret(secret_file: str | None) -> str:
+    """The shared secret of the control channel: a file's first line, or the environment."""
+    if secret_file:
+        try:
+            with open(secret_file) as f:
+                return f.readline().strip()
+        except OSError as exc:
+            raise ConfigError(f"read secret file {secret_file}: {exc.strerror}") from exc
+    return os.environ.get(SECRET_ENV, "")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     target: MysqlUrl
     listen: tuple[str, int]
+    secret: str = field(default="", repr=False)
     transport: str = "shm"
     ring_bytes: int = DEFAULT_RING_BYTES
     channel: str = "default"
@@ -83,6 +108,7 @@ class ReplicaConfig:
 class PrimaryConfig:
     source: MysqlUrl
     replica: tuple[str, int]
+    secret: str = field(default="", repr=False)
     transport: str = "shm"
     server_id: int = 4242
     start_gtid: str = ""  # used only when the replica has no position yet; "" = binlog start

@@ -39,6 +39,10 @@ class CorruptFrame(RemoteProtocolError):
         self.seq = seq
 
 
+class AuthenticationError(RemoteProtocolError):
+    """The peer could not prove the shared secret."""
+
+
 class VersionSkew(RemoteProtocolError):
     """Both ends speak different protocol versions or ring layouts."""
 

@@ -42,8 +42,8 @@ class BridgePair:
     primary's current position. ``sync()`` waits until the replica holds everything
     the primary committed; ``assert_same()`` compares the schemas row by row."""
 
-    def __init__(self, urls, transport, ring_bytes=1 << 20):
-        self.urls, self.transport, self.ring_bytes = urls, transport, ring_bytes
+    def __init__(self, urls, transport, ring_bytes=1 << 20, secret=""):
+        self.urls, self.transport, self.ring_bytes, self.secret = urls, transport, ring_bytes, secret
         n = next(_channels)
         self.channel, self.server_id = f"t{n}_{int(time.time())}", 5000 + n
         self.primary = connect(urls["primary_admin"])
@@ -54,7 +54,7 @@ class BridgePair:
 
     def start_replica(self, port=0, target=None):
         cfg = ReplicaConfig(target=target or self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
-                            ring_bytes=self.ring_bytes, channel=self.channel)
+                            ring_bytes=self.ring_bytes, channel=self.channel, secret=self.secret)
         self.replica_node = ReplicaNode(cfg)
         self.replica_node.start()
         self._thread(self.replica_node.run, "replica")
@@ -64,7 +64,7 @@ class BridgePair:
         cfg = PrimaryConfig(source=source or self.urls["primary"],
                             replica=tuple(replica_addr or self.replica_node.address),
                             transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1,
-                            server_id=self.server_id, **overrides)
+                            server_id=self.server_id, **{"secret": self.secret, **overrides})
         self.primary_node = PrimaryNode(cfg)
         self.primary_node.connect()
         self._thread(self.primary_node.run, "primary")

@@ -68,7 +68,8 @@ class PrimaryNode:
         preflight.check_position(settings, resume, self.cfg.source)
         self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1)
-        self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"])
+        self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"],
+                                  self.cfg.secret)
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
                                    mariadb="mariadb" in settings["version"].lower(), report_as=self.report_as)
         self.binlog_reopens += 1
@@ -87,8 +88,9 @@ class PrimaryNode:
 
     def _handshake(self) -> dict:
         self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
-        self._control.send(control.hello("control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid))
-        welcome = control.check_hello(self._control.recv(), expect_type="welcome")
+        welcome = control.check_hello(control.client_handshake(
+            self._control, self.cfg.secret, "control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid),
+            expect_type="welcome")
         self._control.sock.settimeout(None)
         self._link_down.clear()
         threading.Thread(target=self._watch_control, args=(self._control,), name="primary-control",
@@ -122,7 +124,7 @@ class PrimaryNode:
         try:  # all or nothing: a resend cut short must not leave a gap in the seqs
             self.producer = RingProducer(welcome["ring_bytes"], next_seq=applied + 1)
             self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
-                                      welcome["ring_bytes"])
+                                      welcome["ring_bytes"], self.cfg.secret)
             for frame in frames:
                 self._place(frame.kind, frame.payload, f"resend of seq {frame.seq}")
             if unplaced is not None:

@@ -15,8 +15,8 @@ import threading
 import time
 
 from bridge.apply.applier import Applier
-from bridge.config import ReplicaConfig
-from bridge.errors import BridgeError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
+from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
+from bridge.errors import BridgeError, ConfigError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
 from bridge.model import GtidSet
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
@@ -31,6 +31,9 @@ HANDSHAKE_TIMEOUT_S = 10.0
 
 class ReplicaNode:
     def __init__(self, cfg: ReplicaConfig) -> None:
+        if not cfg.secret and not is_loopback(cfg.listen[0]):
+            raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback the control channel "
+                              f"needs a shared secret (set {SECRET_ENV} or --secret-file on both sides)")
         self.cfg = cfg
         self.applier = Applier(cfg.target, cfg.channel)
         self.host = make_host(cfg.transport, cfg.ring_bytes)
@@ -190,7 +193,7 @@ class ReplicaNode:
         sock.settimeout(HANDSHAKE_TIMEOUT_S)
         conn = ControlConnection(sock)
         try:
-            msg = control.check_hello(conn.recv())
+            msg = self._authenticate(conn)
             if msg.get("role") == "data":
                 self._serve_data(conn, msg)
             else:
@@ -203,10 +206,22 @@ class ReplicaNode:
             _try_send(conn, {"type": "error", "reason": str(exc)})
             conn.close()
 
+    def _authenticate(self, conn: ControlConnection) -> dict:
+        """Challenge first; the hello must carry the proof; our proof goes back with the
+        reply (welcome or ready) through ``_proof_for``."""
+        nonce = control.challenge()
+        conn.send(nonce)
+        msg = control.check_hello(conn.recv())
+        control.check_proof(self.cfg.secret, str(msg.get("role")), nonce["nonce"], msg.get("auth"), conn.peer)
+        return msg
+
+    def _proof_for(self, msg: dict) -> str:
+        return control.proof(self.cfg.secret, "replica", str(msg.get("nonce", ""))) if self.cfg.secret else ""
+
     def _serve_data(self, conn: ControlConnection, msg: dict) -> None:
         if not self.session or msg.get("session") != self.session or not hasattr(self.host, "accept"):
             raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
-        self.host.accept(conn)
+        self.host.accept(conn, self._proof_for(msg))
 
     def _serve_control(self, conn: ControlConnection, msg: dict) -> None:
         if msg.get("transport") != self.cfg.transport:
@@ -242,6 +257,7 @@ class ReplicaNode:
             self.session = secrets.token_hex(8)
             self._control = conn
             return {"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
+                    "auth": self._proof_for(msg),
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
                     "params": {**self.host.params(), "session": self.session},
                     "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel}

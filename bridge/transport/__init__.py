@@ -19,11 +19,11 @@ def make_host(transport: str, ring_bytes: int):
     raise ConfigError(f"transport {transport!r}: not available in this build (choose shm or tcp)")
 
 
-def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int):
+def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int, secret: str = ""):
     if transport == "shm":
         from bridge.transport.shm import ShmRemoteRing
         return ShmRemoteRing(params, ring_bytes)
     if transport == "tcp":
         from bridge.transport.tcp import TcpRemoteRing
-        return TcpRemoteRing(params, replica_addr, ring_bytes)
+        return TcpRemoteRing(params, replica_addr, ring_bytes, secret)
     raise ConfigError(f"transport {transport!r}: not available in this build (choose shm or tcp)")

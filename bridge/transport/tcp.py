@@ -30,10 +30,10 @@ class TcpRingHost:
     def reset(self) -> None:
         init_region(self.region, self.ring_bytes)
 
-    def accept(self, conn: ControlConnection) -> None:
-        """Take over a data connection after its hello. The primary sends no placement
-        before ``ready``, so nothing it sends is left in the control reader's buffer."""
-        conn.send({"type": "ready"})
+    def accept(self, conn: ControlConnection, auth: str = "") -> None:
+        """Take over a data connection after its (authenticated) hello. The primary sends
+        no placement before ``ready``, so nothing it sends is left in the reader's buffer."""
+        conn.send({"type": "ready", "auth": auth})
         conn.sock.settimeout(None)
         self.serve(conn.sock)
 
@@ -62,11 +62,10 @@ class TcpRingHost:
 
 class TcpRemoteRing:
     def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
-                 timeout_s: float = 10.0, session: str = "") -> None:
+                 secret: str = "", timeout_s: float = 10.0) -> None:
         self._sock = connect(replica_addr, timeout_s)
-        conn = ControlConnection(self._sock)
-        conn.send(control.hello("data", session=params.get("session", session)))
-        reply = conn.recv()
+        reply = control.client_handshake(ControlConnection(self._sock), secret, "data",
+                                         session=params.get("session", ""))
         if reply.get("type") != "ready":
             raise TransportError(f"tcp transport: replica {replica_addr[0]}:{replica_addr[1]} refused the data "
                                  f"connection: {reply.get('reason', reply.get('type'))}")

@@ -8,10 +8,13 @@ h11 shape: no sockets here). Size limits are enforced before allocation.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
 import struct
 
-from bridge.errors import RemoteProtocolError, VersionSkew
+from bridge.errors import AuthenticationError, RemoteProtocolError, VersionSkew
 
 PROTOCOL_MAGIC = "rdma-bridge"
 PROTOCOL_VERSION = 1
@@ -67,3 +70,42 @@ def check_hello(msg: dict, expect_type: str = "hello") -> dict:
     if msg.get("version") != PROTOCOL_VERSION:
         raise VersionSkew(f"handshake: peer speaks protocol version {msg.get('version')}, we speak {PROTOCOL_VERSION}")
     return msg
+
+
+# --- peer authentication (shared secret, challenge-response, both directions) ---
+# The listener opens every connection with a challenge nonce; the connecting side
+# answers with HMAC-SHA256(secret, role:nonce) and its own nonce, which the listener
+# answers in turn. The secret itself never crosses the wire.
+
+def challenge() -> dict:
+    return {"type": "challenge", "magic": PROTOCOL_MAGIC, "version": PROTOCOL_VERSION,
+            "nonce": secrets.token_hex(16)}
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(16)
+
+
+def proof(secret: str, role: str, nonce: str) -> str:
+    return hmac.new(secret.encode(), f"{role}:{nonce}".encode(), hashlib.sha256).hexdigest()
+
+
+def check_proof(secret: str, role: str, nonce: str, given, peer: str) -> None:
+    """With a secret configured, the peer must prove it; without one, nothing is checked."""
+    if not secret:
+        return
+    if not isinstance(given, str) or not hmac.compare_digest(proof(secret, role, nonce), given):
+        raise AuthenticationError(f"authenticate {peer}: wrong or missing shared secret (role {role})")
+
+
+def client_handshake(conn, secret: str, role: str, **fields) -> dict:
+    """The connecting side: answer the challenge, then check the listener's reply and
+    its proof. ``conn`` has send(dict)/recv() -> dict (no sockets here)."""
+    ch = check_hello(conn.recv(), expect_type="challenge")
+    mine = new_nonce()
+    conn.send(hello(role, nonce=mine, auth=proof(secret, role, ch["nonce"]) if secret else "", **fields))
+    reply = conn.recv()
+    if reply.get("type") == "error":
+        raise RemoteProtocolError(f"refused by peer: {reply.get('reason', '?')}")
+    check_proof(secret, "replica", mine, reply.get("auth"), getattr(conn, "peer", "peer"))
+    return reply

@@ -15,6 +15,7 @@ from bridge.errors import PreflightError, RemoteProtocolError, SourceConnectionL
 from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
 from bridge.source.preflight import check_position
+from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from tests.conftest import BridgePair
 
@@ -140,10 +141,13 @@ def test_cli_help_teaches():
 
 
 def _exchange(addr, data: bytes) -> str:
+    """Send raw bytes after the replica's challenge; the reason of its error reply."""
     with socket.create_connection(tuple(addr), timeout=5) as s:
+        conn = ControlConnection(s)
+        assert conn.recv()["type"] == "challenge"
         s.sendall(data)
-        reply = control.MessageDecoder().feed(s.recv(65536))
-    return reply[0]["reason"] if reply else ""
+        reply = conn.recv()
+    return reply.get("reason", "")
 
 
 def _closed_port() -> int:

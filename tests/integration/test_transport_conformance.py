@@ -11,6 +11,7 @@ from bridge.ring.consumer import RingConsumer
 from bridge.ring.producer import RingProducer
 from bridge.transport import make_host, open_remote
 from bridge.transport.sockets import ControlConnection
+from bridge.wire import control
 from bridge.wire.frame import FrameKind
 
 RING = 1 << 16
@@ -33,6 +34,7 @@ class HostedRing:
             except OSError:
                 return
             conn = ControlConnection(sock)
+            conn.send(control.challenge())
             conn.recv()  # the data hello
             threading.Thread(target=self.host.accept, args=(conn,), daemon=True).start()
 

@@ -1,0 +1,71 @@
+"""The control channel authenticates both peers with a shared secret (HMAC
+challenge-response, the secret never on the wire), and a replica will not listen
+beyond loopback without one."""
+
+import dataclasses
+
+import pytest
+
+from bridge.config import ReplicaConfig
+from bridge.errors import AuthenticationError, ConfigError, RemoteProtocolError
+from bridge.node.primary import PrimaryNode
+from bridge.node.replica import ReplicaNode
+from tests.conftest import BridgePair
+
+SECRET = "correct horse battery staple"
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_shared_secret_on_both_sides_replicates(urls, fresh_schema, transport):
+    s = fresh_schema("auth")
+    pair = BridgePair(urls, transport, secret=SECRET).start()
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        pair.assert_same(s)
+    finally:
+        pair.stop()
+
+
+@pytest.mark.parametrize("primary_secret", ["wrong secret", ""])
+def test_replica_refuses_a_primary_without_the_secret(urls, primary_secret):
+    pair = BridgePair(urls, "tcp", secret=SECRET)
+    pair.start_replica()
+    try:
+        node = PrimaryNode(dataclasses.replace(_primary_cfg(pair), secret=primary_secret))
+        with pytest.raises(RemoteProtocolError, match="refused by peer: authenticate .*wrong or missing shared secret") \
+                as err:
+            node.connect()
+        assert SECRET not in str(err.value) and (not primary_secret or primary_secret not in str(err.value))
+        node.close()
+    finally:
+        pair.stop()
+
+
+def test_primary_refuses_a_replica_that_cannot_prove_the_secret(urls):
+    pair = BridgePair(urls, "tcp")  # the replica has no secret
+    pair.start_replica()
+    try:
+        node = PrimaryNode(dataclasses.replace(_primary_cfg(pair), secret=SECRET))
+        with pytest.raises(AuthenticationError, match="role replica"):
+            node.connect()
+        node.close()
+    finally:
+        pair.stop()
+
+
+def test_no_listening_beyond_loopback_without_a_secret(urls):
+    cfg = ReplicaConfig(target=urls["replica"], listen=("0.0.0.0", 0))
+    with pytest.raises(ConfigError, match="beyond loopback the control channel needs a shared secret"):
+        ReplicaNode(cfg)
+
+
+def test_secret_is_not_in_config_reprs(urls):
+    cfg = ReplicaConfig(target=urls["replica"], listen=("127.0.0.1", 0), secret=SECRET)
+    assert SECRET not in repr(cfg) and urls["replica"].password not in repr(cfg)
+
+
+def _primary_cfg(pair):
+    from bridge.config import PrimaryConfig
+
+    return PrimaryConfig(source=pair.urls["primary"], replica=tuple(pair.replica_node.address), transport="tcp",
+                         server_id=pair.server_id, start_gtid=pair.start_gtid)
