@@ -45,6 +45,7 @@ class ReplicaNode:
         self._pending: list = []  # work whose apply lost the replica connection: retried first
         self._stash = None  # a decoded frame that could not join the last group
         self.groups = 0
+        self.largest_group = 0
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
@@ -144,6 +145,7 @@ class ReplicaNode:
             self.applier.apply_group([(f.seq, txn) for f, txn in work])
             self.applied_count += len(work)
             self.groups += 1
+            self.largest_group = max(self.largest_group, len(work))
 
     def _reconnect_target(self, cause: TargetConnectionLost) -> None:
         """Bounded retries, the attempt count in the log; gives up by raising."""
