@@ -9,8 +9,9 @@ STAMP  := $(VENV)/.installed
 MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/dev/null)
 
 MINUTES ?= 5
+FUZZ_INPUTS ?= 1000000
 
-.PHONY: demo test unit integration faults soak bench deps mariadb clean sandbox-down
+.PHONY: demo test unit integration faults soak bench fuzz deps mariadb clean sandbox-down
 
 $(STAMP): setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +52,11 @@ soak: deps
 # MariaDB replica, the stock binlog library); writes bench/results/<date>.json/.html.
 bench: deps
 	$(PY) -m bench.run_all
+
+# Mutated and random inputs into every wire/ring decoder: each must yield a value or
+# the protocol error type (a short property-based version runs in make test).
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz_decoders --inputs $(FUZZ_INPUTS)
 
 sandbox-down: $(STAMP)
 	$(PY) -m bridge sandbox down

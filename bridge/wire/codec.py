@@ -203,6 +203,8 @@ _KINDS = ("insert", "update", "delete")
 
 
 def _change_from(c: tuple):
+    if type(c) is not tuple or not c:
+        raise ValueError(f"a change must be a non-empty tuple, got {type(c).__name__}")
     if c[0] == "q" and len(c) == 3:
         return Statement(schema=_text(c[1]), sql=_text(c[2]))
     if c[0] == "r" and len(c) == 8 and c[1] in _KINDS:

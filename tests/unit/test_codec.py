@@ -101,3 +101,13 @@ def test_chunk_round_trips(txn, index, last):
 
     chunk = Chunk(txn.gtid, index, last, txn.changes)
     assert decode_chunk(encode_chunk(chunk)) == chunk
+
+
+@pytest.mark.parametrize("payload", [
+    # found by `make fuzz`: a transaction whose change is an empty tuple
+    b"l\x02\x00\x00\x00s\x05\x00\x00\x000-1-7l\x03\x00\x00\x00l\x00\x00\x00\x00s\x01\x00\x00\x00rs"
+    b"\x06\x00\x00\x00update",
+])
+def test_fuzz_findings_are_protocol_errors(payload):
+    with pytest.raises(RemoteProtocolError):
+        decode_transaction(payload)
