@@ -27,6 +27,7 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0
+PROGRESS_S = 10.0
 
 
 class ReplicaNode:
@@ -46,6 +47,9 @@ class ReplicaNode:
         self._stash = None  # a decoded frame that could not join the last group
         self.groups = 0
         self.largest_group = 0
+        self._reported = self._reported_groups = 0
+        self._last_report = time.monotonic()
+        self._next_report = self._last_report + PROGRESS_S
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
@@ -67,6 +71,7 @@ class ReplicaNode:
         """Apply loop until ``stop``: finishes the transaction in flight."""
         idle_since = None
         while not self._stop.is_set():
+            self._report_progress()
             if self.step():
                 idle_since = None
                 continue
@@ -75,6 +80,21 @@ class ReplicaNode:
             # Yield-spin for a while after the last frame (lowest pickup latency while
             # traffic flows), then back off to short sleeps so an idle replica costs little.
             time.sleep(0 if now - idle_since < self.cfg.spin_s else self.cfg.poll_idle_s)
+
+    def _report_progress(self) -> None:
+        """A progress line every PROGRESS_S while transactions are applied."""
+        now = time.monotonic()
+        if now < self._next_report:
+            return
+        elapsed, self._last_report = now - self._last_report, now
+        applied, self._reported = self.applied_count - self._reported, self.applied_count
+        if applied:
+            pos = self.applier.position
+            log.info("applied %d transactions in the last %.0fs (%.0f txn/s) in %d groups, at seq %d (%s)",
+                     applied, elapsed, applied / elapsed, self.groups - self._reported_groups,
+                     pos.applied_seq, pos.gtid_set)
+        self._reported_groups = self.groups
+        self._next_report = now + PROGRESS_S
 
     def step(self) -> bool:
         """Apply the next unit of work; False when there was nothing to do. A unit is
