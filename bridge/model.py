@@ -91,9 +91,6 @@ class GtidSet:
     def add_text(self, gtid: str) -> GtidSet:
         return self.add(Gtid.parse(gtid))
 
-    def domains(self) -> set[str]:
-        return {g.domain for g in self.mariadb} | {uuid for uuid, _ in self.mysql}
-
 
 def _domain_key(g: Gtid) -> int:
     return int(g.domain)

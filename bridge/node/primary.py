@@ -23,6 +23,7 @@ import time
 from bridge.config import PrimaryConfig
 from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
+from bridge.node.progress import Progress
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
 from bridge.source.assembler import TransactionAssembler
@@ -36,7 +37,6 @@ from bridge.wire.frame import FrameKind
 log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
 BACKPRESSURE_LOG_S = 5.0
-PROGRESS_S = 10.0
 
 
 class PrimaryNode:
@@ -56,8 +56,7 @@ class PrimaryNode:
         self._unplaced: tuple[FrameKind, bytes, str] | None = None  # read, but not in the ring when the link fell
         self._link_down = threading.Event()
         self._link_reason = ""
-        self._reported, self._last_report = 0, time.monotonic()
-        self._next_report = self._last_report + PROGRESS_S
+        self._progress = Progress()
 
     @property
     def report_as(self) -> str:
@@ -168,17 +167,12 @@ class PrimaryNode:
         self._stop.wait(delay)
 
     def _report_progress(self) -> None:
-        """A progress line every PROGRESS_S while transactions flow."""
-        now = time.monotonic()
-        if now < self._next_report:
-            return
-        elapsed, self._last_report = now - self._last_report, now
-        shipped, self._reported = self.shipped - self._reported, self.shipped
-        if shipped:
+        report = self._progress.due(self.shipped)
+        if report and report[0]:
+            shipped, elapsed = report
             log.info("shipped %d transactions in the last %.0fs (%.0f txn/s), last %s, ring backlog %d frames",
                      shipped, elapsed, shipped / elapsed, self.last_gtid,
                      self.producer.backlog_frames if self.producer else 0)
-        self._next_report = now + PROGRESS_S
 
     def step(self) -> Transaction | Chunk | None:
         """Read one binlog event; ship the transaction it completes, if any."""

@@ -18,6 +18,7 @@ from bridge.apply.applier import Applier
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
 from bridge.errors import BridgeError, ConfigError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
 from bridge.model import GtidSet
+from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
 from bridge.transport.sockets import ControlConnection
@@ -27,7 +28,6 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0
-PROGRESS_S = 10.0
 
 
 class ReplicaNode:
@@ -47,9 +47,8 @@ class ReplicaNode:
         self._stash = None  # a decoded frame that could not join the last group
         self.groups = 0
         self.largest_group = 0
-        self._reported = self._reported_groups = 0
-        self._last_report = time.monotonic()
-        self._next_report = self._last_report + PROGRESS_S
+        self._progress = Progress()
+        self._reported_groups = 0
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
@@ -82,19 +81,15 @@ class ReplicaNode:
             time.sleep(0 if now - idle_since < self.cfg.spin_s else self.cfg.poll_idle_s)
 
     def _report_progress(self) -> None:
-        """A progress line every PROGRESS_S while transactions are applied."""
-        now = time.monotonic()
-        if now < self._next_report:
-            return
-        elapsed, self._last_report = now - self._last_report, now
-        applied, self._reported = self.applied_count - self._reported, self.applied_count
-        if applied:
+        report = self._progress.due(self.applied_count)
+        if report and report[0]:
+            applied, elapsed = report
             pos = self.applier.position
             log.info("applied %d transactions in the last %.0fs (%.0f txn/s) in %d groups, at seq %d (%s)",
                      applied, elapsed, applied / elapsed, self.groups - self._reported_groups,
                      pos.applied_seq, pos.gtid_set)
-        self._reported_groups = self.groups
-        self._next_report = now + PROGRESS_S
+        if report:
+            self._reported_groups = self.groups
 
     def step(self) -> bool:
         """Apply the next unit of work; False when there was nothing to do. A unit is

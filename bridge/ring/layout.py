@@ -56,12 +56,6 @@ def read_ring_header(region) -> RingHeader:
     return RingHeader(magic, write_seq, ack_seq, head, tail, size)
 
 
-def publish_bytes(write_seq: int, head: int) -> bytes:
-    """The header bytes at WRITE_SEQ_AT.. that publish progress (write_seq, then head
-    at HEAD_AT, with ack_seq left alone): two separate placements."""
-    return _U64.pack(write_seq) + _U32.pack(head)
-
-
 def read_u64(region, at: int) -> int:
     return _U64.unpack_from(region, at)[0]
 

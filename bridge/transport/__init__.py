@@ -5,11 +5,12 @@ remote memory (``RemoteRing``), and the replica side that owns that memory
 from __future__ import annotations
 
 from bridge.errors import ConfigError
+from bridge.transport.base import RemoteRing, RingHost
 
 TRANSPORTS = ("shm", "tcp", "rdma")
 
 
-def make_host(transport: str, ring_bytes: int):
+def make_host(transport: str, ring_bytes: int) -> RingHost:
     if transport == "shm":
         from bridge.transport.shm import ShmRingHost
         return ShmRingHost(ring_bytes)
@@ -19,7 +20,8 @@ def make_host(transport: str, ring_bytes: int):
     raise ConfigError(f"transport {transport!r}: not available in this build (choose shm or tcp)")
 
 
-def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int, secret: str = ""):
+def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
+                secret: str = "") -> RemoteRing:
     if transport == "shm":
         from bridge.transport.shm import ShmRemoteRing
         return ShmRemoteRing(params, ring_bytes)
