@@ -118,8 +118,13 @@ SECRET_FILE = click.option(
               help="Ring data area size, a power of two.")
 @click.option("--channel", default="default", show_default=True,
               help="Name of this replication stream in rdma_bridge.bridge_meta.")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Replica connections applying in parallel. Transactions whose rows (primary and unique "
+                   "keys) do not overlap run at once; commits stay in primary order, so the replica only "
+                   "ever shows a prefix of the primary's history. DDL and large transactions run alone.")
 @SECRET_FILE
-def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, secret_file: str) -> None:
+def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
+                  secret_file: str) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -132,7 +137,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
     from bridge.node.replica import ReplicaNode
 
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
-                        transport=transport, ring_bytes=ring_bytes, channel=channel, secret=read_secret(secret_file))
+                        transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
+                        secret=read_secret(secret_file))
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:

@@ -99,6 +99,7 @@ class ReplicaConfig:
     spin_s: float = 0.005  # yield-spin this long after the last frame before sleeping
     group_max_txns: int = 1000  # consecutive small transactions applied as one replica transaction
     group_max_rows: int = 5000
+    workers: int = 1  # replica connections; above 1 a window of workers x the group bounds is split
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0

@@ -76,6 +76,10 @@ class TargetConnectionLost(ApplyError):
     by the server and is retried after a reconnect."""
 
 
+class LockConflict(ApplyError):
+    """A lock wait timeout or deadlock on the replica: the work was rolled back and may be retried."""
+
+
 class ConsistencyError(BridgeError):
     """Both databases do not hold the same rows."""
 

@@ -54,8 +54,9 @@ class BridgeProcess:
 
 
 def replica_process(target_url: str, port: int, transport: str, channel: str, log_dir: str,
-                    ring_bytes: int | None = None) -> BridgeProcess:
-    args = ["start-replica", "--listen", f"127.0.0.1:{port}", "--transport", transport, "--channel", channel]
+                    ring_bytes: int | None = None, extra: tuple[str, ...] = ()) -> BridgeProcess:
+    args = ["start-replica", "--listen", f"127.0.0.1:{port}", "--transport", transport, "--channel", channel,
+            *extra]
     if ring_bytes:
         args += ["--ring-bytes", str(ring_bytes)]
     return BridgeProcess("replica", args, {"RDMA_BRIDGE_TARGET": target_url}, log_dir)

@@ -42,8 +42,9 @@ class BridgePair:
     primary's current position. ``sync()`` waits until the replica holds everything
     the primary committed; ``assert_same()`` compares the schemas row by row."""
 
-    def __init__(self, urls, transport, ring_bytes=1 << 20, secret=""):
+    def __init__(self, urls, transport, ring_bytes=1 << 20, secret="", workers=1):
         self.urls, self.transport, self.ring_bytes, self.secret = urls, transport, ring_bytes, secret
+        self.workers = workers
         n = next(_channels)
         self.channel, self.server_id = f"t{n}_{int(time.time())}", 5000 + n
         self.primary = connect(urls["primary_admin"])
@@ -54,7 +55,8 @@ class BridgePair:
 
     def start_replica(self, port=0, target=None):
         cfg = ReplicaConfig(target=target or self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
-                            ring_bytes=self.ring_bytes, channel=self.channel, secret=self.secret)
+                            ring_bytes=self.ring_bytes, channel=self.channel, secret=self.secret,
+                            workers=self.workers)
         self.replica_node = ReplicaNode(cfg)
         self.replica_node.start()
         self._thread(self.replica_node.run, "replica")

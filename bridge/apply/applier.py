@@ -23,7 +23,7 @@ from pymysql.constants import CLIENT
 
 from bridge.apply import sql
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError, TargetConnectionLost
+from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
 from bridge.model import Chunk, GtidSet, RowChange, Statement, Transaction
 from bridge.sqlfiles import sql_statements
 
@@ -35,6 +35,7 @@ DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176}
 UNKNOWN_DATABASE = 1049
 # Can't connect, server gone away, lost connection, server shutdown in progress, killed.
 CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
+LOCK_CONFLICT = {1205, 1213}  # lock wait timeout, deadlock
 BATCH_SQL_BYTES = 4 << 20
 CONNECT_TIMEOUT_S = 10
 
@@ -48,12 +49,17 @@ class Position:
 
 
 class Applier:
-    def __init__(self, url: MysqlUrl, channel: str = "default") -> None:
+    """One replica connection. ``lock_wait_timeout_s`` shortens InnoDB's lock wait
+    (parallel workers: a wait on a later worker's lock must end soon, see ParallelApplier)."""
+
+    def __init__(self, url: MysqlUrl, channel: str = "default", lock_wait_timeout_s: int = 0) -> None:
         self.url = url
         self.channel = channel
+        self.lock_wait_timeout_s = lock_wait_timeout_s
         self.conn = self._connect()
         self.position = self._load_position()
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
+        self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
 
     def _connect(self) -> pymysql.Connection:
         try:
@@ -69,6 +75,9 @@ class Applier:
         conn.encoders = {**conn.encoders, **sql.LITERAL_ENCODERS}
         with conn.cursor() as cur:
             cur.execute(SESSION_SETUP)
+            if self.lock_wait_timeout_s:
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")  # MariaDB and MySQL
+                cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (self.lock_wait_timeout_s,))
         return conn
 
     def _load_position(self) -> Position:
@@ -109,6 +118,7 @@ class Applier:
         except pymysql.MySQLError as exc:  # commit and bookkeeping statements
             raise apply_error(f"apply seq {seq} ({txn.gtid})", exc) from exc
         self.position = Position(seq, gtids)
+        self.forget_keys()
 
     def apply_group(self, items: list[tuple[int, Transaction]]) -> None:
         """Consecutive row-only transactions as ONE replica transaction with one
@@ -131,6 +141,44 @@ class Applier:
         except pymysql.MySQLError as exc:  # the commit
             raise apply_error(context, exc) from exc
         self.position = Position(last, gtids)
+
+    def execute_rows(self, context: str, changes) -> None:
+        """Row statements inside an open replica transaction, not committed (a
+        parallel worker's segment: ``commit_at`` commits it when its turn comes)."""
+        try:
+            self._apply_rows(context, 0, changes, None)
+        except pymysql.MySQLError as exc:
+            raise apply_error(context, exc) from exc
+
+    def commit_at(self, context: str, seq: int, gtids: GtidSet) -> None:
+        """The position and COMMIT in one round trip, for rows ``execute_rows`` ran."""
+        try:
+            self._run_batched(context, [(sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION),
+                                        ("COMMIT", None, _COMMIT)])
+        except BaseException:
+            self._rollback()
+            raise
+        self.position = Position(seq, gtids)
+
+    def rollback(self) -> None:
+        self._rollback()
+
+    def unique_keys(self, schema: str, table: str) -> tuple[tuple[str, ...], ...]:
+        """The primary and unique keys of a replica table, as column tuples (cached;
+        ``forget_keys`` after DDL)."""
+        cached = self._unique_keys.get((schema, table))
+        if cached is None:
+            with self.conn.cursor() as cur:
+                cur.execute(sql.UNIQUE_KEYS_SELECT, (schema, table))
+                keys: dict[str, list[str]] = {}
+                for index_name, column in cur.fetchall():
+                    keys.setdefault(index_name, []).append(column)
+            cached = tuple(tuple(cols) for cols in keys.values())
+            self._unique_keys[(schema, table)] = cached
+        return cached
+
+    def forget_keys(self) -> None:
+        self._unique_keys.clear()
 
     def reload_position(self) -> Position:
         self.abort_open()
@@ -292,6 +340,8 @@ def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
     detail = exc.args[-1] if exc.args else type(exc).__name__
     if code in CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
         return TargetConnectionLost(f"{context}: connection to the replica lost: {detail}")
+    if code in LOCK_CONFLICT:
+        return LockConflict(f"{context}: {detail}")
     return ApplyError(f"{context}: {detail}")
 
 

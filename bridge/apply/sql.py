@@ -81,6 +81,8 @@ POSITION_WRITE = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_s
                   "gtid_set=VALUES(gtid_set), pending_ddl_seq=0")
 DDL_PENDING = f"{TAG}UPDATE rdma_bridge.bridge_meta SET pending_ddl_seq=%s WHERE channel=%s"
 POSITION_SELECT = "SELECT applied_seq, gtid_set, pending_ddl_seq FROM rdma_bridge.bridge_meta WHERE channel=%s"
+UNIQUE_KEYS_SELECT = ("SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema=%s "
+                      "AND table_name=%s AND non_unique=0 ORDER BY index_name='PRIMARY' DESC, index_name, seq_in_index")
 POSITION_INSERT = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set) "
                    "VALUES (%s, %s, %s)")
 

@@ -15,6 +15,7 @@ import threading
 import time
 
 from bridge.apply.applier import Applier
+from bridge.apply.parallel import ParallelApplier
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
 from bridge.errors import BridgeError, ConfigError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
 from bridge.model import GtidSet
@@ -36,7 +37,8 @@ class ReplicaNode:
             raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback the control channel "
                               f"needs a shared secret (set {SECRET_ENV} or --secret-file on both sides)")
         self.cfg = cfg
-        self.applier = Applier(cfg.target, cfg.channel)
+        self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
+            ParallelApplier(cfg.target, cfg.channel, cfg.workers)
         self.host = make_host(cfg.transport, cfg.ring_bytes)
         self.consumer: RingConsumer | None = None
         self.session = ""
@@ -85,11 +87,19 @@ class ReplicaNode:
         if report and report[0]:
             applied, elapsed = report
             pos = self.applier.position
-            log.info("applied %d transactions in the last %.0fs (%.0f txn/s) in %d groups, at seq %d (%s)",
+            log.info("applied %d transactions in the last %.0fs (%.0f txn/s) in %d groups, at seq %d (%s)%s",
                      applied, elapsed, applied / elapsed, self.groups - self._reported_groups,
-                     pos.applied_seq, pos.gtid_set)
+                     pos.applied_seq, pos.gtid_set, self._parallel_summary())
         if report:
             self._reported_groups = self.groups
+
+    def _parallel_summary(self) -> str:
+        stats = getattr(self.applier, "stats", None)
+        if stats is None:
+            return ""
+        return (f"; {self.cfg.workers} workers: {stats.segments} segments, {stats.conflicts} waited on a "
+                f"conflict, {stats.fallbacks} serial fallbacks, effective parallelism "
+                f"{stats.effective_parallelism:.2f}")
 
     def step(self) -> bool:
         """Apply the next unit of work; False when there was nothing to do. A unit is
@@ -124,7 +134,8 @@ class ReplicaNode:
     def _take(self) -> list:
         """[(frame, decoded)], grouping row-only transactions up to the configured bounds."""
         work, rows = [], 0
-        while len(work) < self.cfg.group_max_txns and rows < self.cfg.group_max_rows:
+        max_txns, max_rows = self.cfg.group_max_txns * self.cfg.workers, self.cfg.group_max_rows * self.cfg.workers
+        while len(work) < max_txns and rows < max_rows:
             entry, self._stash = self._stash or self._next_decoded(), None
             if entry is None:
                 break

@@ -22,18 +22,20 @@ import logging
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.model import BitValue, InvalidTemporal
+from bridge.source import rowimage
 from bridge.source.events import CommitRead, GtidStart, HeartbeatRead, QueryRead, RowsRead, SourceEvent
 
 log = logging.getLogger(__name__)
 LOST_CONNECTION_CODES = (2006, 2013)
 MARIADB_FL_STANDALONE = 0x01
+PARTIAL_UPDATE_ROWS_EVENT = BINLOG.PARTIAL_UPDATE_ROWS_EVENT
 _EPOCH = dt.datetime(1970, 1, 1)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 
@@ -56,7 +58,7 @@ class BinlogReader:
     until an event or a heartbeat arrives."""
 
     def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
-                 mariadb: bool = True, report_as: str = "rdma-bridge") -> None:
+                 mariadb: bool = True, report_as: str = "rdma-bridge", fast_rows: bool = True) -> None:
         self.url = url
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
@@ -70,6 +72,7 @@ class BinlogReader:
             report_slave=report_as,  # shown by SHOW SLAVE HOSTS, which the server_id check reads
             **position)
         self._converters: dict[int, tuple] = {}
+        self.fast_rows = fast_rows  # our row-image decoder where it covers the table (tests compare both)
 
     def next_event(self) -> SourceEvent | None:
         try:
@@ -91,8 +94,16 @@ class BinlogReader:
 
     def _rows(self, ev) -> RowsRead:
         columns = tuple(c.name for c in ev.columns)
-        convert = self._column_converters(ev)
+        convert, fast = self._column_converters(ev)
         kind = _ROW_KINDS[type(ev)]
+        pk = ev.primary_key
+        key = (pk,) if isinstance(pk, str) and pk else tuple(pk or ())
+        data = _row_bytes(ev) if fast is not None else None
+        if data is not None:
+            images = rowimage.decode_images(fast, data, 2 if kind == "update" else 1)
+            rows = tuple((r[0], r[1]) if kind == "update" else (None, r[0]) if kind == "insert" else (r[0], None)
+                         for r in images)
+            return RowsRead(kind, ev.schema, ev.table, columns, key, rows, ev.event_size)
         rows = []
         for row in ev.rows:
             if kind == "update":
@@ -101,17 +112,33 @@ class BinlogReader:
             else:
                 image = _image(row["values"], row["none_sources"], columns, convert)
                 rows.append((None, image) if kind == "insert" else (image, None))
-        pk = ev.primary_key
-        key = (pk,) if isinstance(pk, str) and pk else tuple(pk or ())
         return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows), ev.event_size)
 
     def _column_converters(self, ev) -> tuple:
+        """(converters for the library's values, our row-image readers or None)."""
         table = ev.table_map[ev.table_id]
         cached = self._converters.get(ev.table_id)
         if cached is None or cached[0] is not table:
-            cached = (table, tuple(_converter(c) for c in ev.columns))
+            fast = rowimage.compile_table(ev.columns, _charset_to_encoding) if self.fast_rows else None
+            cached = (table, tuple(_converter(c) for c in ev.columns), fast)
             self._converters[ev.table_id] = cached
-        return cached[1]
+        return cached[1], cached[2]
+
+
+def _row_bytes(ev) -> bytes | None:
+    """The event's row data, unread, when our decoder can take it: a FULL row image
+    (every column present) and no bytes pushed back into the library's wrapper."""
+    wrapper = ev.packet
+    if not ev.complete or ev.event_type == PARTIAL_UPDATE_ROWS_EVENT or \
+            getattr(wrapper, "_BinLogPacketWrapper__data_buffer", b"x"):
+        return None
+    full = (1 << ev.number_of_columns) - 1
+    for bitmap in (ev.columns_present_bitmap, getattr(ev, "columns_present_bitmap2", None)):
+        if bitmap is not None and int.from_bytes(bitmap, "little") & full != full:
+            return None
+    raw = wrapper.packet
+    start = raw._position
+    return bytes(raw._data[start:start + ev.event_size - wrapper.read_bytes])
 
 
 def _query(_reader, ev) -> QueryRead:
@@ -150,11 +177,17 @@ def _converter(column):
         return lambda v, w=column.bits: BitValue(int(v, 2) if v else 0, w)
     if t == FIELD_TYPE.SET:
         return frozenset
+    if t == FIELD_TYPE.YEAR:  # the library reads YEAR 0000 as 1900, which YEAR cannot hold
+        return lambda v: 0 if v == 1900 else v
     if t in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
         return _timestamp
     if t == FIELD_TYPE.STRING and getattr(column, "character_set_name", None) in (None, "binary"):
         width = column.max_length
-        return lambda v, n=width: v.ljust(n, b"\0") if isinstance(v, bytes) else v
+        binary = column.character_set_name == "binary"  # the library decodes an empty binary value to ''
+        return lambda v, n=width: v.ljust(n, b"\0") if isinstance(v, bytes) else \
+            b"".ljust(n, b"\0") if binary and v == "" else v
+    if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB) and getattr(column, "character_set_name", None) == "binary":
+        return lambda v: b"" if v == "" else v  # the library decodes an empty binary value to ''
     return None
 
 

@@ -87,18 +87,20 @@ def test_binlog_connection_cut_and_stall(urls):
         pair.stop()
 
 
-def test_replica_connection_cut(urls):
-    pair = BridgePair(urls, "shm")
+@pytest.mark.parametrize("workers", [1, 4])
+def test_replica_connection_cut(urls, workers):
+    pair = BridgePair(urls, "shm", workers=workers)
     proxy = FaultProxy((urls["replica"].host, urls["replica"].port))
     pair.start_replica(target=url_via(urls["replica"], proxy))
     pair.start_primary()
     try:
-        create_schema(pair.primary, "apply_faults")
-        with BackgroundWorkload(urls["primary_admin"], "apply_faults"):
+        schema = f"apply_faults_{workers}"
+        create_schema(pair.primary, schema)
+        with BackgroundWorkload(urls["primary_admin"], schema):
             for _ in range(2):
                 time.sleep(0.4)
                 proxy.cut()
-        pair.assert_same("apply_faults")
+        pair.assert_same(schema)
         assert pair.replica_node.target_reconnects >= 2
     finally:
         proxy.close()

@@ -22,11 +22,22 @@ AFTER_RESTART = 300  # and after the restart, while the workload goes on
 @pytest.mark.parametrize("victim,sig", [("replica", signal.SIGTERM), ("replica", signal.SIGKILL),
                                         ("primary", signal.SIGTERM), ("primary", signal.SIGKILL)])
 def test_restart_mid_workload_loses_and_doubles_nothing(sandbox, urls, tmp_path, transport, victim, sig):
+    check_restart(sandbox, urls, tmp_path, transport, victim, sig)
+
+
+def test_killed_replica_with_four_workers_loses_and_doubles_nothing(sandbox, urls, tmp_path):
+    """Parallel workers commit in order with the position: a kill -9 between two
+    workers' commits still leaves an exact position to resume from."""
+    check_restart(sandbox, urls, tmp_path, "shm", "replica", signal.SIGKILL, workers=4)
+
+
+def check_restart(sandbox, urls, tmp_path, transport, victim, sig, workers=1):
     _, info = sandbox
-    schema, channel = f"restart_{transport}_{victim}_{sig}", f"restart_{transport}_{victim}_{sig}"
+    schema = channel = f"restart_{transport}_{victim}_{sig}_{workers}"
     pconn, rconn = connect(urls["primary_admin"]), connect(urls["replica_admin"])
     port = free_port()
-    procs = {"replica": replica_process(info["replica"], port, transport, channel, str(tmp_path)),
+    procs = {"replica": replica_process(info["replica"], port, transport, channel, str(tmp_path),
+                                        extra=("--workers", str(workers))),
              "primary": primary_process(info["primary"], port, transport, primary_position(pconn), str(tmp_path))}
 
     def alive():
