@@ -35,22 +35,38 @@ from bridge.source.events import CommitRead, GtidStart, HeartbeatRead, QueryRead
 log = logging.getLogger(__name__)
 LOST_CONNECTION_CODES = (2006, 2013)
 MARIADB_FL_STANDALONE = 0x01
-PARTIAL_UPDATE_ROWS_EVENT = BINLOG.PARTIAL_UPDATE_ROWS_EVENT
 _EPOCH = dt.datetime(1970, 1, 1)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 
 
+class _Handled(Exception):  # noqa: N818 - control flow, never seen outside this module
+    """Our fast path took the event: it leaves the library's fetchone by this exception."""
+
+    def __init__(self, event) -> None:
+        super().__init__()
+        self.event = event
+
+
 class _StreamConnection(pymysql.connections.Connection):
-    """Raises our error on a lost connection so the library cannot silently replay."""
+    """Raises our error on a lost connection so the library cannot silently replay.
+    Once the dump runs, ``fast_path`` sees each event packet first and may decode it
+    itself (see ``BinlogReader._fast_event``)."""
+
+    fast_path = None
 
     def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
         try:
-            return super()._read_packet(packet_type)
+            packet = super()._read_packet(packet_type)
         except pymysql.OperationalError as exc:
             if exc.args and exc.args[0] in LOST_CONNECTION_CODES:
                 raise SourceConnectionLost(f"binlog stream from {self.host}:{self.port}: connection lost "
                                            f"({exc.args[0]})") from exc
             raise
+        if self.fast_path is not None:
+            event = self.fast_path(packet._data)
+            if event is not _LIBRARY:
+                raise _Handled(event)
+        return packet
 
 
 class BinlogReader:
@@ -73,17 +89,79 @@ class BinlogReader:
             **position)
         self._converters: dict[int, tuple] = {}
         self.fast_rows = fast_rows  # our row-image decoder where it covers the table (tests compare both)
+        self._tables: dict[int, tuple] = {}  # id(library Table) -> (table, readers, key, column names)
 
     def next_event(self) -> SourceEvent | None:
         try:
             event = self._stream.fetchone()
+        except _Handled as handled:
+            return handled.event
         except pymysql.MySQLError as exc:
             code = exc.args[0] if exc.args else 0
             error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
             raise error(f"binlog stream from {self.url}: {exc}") from exc
         if event is None:
             raise SourceConnectionLost(f"binlog stream from {self.url}: server ended the stream")
+        conn = getattr(self._stream, "_stream_connection", None)
+        if self.fast_rows and conn is not None and conn.fast_path is None:
+            conn.fast_path = self._fast_event  # the dump is running: event packets only from here
         return self._translate(event)
+
+    def _fast_event(self, data: bytes):
+        """The hot events straight from the packet, without the library's wrapper:
+        GTID, XID, a TableMap seen before (same bytes), and rows of tables our
+        decoder covers. Anything else: ``_LIBRARY``."""
+        if len(data) < 20 or data[0] != 0:
+            return _LIBRARY
+        etype = data[5]
+        if etype == _XID_EVENT:
+            return _COMMIT
+        stream = self._stream
+        checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
+        body_end = 20 + int.from_bytes(data[10:14], "little") - 19 - checksum
+        if etype == _MARIADB_GTID_EVENT:
+            seq, domain, flags = int.from_bytes(data[20:28], "little"), int.from_bytes(data[28:32], "little"), data[32]
+            return GtidStart(f"{domain}-{int.from_bytes(data[6:10], 'little')}-{seq}",
+                             standalone=bool(flags & MARIADB_FL_STANDALONE))
+        if etype == _TABLE_MAP_EVENT:
+            hit = _TABLE_MAP_CACHE.get(bytes(data[20:body_end]))
+            if hit is None:
+                return _LIBRARY
+            stream.table_map[hit.table_id] = hit.get_table()
+            return None
+        kind = _FAST_ROW_KINDS.get(etype)
+        if kind is None or _post_header_len(stream, etype) != _ROWS_POST_HEADER[etype]:
+            return _LIBRARY
+        return self._fast_rows(data, 20, body_end, kind, etype >= _ROWS_V2_FIRST)
+
+    def _fast_rows(self, data: bytes, pos: int, end: int, kind: str, v2: bool):
+        table = self._stream.table_map.get(int.from_bytes(data[pos:pos + 6], "little"))
+        if table is None:
+            return _LIBRARY
+        compiled = self._tables.get(id(table))
+        if compiled is None or compiled[0] is not table:
+            names = tuple(c.name for c in table.columns)
+            readers = rowimage.compile_table(table.columns, _charset_to_encoding) if all(names) else None
+            compiled = (table, readers, _table_key(table), names)
+            self._tables[id(table)] = compiled
+        _, readers, key, columns = compiled
+        if readers is None:
+            return _LIBRARY
+        pos += 8
+        if v2:
+            pos += int.from_bytes(data[pos:pos + 2], "little")  # extra data, its length field included
+        ncols, pos = _length_coded(data, pos)
+        if ncols != len(columns):
+            return _LIBRARY
+        full, width = (1 << ncols) - 1, (ncols + 7) // 8
+        for _ in range(2 if kind == "update" else 1):
+            if int.from_bytes(data[pos:pos + width], "little") & full != full:
+                return _LIBRARY  # not a FULL row image
+            pos += width
+        images = rowimage.decode_images(readers, bytes(data[pos:end]), 2 if kind == "update" else 1)
+        rows = tuple((r[0], r[1]) if kind == "update" else (None, r[0]) if kind == "insert" else (r[0], None)
+                     for r in images)
+        return RowsRead(kind, table.schema, table.table, columns, key, rows, end - 20)
 
     def close(self) -> None:
         self._stream.close()
@@ -94,16 +172,10 @@ class BinlogReader:
 
     def _rows(self, ev) -> RowsRead:
         columns = tuple(c.name for c in ev.columns)
-        convert, fast = self._column_converters(ev)
+        convert = self._column_converters(ev)
         kind = _ROW_KINDS[type(ev)]
         pk = ev.primary_key
         key = (pk,) if isinstance(pk, str) and pk else tuple(pk or ())
-        data = _row_bytes(ev) if fast is not None else None
-        if data is not None:
-            images = rowimage.decode_images(fast, data, 2 if kind == "update" else 1)
-            rows = tuple((r[0], r[1]) if kind == "update" else (None, r[0]) if kind == "insert" else (r[0], None)
-                         for r in images)
-            return RowsRead(kind, ev.schema, ev.table, columns, key, rows, ev.event_size)
         rows = []
         for row in ev.rows:
             if kind == "update":
@@ -115,30 +187,42 @@ class BinlogReader:
         return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows), ev.event_size)
 
     def _column_converters(self, ev) -> tuple:
-        """(converters for the library's values, our row-image readers or None)."""
         table = ev.table_map[ev.table_id]
         cached = self._converters.get(ev.table_id)
         if cached is None or cached[0] is not table:
-            fast = rowimage.compile_table(ev.columns, _charset_to_encoding) if self.fast_rows else None
-            cached = (table, tuple(_converter(c) for c in ev.columns), fast)
+            cached = (table, tuple(_converter(c) for c in ev.columns))
             self._converters[ev.table_id] = cached
-        return cached[1], cached[2]
+        return cached[1]
 
 
-def _row_bytes(ev) -> bytes | None:
-    """The event's row data, unread, when our decoder can take it: a FULL row image
-    (every column present) and no bytes pushed back into the library's wrapper."""
-    wrapper = ev.packet
-    if not ev.complete or ev.event_type == PARTIAL_UPDATE_ROWS_EVENT or \
-            getattr(wrapper, "_BinLogPacketWrapper__data_buffer", b"x"):
-        return None
-    full = (1 << ev.number_of_columns) - 1
-    for bitmap in (ev.columns_present_bitmap, getattr(ev, "columns_present_bitmap2", None)):
-        if bitmap is not None and int.from_bytes(bitmap, "little") & full != full:
-            return None
-    raw = wrapper.packet
-    start = raw._position
-    return bytes(raw._data[start:start + ev.event_size - wrapper.read_bytes])
+_LIBRARY = object()  # "let the library decode this packet"
+_XID_EVENT, _TABLE_MAP_EVENT, _MARIADB_GTID_EVENT = BINLOG.XID_EVENT, BINLOG.TABLE_MAP_EVENT, BINLOG.MARIADB_GTID_EVENT
+_FAST_ROW_KINDS = {BINLOG.WRITE_ROWS_EVENT_V1: "insert", BINLOG.UPDATE_ROWS_EVENT_V1: "update",
+                   BINLOG.DELETE_ROWS_EVENT_V1: "delete", BINLOG.WRITE_ROWS_EVENT_V2: "insert",
+                   BINLOG.UPDATE_ROWS_EVENT_V2: "update", BINLOG.DELETE_ROWS_EVENT_V2: "delete"}
+_ROWS_V2_FIRST = BINLOG.WRITE_ROWS_EVENT_V2
+_ROWS_POST_HEADER = {t: (10 if t >= _ROWS_V2_FIRST else 8) for t in _FAST_ROW_KINDS}
+
+
+def _post_header_len(stream, etype: int) -> int:
+    """The row event post-header length the server declared (FORMAT_DESCRIPTION)."""
+    lengths = stream._BinLogStreamReader__post_header_lengths
+    if not lengths or etype - 1 >= len(lengths):
+        return _ROWS_POST_HEADER[etype]
+    return lengths[etype - 1]
+
+
+def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
+    first = data[pos]
+    if first < 251:
+        return first, pos + 1
+    size = {252: 2, 253: 3, 254: 8}[first]
+    return int.from_bytes(data[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+
+
+def _table_key(table) -> tuple[str, ...]:
+    pk = table.data["primary_key"]
+    return (pk,) if isinstance(pk, str) and pk else tuple(pk or ())
 
 
 def _query(_reader, ev) -> QueryRead:
