@@ -200,7 +200,7 @@ class Applier:
         UPDATE/DELETE row counts are checked here, after the server ran the batch, so
         their COMMIT must wait for the check. INSERT-only work fails with an SQL error
         that stops the batch, so its COMMIT can travel in the same round trip."""
-        statements = [(text, params, change) for text, params, change, _ in sql.grouped_statements(changes)]
+        statements = [(p.text, p.params, (p.change, p.expect)) for p in sql.grouped_statements(changes)]
         commit_in_batch = gtids is not None and all(c.kind == "insert" for c in changes)
         if gtids is not None:
             statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION))
@@ -277,6 +277,7 @@ class Applier:
                     break
         except pymysql.MySQLError as exc:
             change = batch[index][1] if index < len(batch) else None
+            change = change[0] if isinstance(change, tuple) else change
             where = f" on {change.schema}.{change.table}" if isinstance(change, RowChange) else ""
             raise apply_error(f"{context}{where}", exc) from exc
 
@@ -289,7 +290,8 @@ class Applier:
                 if isinstance(change, Statement):
                     self._run_statement(cur, seq, txn, change, replay)
                 else:
-                    self._run(cur, f"apply seq {seq} ({txn.gtid})", [(cur.mogrify(*sql.row_statement(change)), change)])
+                    self._run(cur, f"apply seq {seq} ({txn.gtid})",
+                              [(cur.mogrify(*sql.row_statement(change)), (change, None if change.kind == "insert" else 1))])
             cur.execute(sql.POSITION_WRITE, (self.channel, seq, str(gtids)))
         self.conn.commit()
 
@@ -349,9 +351,11 @@ def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
 _POSITION, _COMMIT = object(), object()
 
 
-def _check_matched(context: str, change, rowcount: int) -> None:
-    if change is _COMMIT or change is _POSITION or change.kind == "insert":
+def _check_matched(context: str, entry, rowcount: int) -> None:
+    """``entry``: (first change, rows it must match) for row statements, else a marker."""
+    if entry is _COMMIT or entry is _POSITION or entry[1] is None:
         return
-    if rowcount != 1:
+    change, expect = entry
+    if rowcount != expect:
         raise ApplyError(f"{context}: {change.kind} on {change.schema}.{change.table} "
-                         f"matched {rowcount} rows, expected 1: the replica has diverged")
+                         f"matched {rowcount} rows, expected {expect}: the replica has diverged")

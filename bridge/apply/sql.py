@@ -8,8 +8,12 @@ is changed exactly once. Every statement carries the ``/* rdma-bridge */`` tag.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from decimal import Decimal
+from typing import NamedTuple
+
+from bridge.apply.scheduler import fold  # one definition of "may be the same key"
 
 from bridge.model import BitValue, InvalidTemporal, RowChange
 
@@ -98,37 +102,101 @@ def is_replayed(statement_sql: str) -> bool:
     return _NOT_REPLAYED.match(statement_sql) is None
 
 
-MAX_ROWS_PER_INSERT = 500
+MAX_ROWS_PER_STATEMENT = 500
 
 
-def grouped_statements(changes) -> list[tuple[str, list, RowChange, int]]:
-    """Row changes as statements, consecutive INSERTs into the same table and columns
-    merged into one multi-row INSERT. Each entry: (sql, params, first change, rows)."""
-    out: list[tuple[str, list, RowChange, int]] = []
+class Planned(NamedTuple):
+    """A statement to run: ``expect`` rows must match it (None: no count to check)."""
+
+    text: str
+    params: list
+    change: RowChange  # the first change it covers (named in errors)
+    expect: int | None
+    rows: int  # row changes it covers
+
+
+def grouped_statements(changes) -> list[Planned]:
+    """Row changes as statements, consecutive changes of one kind on one table merged:
+    INSERTs into one multi-row INSERT; UPDATEs that keep their primary key into one
+    DELETE of the keys (which must match every key) and one multi-row INSERT of the
+    final images; DELETEs by key into one DELETE ... IN. A keyless table, a key
+    change or a key repeated within a delete run ends a run, so every merged
+    statement changes exactly the rows the one-by-one statements would."""
+    out: list[Planned] = []
     run: list[RowChange] = []
+    seen: dict = {}  # folded key -> the run's last change of that row
     for change in changes:
-        if run and (change.kind != "insert" or not _same_insert(run[0], change) or len(run) >= MAX_ROWS_PER_INSERT):
-            out.append(_insert_many(run))
-            run = []
-        if change.kind == "insert":
-            run.append(change)
-        else:
-            out.append((*row_statement(change), change, 1))
+        key = _folded_key(change) if change.kind != "insert" else None
+        mergeable = change.kind == "insert" or (change.key and not (change.kind == "update" and _key_changes(change)))
+        if run and not (mergeable and len(run) < MAX_ROWS_PER_STATEMENT and _same_run(run[0], change)
+                        and not (change.kind == "delete" and key in seen)):
+            out.extend(_merged(run, seen))
+            run, seen = [], {}
+        if not mergeable:
+            out.append(Planned(*row_statement(change), change, 1, 1))
+            continue
+        run.append(change)
+        seen[key] = change
     if run:
-        out.append(_insert_many(run))
+        out.extend(_merged(run, seen))
     return out
 
 
-def _same_insert(a: RowChange, b: RowChange) -> bool:
-    return a.table == b.table and a.schema == b.schema and a.columns == b.columns
+def _same_run(a: RowChange, b: RowChange) -> bool:
+    return a.kind == b.kind and a.table == b.table and a.schema == b.schema and a.columns == b.columns
 
 
-def _insert_many(run: list[RowChange]) -> tuple[str, list, RowChange, int]:
+def _key_index(c: RowChange) -> tuple[int, ...]:
+    return _positions(c.columns, c.key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _positions(columns: tuple[str, ...], key: tuple[str, ...]) -> tuple[int, ...]:
+    index = {col: i for i, col in enumerate(columns)}
+    return tuple(index[k] for k in key)
+
+
+def _key_changes(c: RowChange) -> bool:
+    return any(c.before[i] != c.after[i] for i in _key_index(c))
+
+
+def _folded_key(c: RowChange):
+    return tuple(fold(c.before[i]) for i in _key_index(c)) if c.key and c.before is not None else None
+
+
+def _merged(run: list[RowChange], final: dict) -> list[Planned]:
+    """``final``: folded key -> last change of that row (an update repeated on one row:
+    its last image wins)."""
     first = run[0]
     if len(run) == 1:
-        return (*row_statement(first), first, 1)
+        return [Planned(*row_statement(first), first, None if first.kind == "insert" else 1, 1)]
+    if first.kind == "insert":
+        return [_insert_many(run)]
+    delete = Planned(*_delete_keys(list(final.values())), first, len(final), len(run))
+    if first.kind == "delete":
+        return [delete]
+    images = [RowChange("insert", c.schema, c.table, c.columns, c.key, None, c.after) for c in final.values()]
+    return [delete, _insert_many(images)._replace(rows=0)]
+
+
+def _delete_keys(run: list[RowChange]) -> tuple[str, list]:
+    first = run[0]
+    idx = _key_index(first)
+    name = table_name(first.schema, first.table)
+    if len(idx) == 1:
+        where = f"{quote_name(first.key[0])} IN ({','.join(['%s'] * len(run))})"
+        return f"{TAG}DELETE FROM {name} WHERE {where}", [to_param(c.before[idx[0]]) for c in run]
+    one = "(" + " AND ".join(f"{quote_name(k)}=%s" for k in first.key) + ")"
+    return (f"{TAG}DELETE FROM {name} WHERE " + " OR ".join([one] * len(run)),
+            [to_param(c.before[i]) for c in run for i in idx])
+
+
+def _insert_many(run: list[RowChange]) -> Planned:
+    first = run[0]
+    if len(run) == 1:
+        return Planned(*row_statement(first), first, None, 1)
     cols = ",".join(map(quote_name, first.columns))
     marks = "(" + ",".join(["%s"] * len(first.columns)) + ")"
     params = [to_param(v) for c in run for v in c.after]
     sql = f"{TAG}INSERT INTO {table_name(first.schema, first.table)} ({cols}) VALUES " + ",".join([marks] * len(run))
-    return sql, params, first, len(run)
+    return Planned(sql, params, first, None, len(run))

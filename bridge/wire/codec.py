@@ -79,141 +79,199 @@ def _encode_sequence(value, out: bytearray, depth: int) -> None:
     items = sorted(value) if is_set else value
     out += (b"S" if is_set else b"l") + _U32.pack(len(items))
     for item in items:
-        if is_set and type(item) is not str:
+        t = type(item)
+        if is_set and t is not str:
             raise LocalProtocolError("encode value: a SET holds only str members")
-        encode_value(item, out, depth + 1)
+        # the common scalars inline (the primary's hot path); the rest by encode_value
+        if t is str:
+            data = item.encode("utf-8", "surrogatepass")
+            out += b"s" + _U32.pack(len(data)) + data
+        elif t is int and -(1 << 63) <= item < (1 << 63):
+            out += b"i" + _I64.pack(item)
+        elif item is None:
+            out += b"N"
+        else:
+            encode_value(item, out, depth + 1)
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf) -> None:
-        self.buf = memoryview(buf)
-        self.pos = 0
-
-    def take(self, n: int) -> memoryview:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise RemoteProtocolError(f"decode payload: truncated at byte {self.pos} (need {n})")
-        chunk = self.buf[self.pos:end]
-        self.pos = end
-        return chunk
-
-    def unpack(self, st: struct.Struct) -> tuple:
-        return st.unpack(self.take(st.size))
-
-    def blob(self) -> bytes:
-        return bytes(self.take(self.unpack(_U32)[0]))
+_TAG_I, _TAG_S, _TAG_L, _TAG_N, _TAG_B, _TAG_U, _TAG_F = b"i"[0], b"s"[0], b"l"[0], b"N"[0], b"b"[0], b"u"[0], b"f"[0]
 
 
-def decode_value(r: _Reader, depth: int = 0):
-    tag = bytes(r.take(1))
-    try:
-        return _DECODERS[tag](r, depth)
-    except KeyError:
-        raise RemoteProtocolError(f"decode payload: unknown value tag {tag!r} at byte {r.pos - 1}") from None
-    except (ValueError, UnicodeDecodeError, InvalidOperation, OverflowError) as exc:
-        raise RemoteProtocolError(f"decode payload: bad {tag!r} value at byte {r.pos}: {exc}") from exc
-
-
-def _decode_sequence(r: _Reader, depth: int, as_set: bool):
-    if depth >= MAX_DEPTH:
-        raise RemoteProtocolError("decode payload: nesting deeper than %d" % MAX_DEPTH)
-    (count,) = r.unpack(_U32)
-    if count > len(r.buf) - r.pos:
-        raise RemoteProtocolError(f"decode payload: sequence of {count} items in {len(r.buf) - r.pos} bytes")
-    items = [decode_value(r, depth + 1) for _ in range(count)]
-    if as_set:
+def _decode(buf: bytes, pos: int, depth: int):
+    """(value, next position). One call per value, the common tags first: decode is
+    on the replica's hot path. Every read is bounds-checked; the callers turn
+    IndexError/struct.error into RemoteProtocolError."""
+    tag = buf[pos]
+    pos += 1
+    if tag == _TAG_I:
+        return _I64.unpack_from(buf, pos)[0], pos + 8
+    if tag == _TAG_S or tag == _TAG_B:
+        n = _U32.unpack_from(buf, pos)[0]
+        start, pos = pos + 4, pos + 4 + n
+        if pos > len(buf):
+            raise RemoteProtocolError(f"decode payload: truncated at byte {start} (need {n})")
+        return (buf[start:pos].decode("utf-8", "surrogatepass") if tag == _TAG_S else buf[start:pos]), pos
+    if tag == _TAG_L or tag == _TAG_SET:
+        if depth >= MAX_DEPTH:
+            raise RemoteProtocolError("decode payload: nesting deeper than %d" % MAX_DEPTH)
+        count = _U32.unpack_from(buf, pos)[0]
+        pos += 4
+        if count > len(buf) - pos:
+            raise RemoteProtocolError(f"decode payload: sequence of {count} items in {len(buf) - pos} bytes")
+        items = []
+        append = items.append
+        for _ in range(count):
+            t = buf[pos]
+            if t == _TAG_I:  # the common scalars inline; the rest by a call
+                append(_I64.unpack_from(buf, pos + 1)[0])
+                pos += 9
+            elif t == _TAG_N:
+                append(None)
+                pos += 1
+            elif t == _TAG_S:
+                n = _U32.unpack_from(buf, pos + 1)[0]
+                start, pos = pos + 5, pos + 5 + n
+                if pos > len(buf):
+                    raise RemoteProtocolError(f"decode payload: truncated at byte {start} (need {n})")
+                append(buf[start:pos].decode("utf-8", "surrogatepass"))
+            else:
+                item, pos = _decode(buf, pos, depth + 1)
+                append(item)
+        if tag == _TAG_L:
+            return tuple(items), pos
         if not all(type(i) is str for i in items):
             raise RemoteProtocolError("decode payload: a SET holds only str members")
-        return frozenset(items)
-    return tuple(items)
+        return frozenset(items), pos
+    if tag == _TAG_N:
+        return None, pos
+    if tag == _TAG_U:
+        return _U64.unpack_from(buf, pos)[0], pos + 8
+    if tag == _TAG_F:
+        return _F64.unpack_from(buf, pos)[0], pos + 8
+    fixed = _FIXED.get(tag)
+    if fixed is not None:
+        st, make = fixed
+        return make(*st.unpack_from(buf, pos)), pos + st.size
+    text = _TEXT.get(tag)
+    if text is not None:
+        n = _U32.unpack_from(buf, pos)[0]
+        start, pos = pos + 4, pos + 4 + n
+        if pos > len(buf):
+            raise RemoteProtocolError(f"decode payload: truncated at byte {start} (need {n})")
+        return text(buf[start:pos].decode("ascii")), pos
+    raise RemoteProtocolError(f"decode payload: unknown value tag {bytes([tag])!r} at byte {pos - 1}")
 
 
-def _decimal(r: _Reader, _d: int) -> Decimal:
-    value = Decimal(r.blob().decode("ascii"))
+def _finite_decimal(text: str) -> Decimal:
+    value = Decimal(text)
     if not value.is_finite():
         raise ValueError("decimal is not finite")
     return value
 
 
-_DECODERS = {
-    b"N": lambda r, d: None,
-    b"i": lambda r, d: r.unpack(_I64)[0],
-    b"u": lambda r, d: r.unpack(_U64)[0],
-    b"f": lambda r, d: r.unpack(_F64)[0],
-    b"s": lambda r, d: r.blob().decode("utf-8", "surrogatepass"),
-    b"b": lambda r, d: r.blob(),
-    b"D": _decimal,
-    b"d": lambda r, d: dt.date(*r.unpack(_DATE)),
-    b"t": lambda r, d: dt.datetime(*r.unpack(_DATETIME)),
-    b"T": lambda r, d: dt.timedelta(microseconds=r.unpack(_I64)[0]),
-    b"Z": lambda r, d: InvalidTemporal(r.blob().decode("ascii")),
-    b"B": lambda r, d: BitValue(*r.unpack(_BIT)),
-    b"l": lambda r, d: _decode_sequence(r, d, as_set=False),
-    b"S": lambda r, d: _decode_sequence(r, d, as_set=True),
-}
+_TAG_SET = b"S"[0]
+_FIXED = {b"d"[0]: (_DATE, dt.date), b"t"[0]: (_DATETIME, dt.datetime),
+          b"T"[0]: (_I64, lambda us: dt.timedelta(microseconds=us)), b"B"[0]: (_BIT, BitValue)}
+_TEXT = {b"D"[0]: _finite_decimal, b"Z"[0]: InvalidTemporal}
+
+
+def decode_value(payload):
+    """One whole value from ``payload`` (the fuzz and property tests' entry point)."""
+    return _decode_whole(payload, "value")
 
 
 def encode_transaction(txn: Transaction) -> bytes:
     out = bytearray()
-    encode_value((txn.gtid, tuple(_change_tuple(c) for c in txn.changes)), out)
+    tables, changes = _tables_and_changes(txn.changes)
+    encode_value((txn.gtid, tables, changes), out)
     return bytes(out)
-
-
-def _change_tuple(c) -> tuple:
-    if isinstance(c, Statement):
-        return ("q", c.schema, c.sql)
-    return ("r", c.kind, c.schema, c.table, c.columns, c.key, c.before, c.after)
 
 
 def encode_chunk(chunk: Chunk) -> bytes:
     out = bytearray()
-    encode_value((chunk.gtid, chunk.index, int(chunk.last), tuple(_change_tuple(c) for c in chunk.changes)), out)
+    tables, changes = _tables_and_changes(chunk.changes)
+    encode_value((chunk.gtid, chunk.index, int(chunk.last), tables, changes), out)
     return bytes(out)
+
+
+def _tables_and_changes(changes) -> tuple[tuple, tuple]:
+    """Each table's names (schema, table, columns, key) once per payload; a row change
+    refers to them by index: ("r", kind, table index, before, after). A statement is
+    ("q", schema, sql)."""
+    index: dict[tuple, int] = {}
+    out = []
+    for c in changes:
+        if isinstance(c, Statement):
+            out.append(("q", c.schema, c.sql))
+            continue
+        meta = (c.schema, c.table, c.columns, c.key)
+        i = index.setdefault(meta, len(index))
+        out.append(("r", c.kind, i, c.before, c.after))
+    return tuple(index), tuple(out)
 
 
 def decode_transaction(payload) -> Transaction:
     try:
-        gtid, changes = _decode_whole(payload, "transaction")
-        return Transaction(gtid=_text(gtid), changes=tuple(_change_from(c) for c in changes))
+        gtid, tables, changes = _decode_whole(payload, "transaction")
+        return Transaction(gtid=_text(gtid), changes=_changes_from(tables, changes))
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"decode transaction: malformed structure: {exc}") from exc
 
 
 def decode_chunk(payload) -> Chunk:
     try:
-        gtid, index, last, changes = _decode_whole(payload, "chunk")
+        gtid, index, last, tables, changes = _decode_whole(payload, "chunk")
         if type(index) is not int or index < 0 or last not in (0, 1):
             raise ValueError(f"bad chunk index {index!r} or last flag {last!r}")
-        return Chunk(_text(gtid), index, bool(last), tuple(_change_from(c) for c in changes))
+        return Chunk(_text(gtid), index, bool(last), _changes_from(tables, changes))
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"decode chunk: malformed structure: {exc}") from exc
 
 
 def _decode_whole(payload, what: str):
-    r = _Reader(payload)
-    value = decode_value(r)
-    if r.pos != len(r.buf):
-        raise RemoteProtocolError(f"decode {what}: {len(r.buf) - r.pos} trailing bytes")
+    buf = bytes(payload)
+    try:
+        value, pos = _decode(buf, 0, 0)
+    except (IndexError, struct.error) as exc:
+        raise RemoteProtocolError(f"decode {what}: truncated payload ({exc})") from None
+    except (ValueError, UnicodeDecodeError, InvalidOperation, OverflowError) as exc:
+        raise RemoteProtocolError(f"decode {what}: bad value: {exc}") from exc
+    if pos != len(buf):
+        raise RemoteProtocolError(f"decode {what}: {len(buf) - pos} trailing bytes")
     return value
 
 
 _KINDS = ("insert", "update", "delete")
 
 
-def _change_from(c: tuple):
+def _changes_from(tables, changes) -> tuple:
+    metas = tuple(_table_from(t) for t in tables)
+    if type(changes) is not tuple:
+        raise TypeError(f"changes must be a tuple, got {type(changes).__name__}")
+    return tuple(_change_from(c, metas) for c in changes)
+
+
+def _table_from(t) -> tuple:
+    if type(t) is not tuple or len(t) != 4:
+        raise ValueError("a table entry must be (schema, table, columns, key)")
+    schema, table, columns, key = t
+    return _text(schema), _text(table), tuple(_text(n) for n in columns), tuple(_text(k) for k in key)
+
+
+def _change_from(c, metas: tuple):
     if type(c) is not tuple or not c:
         raise ValueError(f"a change must be a non-empty tuple, got {type(c).__name__}")
-    if c[0] == "q" and len(c) == 3:
-        return Statement(schema=_text(c[1]), sql=_text(c[2]))
-    if c[0] == "r" and len(c) == 8 and c[1] in _KINDS:
-        _, kind, schema, table, columns, key, before, after = c
-        names = tuple(_text(n) for n in columns)
+    if c[0] == "r" and len(c) == 5 and c[1] in _KINDS:
+        _, kind, i, before, after = c
+        if type(i) is not int or not 0 <= i < len(metas):
+            raise ValueError(f"row change refers to table {i!r} of {len(metas)}")
+        schema, table, names, key = metas[i]
         for image in (before, after):
             if image is not None and (type(image) is not tuple or len(image) != len(names)):
                 raise ValueError(f"row image does not match {len(names)} columns")
-        return RowChange(kind, _text(schema), _text(table), names, tuple(_text(k) for k in key), before, after)
+        return RowChange(kind, schema, table, names, key, before, after)
+    if c[0] == "q" and len(c) == 3:
+        return Statement(schema=_text(c[1]), sql=_text(c[2]))
     raise ValueError(f"unknown change {c[:2]!r}")
 
 

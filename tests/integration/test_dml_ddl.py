@@ -91,18 +91,23 @@ def test_account_statements_on_the_primary_do_not_stop_replication(pair, fresh_s
         assert cur.execute("SELECT 1 FROM mysql.user WHERE user='app_test'") == 0
 
 
-def test_divergence_stops_the_applier_with_the_table_named(urls, fresh_schema):
+@pytest.mark.parametrize("rows,update,message", [
+    ("(1, 1)", "UPDATE {s}.t SET v=2 WHERE id=1", "update on {s}.t matched 0 rows, expected 1"),
+    # one transaction updating 3 rows: merged into DELETE ... IN + INSERT, the count still checked
+    ("(1, 1), (2, 2), (3, 3)", "UPDATE {s}.t SET v=v+10", "update on {s}.t matched 2 rows, expected 3"),
+    ("(1, 1), (2, 2), (3, 3)", "DELETE FROM {s}.t", "delete on {s}.t matched 2 rows, expected 3")])
+def test_divergence_stops_the_applier_with_the_table_named(urls, fresh_schema, rows, update, message):
     from tests.conftest import BridgePair
 
     p = BridgePair(urls, "shm").start()
     try:
         s = fresh_schema("diverge")
-        p.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)", f"INSERT INTO {s}.t VALUES (1, 1)")
+        p.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)", f"INSERT INTO {s}.t VALUES {rows}")
         p.sync()
         with p.replica.cursor() as cur:
-            cur.execute(f"DELETE FROM {s}.t")  # someone wrote on the replica
-        p.sql(f"UPDATE {s}.t SET v=2 WHERE id=1")
-        with pytest.raises(AssertionError, match=f"update on {s}.t matched 0 rows"):
+            cur.execute(f"DELETE FROM {s}.t WHERE id=1")  # someone wrote on the replica
+        p.sql(update.format(s=s))
+        with pytest.raises(AssertionError, match=message.format(s=s)):
             p.sync(timeout_s=10)
         with p.replica.cursor() as cur:
             cur.execute("SELECT applied_seq FROM rdma_bridge.bridge_meta WHERE channel=%s", (p.channel,))
