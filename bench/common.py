@@ -94,7 +94,7 @@ class Bench:
     def wait(self, pos_fn, target: GtidSet, timeout_s: float = 900.0, alive=lambda: None) -> float:
         """Seconds until ``pos_fn()`` holds every GTID of ``target``."""
         started = time.perf_counter()
-        while not _holds(pos_fn(), target):
+        while not pos_fn().contains_all(target):
             alive()
             if time.perf_counter() - started > timeout_s:
                 raise TimeoutError(f"bench: {target} not reached in {timeout_s}s")
@@ -105,10 +105,6 @@ class Bench:
         with self.primary.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {BENCH_SCHEMA}")
             cur.execute(ddl)
-
-
-def _holds(have: GtidSet, target: GtidSet) -> bool:
-    return all(have.contains(g) for g in target.mariadb)
 
 
 def single_row_backlog(url: MysqlUrl, count: int, start_id: int, batch: int = 500, progress=None) -> None:

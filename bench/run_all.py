@@ -1,8 +1,10 @@
-"""`make bench`: catch-up, lag and decode, bridge vs baselines measured in the same
-run on the sandbox (native MariaDB replica, stock mysql-replication). Writes
-bench/results/<date>.json and .html (ratios first) and prints the ratios.
+"""`make bench`: catch-up, lag, decode and the parallel-apply sweep, bridge vs
+baselines measured in the same run on the sandbox (native MariaDB replica, stock
+mysql-replication). Writes bench/results/<date>.json and .html (ratios first) and
+prints the ratios.
 
     python -m bench.run_all [--transactions 200000] [--decode-transactions 100000] [--seconds 5]
+                            [--sweep-transactions 20000]
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import catchup, decode, lag
+from bench import catchup, decode, lag, workers
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -27,6 +29,13 @@ def ratios(result: dict) -> dict:
         for p in ("p50", "p99", "p999"):
             out[f"lag {p} at {r['rate']} txn/s, bridge/native (lower is better)"] = r[f"ratio_{p}"]
     out["decode vs stock mysql-replication (higher is better)"] = result["decode"]["ratio_ours_over_stock"]
+    for name, rounds in result["workers"]["sweeps"].items():
+        for r in rounds:
+            out[f"catch-up of 4-row updates, {name} keys, {r['workers']} workers vs native {r['workers']} "
+                "thread(s) (higher is better)"] = r["ratio_bridge_over_native"]
+    for r in result["workers"]["mixed"]:
+        out[f"catch-up of mixed writes, {r['workers']} workers vs native {r['workers']} thread(s) "
+            "(higher is better)"] = r["ratio_bridge_over_native"]
     return out
 
 
@@ -49,6 +58,7 @@ def main() -> None:
     ap.add_argument("--transactions", type=int, default=200_000)
     ap.add_argument("--decode-transactions", type=int, default=100_000)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--sweep-transactions", type=int, default=20_000)
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -60,6 +70,8 @@ def main() -> None:
     result["lag"] = lag.run([500, 2000, 5000], args.seconds, args.state_dir, "shm")
     log("decode ...")
     result["decode"] = decode.run(args.decode_transactions, args.state_dir)
+    log("parallel apply sweep ...")
+    result["workers"] = workers.run(args.sweep_transactions, [1, 2, 4, 8, 16], args.state_dir, log=log)
     result["ratios"] = ratios(result)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{result['date']}.json").write_text(json.dumps(result, indent=2))

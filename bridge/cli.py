@@ -101,6 +101,22 @@ def _hostport(_ctx, _param, value: str) -> tuple[str, int]:
         raise click.BadParameter(str(exc)) from exc
 
 
+def _metrics_address(_ctx, _param, value: str) -> tuple[str, int] | None:
+    if value.lower() in ("off", "none", ""):
+        return None
+    try:
+        return parse_hostport(value)
+    except BridgeError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def metrics_option(default_port: int):
+    return click.option("--metrics", default=f"127.0.0.1:{default_port}", show_default=True, callback=_metrics_address,
+                        metavar="HOST:PORT|off",
+                        help="Serve Prometheus /metrics and a JSON /status here (read by `rdma-bridge status`).")
+
+
+PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT = 9401, 9402
 SECRET_FILE = click.option(
     "--secret-file", type=click.Path(dir_okay=False), default=None,
     help=f"File whose first line is the control channel's shared secret (else ${SECRET_ENV}). Both sides "
@@ -122,9 +138,10 @@ SECRET_FILE = click.option(
               help="Replica connections applying in parallel. Transactions whose rows (primary and unique "
                    "keys) do not overlap run at once; commits stay in primary order, so the replica only "
                    "ever shows a prefix of the primary's history. DDL and large transactions run alone.")
+@metrics_option(REPLICA_METRICS_PORT)
 @SECRET_FILE
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
-                  secret_file: str) -> None:
+                  metrics, secret_file: str) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -138,7 +155,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
                         transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
-                        secret=read_secret(secret_file))
+                        metrics=metrics, secret=read_secret(secret_file))
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:
@@ -168,9 +185,15 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @click.option("--reconnect-attempts", type=click.IntRange(min=0), default=60, show_default=True,
               help="Reconnects (with backoff up to 2s) after a lost replica link or primary connection; "
                    "0 stops at the first loss.")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              metavar="SECONDS",
+              help="Write a heartbeat row (rdma_bridge.heartbeat) on the primary this often; the replica side "
+                   "reports primary-write -> replica-commit as the lag stage. 0: off.")
+@metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
 def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str,
-                  backpressure_timeout: float, reconnect_attempts: int, secret_file: str) -> None:
+                  backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, metrics,
+                  secret_file: str) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -185,7 +208,8 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
     cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
-                        reconnect_attempts=reconnect_attempts, secret=read_secret(secret_file))
+                        reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval, metrics=metrics,
+                        secret=read_secret(secret_file))
     node = PrimaryNode(cfg)
     _on_signals(node.stop)
     try:
@@ -211,6 +235,61 @@ def _resolve_start(start_gtid: str, url: MysqlUrl) -> str:
 def _on_signals(stop) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop())
+
+
+# --- status and report -------------------------------------------------------
+
+NODE_OPTIONS = [
+    click.option("--primary", "primary_at", default=f"127.0.0.1:{PRIMARY_METRICS_PORT}", show_default=True,
+                 metavar="HOST:PORT", help="The primary side's --metrics address."),
+    click.option("--replica", "replica_at", default=f"127.0.0.1:{REPLICA_METRICS_PORT}", show_default=True,
+                 metavar="HOST:PORT", help="The replica side's --metrics address."),
+]
+
+
+def node_options(fn):
+    for option in reversed(NODE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@main.command("status")
+@node_options
+@click.option("--json", "as_json", is_flag=True, help="Both nodes' status documents as one JSON object.")
+def status(primary_at: str, replica_at: str, as_json: bool) -> None:
+    """Both bridge ends at a glance: position, throughput counters, ring backlog,
+    reconnects, and each stage's latency percentiles.
+
+    
+    Exit code 1 when neither end answers.
+    """
+    from bridge.report import fetch_status, status_table
+
+    snapshot = fetch_status({"primary": primary_at, "replica": replica_at})
+    click.echo(json.dumps(snapshot, indent=2) if as_json else status_table(snapshot))
+    if not any("error" not in node for node in snapshot["nodes"].values()):
+        sys.exit(1)
+
+
+@main.command("report")
+@node_options
+@click.option("--from", "source", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A snapshot saved with `rdma-bridge status --json` instead of the running nodes.")
+@click.option("--out", default="rdma-bridge-report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the report (HTML with SVG charts; open it in a browser).")
+def report(primary_at: str, replica_at: str, source: str | None, out: str) -> None:
+    """A picture of the latency distribution of every stage (log-scaled), with its
+    P50/P99/P999/max, from the running pair or a saved snapshot."""
+    from bridge.report import fetch_status, render_html
+
+    if source:
+        with open(source) as f:
+            snapshot = json.load(f)
+    else:
+        snapshot = fetch_status({"primary": primary_at, "replica": replica_at})
+    with open(out, "w") as f:
+        f.write(render_html(snapshot))
+    click.echo(f"report written: {out}")
 
 
 # --- verification and demo -------------------------------------------------

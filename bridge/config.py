@@ -103,6 +103,7 @@ class ReplicaConfig:
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0
+    metrics: tuple[str, int] | None = None  # /metrics and /status; None: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,8 @@ class PrimaryConfig:
     connect_timeout_s: float = 10.0
     heartbeat_s: float = 0.5
     chunk_bytes: int = 1 << 20  # larger transactions stream as chunks (at most ring/4 each)
+    heartbeat_row_s: float = 0.0  # write rdma_bridge.heartbeat on the primary this often; 0: off
+    metrics: tuple[str, int] | None = None  # /metrics and /status; None: off
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0

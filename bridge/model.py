@@ -80,6 +80,14 @@ class GtidSet:
         ivs = dict(self.mysql).get(gtid.domain, ())
         return any(lo <= gtid.seq <= hi for lo, hi in ivs)
 
+    def contains_all(self, other: GtidSet) -> bool:
+        """Every transaction of ``other`` is in this set."""
+        if not all(self.contains(g) for g in other.mariadb):
+            return False
+        mine = dict(self.mysql)
+        return all(any(lo <= a and b <= hi for lo, hi in mine.get(uuid, ())) for uuid, ivs in other.mysql
+                   for a, b in ivs)
+
     def add(self, gtid: Gtid) -> GtidSet:
         if gtid.is_mariadb:
             kept = [g for g in self.mariadb if g.domain != gtid.domain]
@@ -170,6 +178,8 @@ class Transaction:
 
     gtid: str
     changes: tuple[Change, ...] = field(default_factory=tuple)
+    # (commit read from the binlog, ship start), wall-clock ns on the primary side: stage timing only
+    stamps: tuple[int, int] | tuple[()] = field(default=(), compare=False)
 
     @property
     def is_ddl(self) -> bool:
@@ -190,4 +200,8 @@ class Chunk:
     index: int
     last: bool
     changes: tuple[Change, ...] = ()
+
+    @property
+    def row_count(self) -> int:
+        return sum(1 for c in self.changes if isinstance(c, RowChange))
 

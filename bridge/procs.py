@@ -11,6 +11,7 @@ import sys
 import time
 
 from bridge.errors import BridgeError
+from bridge.sandbox import free_port as _free_port
 
 STOP_TIMEOUT_S = 15.0
 
@@ -18,6 +19,8 @@ STOP_TIMEOUT_S = 15.0
 class BridgeProcess:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: str) -> None:
         self.name, self.args, self.env = name, args, {**os.environ, **env}
+        self.metrics_address = f"127.0.0.1:{_free_port()}"  # its /metrics and /status
+        self.args += ["--metrics", self.metrics_address]
         self.log_path = os.path.join(log_dir, f"bridge-{name}.log")
         self.proc: subprocess.Popen | None = None
 

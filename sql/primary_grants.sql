@@ -5,3 +5,6 @@
 -- {user} and {password} are filled in by the sandbox (or by you).
 CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{password}';
 GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.* TO '{user}'@'127.0.0.1';
+-- The heartbeat (pt-heartbeat style lag measurement, --heartbeat-interval) writes one
+-- row per bridge into rdma_bridge.heartbeat on the primary; nothing else is written.
+GRANT CREATE, INSERT, UPDATE, DELETE ON rdma_bridge.* TO '{user}'@'127.0.0.1';

@@ -9,6 +9,7 @@ import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig
+from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
 from bridge.sandbox import Sandbox
@@ -42,9 +43,10 @@ class BridgePair:
     primary's current position. ``sync()`` waits until the replica holds everything
     the primary committed; ``assert_same()`` compares the schemas row by row."""
 
-    def __init__(self, urls, transport, ring_bytes=1 << 20, secret="", workers=1):
+    def __init__(self, urls, transport, ring_bytes=1 << 20, secret="", workers=1, metrics=False, heartbeat_s=0.0):
         self.urls, self.transport, self.ring_bytes, self.secret = urls, transport, ring_bytes, secret
-        self.workers = workers
+        self.workers, self.heartbeat_s = workers, heartbeat_s
+        self.metrics = ("127.0.0.1", 0) if metrics else None
         n = next(_channels)
         self.channel, self.server_id = f"t{n}_{int(time.time())}", 5000 + n
         self.primary = connect(urls["primary_admin"])
@@ -56,7 +58,7 @@ class BridgePair:
     def start_replica(self, port=0, target=None):
         cfg = ReplicaConfig(target=target or self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
                             ring_bytes=self.ring_bytes, channel=self.channel, secret=self.secret,
-                            workers=self.workers)
+                            workers=self.workers, metrics=self.metrics)
         self.replica_node = ReplicaNode(cfg)
         self.replica_node.start()
         self._thread(self.replica_node.run, "replica")
@@ -66,7 +68,8 @@ class BridgePair:
         cfg = PrimaryConfig(source=source or self.urls["primary"],
                             replica=tuple(replica_addr or self.replica_node.address),
                             transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1,
-                            server_id=self.server_id, **{"secret": self.secret, **overrides})
+                            server_id=self.server_id, heartbeat_row_s=self.heartbeat_s, metrics=self.metrics,
+                            **{"secret": self.secret, **overrides})
         self.primary_node = PrimaryNode(cfg)
         self.primary_node.connect()
         self._thread(self.primary_node.run, "primary")
@@ -90,14 +93,14 @@ class BridgePair:
                 cur.execute(s)
 
     def sync(self, timeout_s=60.0):
-        target = primary_position(self.primary)
+        target = GtidSet.parse(primary_position(self.primary))
         deadline = time.monotonic() + timeout_s
         with self.replica.cursor() as cur:
             while time.monotonic() < deadline:
                 assert not self.errors, f"bridge failed: {self.errors}"
                 cur.execute("SELECT gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (self.channel,))
                 row = cur.fetchone()
-                if row and row[0] == target:
+                if row and GtidSet.parse(row[0]).contains_all(target):  # heartbeats may run past it
                     return
                 time.sleep(0.02)
         raise AssertionError(f"replica did not reach {target} in {timeout_s}s (errors: {self.errors})")

@@ -21,8 +21,10 @@ import threading
 import time
 
 from bridge.config import PrimaryConfig
+from bridge.metrics import STAGES, MetricsServer, Stages
 from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
+from bridge.source.heartbeat import HeartbeatWriter
 from bridge.node.progress import Progress
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
@@ -36,6 +38,7 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
+ACK_REFRESH_S = 0.2  # how often the ring backlog (status, metrics) learns the replica's ack
 BACKPRESSURE_LOG_S = 5.0
 
 
@@ -57,11 +60,39 @@ class PrimaryNode:
         self._link_down = threading.Event()
         self._link_reason = ""
         self._progress = Progress()
+        self.stages = Stages(STAGES["primary"])
+        self.metrics = MetricsServer(cfg.metrics, "primary", self.status) if cfg.metrics else None
+        self.heartbeat = HeartbeatWriter(cfg.source, cfg.heartbeat_row_s, self.report_as) \
+            if cfg.heartbeat_row_s > 0 else None
+        self._services_started = False
+        self._ack_refresh_at = 0.0
 
     @property
     def report_as(self) -> str:
         """How this bridge names itself to the primary (SHOW SLAVE HOSTS): by the replica it feeds."""
         return f"rdma-bridge {self.cfg.replica[0]}:{self.cfg.replica[1]}"
+
+    def start_services(self) -> None:
+        """The metrics endpoint and the heartbeat writer (both optional); once."""
+        if self._services_started:
+            return
+        self._services_started = True
+        if self.metrics is not None:
+            self.metrics.start()
+        if self.heartbeat is not None:
+            self.heartbeat.start()
+
+    def status(self) -> dict:
+        producer = self.producer
+        return {"role": "primary", "source": str(self.cfg.source),
+                "replica": f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", "transport": self.cfg.transport,
+                "connected": self.remote is not None, "last_gtid": self.last_gtid,
+                "counters": {"transactions_shipped": self.shipped, "frames_resent": self.resent_frames,
+                             "binlog_reopens": self.binlog_reopens, "reconnects": self.reconnects,
+                             "ring_backlog_frames": producer.backlog_frames if producer else 0,
+                             "ring_backlog_bytes": producer.used if producer else 0},
+                "heartbeat": self.heartbeat.status() if self.heartbeat else None,
+                "stages": self.stages.summary()}
 
     def connect(self) -> None:
         settings = self._preflight()
@@ -139,6 +170,7 @@ class PrimaryNode:
 
     def run(self) -> None:
         """Stream until ``stop``, recovering from lost links and binlog streams."""
+        self.start_services()
         attempt = 0
         while not self._stop.is_set():
             try:
@@ -177,6 +209,10 @@ class PrimaryNode:
     def step(self) -> Transaction | Chunk | None:
         """Read one binlog event; ship the transaction it completes, if any."""
         self._report_progress()
+        now = time.monotonic()
+        if now >= self._ack_refresh_at and self.remote is not None:
+            self._ack_refresh_at = now + ACK_REFRESH_S
+            self.producer.acknowledge(self.remote.read_ack())
         if self._link_down.is_set():
             raise TransportError(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
         event = self.reader.next_event()
@@ -185,7 +221,9 @@ class PrimaryNode:
             self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid)
             self.shipped += item.last
         elif item is not None:
-            self._place(FrameKind.TXN, encode_transaction(item), item.gtid)
+            read_ns = time.time_ns()  # the commit event was just read
+            self._place(FrameKind.TXN, encode_transaction(item, (read_ns, time.time_ns())), item.gtid)
+            self.stages.record("place", (time.time_ns() - read_ns) / 1000)
             self.shipped += 1
         return item
 
@@ -248,3 +286,6 @@ class PrimaryNode:
     def close(self) -> None:
         self._stop.set()
         self.disconnect()
+        for service in (self.heartbeat, self.metrics):
+            if service is not None:
+                service.close()

@@ -17,6 +17,7 @@ import time
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
+from bridge.metrics import STAGES, MetricsServer, Stages
 from bridge.errors import BridgeError, ConfigError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
 from bridge.model import GtidSet
 from bridge.node.progress import Progress
@@ -29,6 +30,7 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0
+HEARTBEAT_SCHEMA, HEARTBEAT_TABLE = "rdma_bridge", "heartbeat"  # written by bridge.source.heartbeat
 
 
 class ReplicaNode:
@@ -51,6 +53,10 @@ class ReplicaNode:
         self.largest_group = 0
         self._progress = Progress()
         self._reported_groups = 0
+        self.rows_applied = 0
+        self.last_lag_s: float | None = None
+        self.stages = Stages(STAGES["replica"])
+        self.metrics = MetricsServer(cfg.metrics, "replica", self.status) if cfg.metrics else None
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
@@ -63,6 +69,8 @@ class ReplicaNode:
     # --- lifecycle -------------------------------------------------------
 
     def start(self) -> None:
+        if self.metrics is not None:
+            self.metrics.start()
         self._accept_thread.start()
         log.info("replica listening on %s:%d, transport %s, ring %d bytes, channel %r at seq %d (%s)",
                  *self.address, self.cfg.transport, self.cfg.ring_bytes, self.cfg.channel,
@@ -92,6 +100,42 @@ class ReplicaNode:
                      pos.applied_seq, pos.gtid_set, self._parallel_summary())
         if report:
             self._reported_groups = self.groups
+
+    def status(self) -> dict:
+        pos = self.applier.position
+        stats = getattr(self.applier, "stats", None)
+        consumer = self.consumer
+        counters = {"transactions_applied": self.applied_count, "rows_applied": self.rows_applied,
+                    "groups_applied": self.groups, "corrupt_frames": self.corrupt_frames,
+                    "reconnects": self.target_reconnects, "applied_seq": pos.applied_seq,
+                    "ring_backlog_frames": consumer.backlog_frames if consumer else 0,
+                    "ring_backlog_bytes": consumer.backlog_bytes if consumer else 0,
+                    "apply_conflicts": stats.conflicts if stats else 0,
+                    "apply_effective_parallelism": round(stats.effective_parallelism, 3) if stats else 1.0}
+        if self.last_lag_s is not None:
+            counters["last_lag_seconds"] = self.last_lag_s
+        return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
+                "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
+                "workers": self.cfg.workers, "session": bool(self.session), "gtid_set": str(pos.gtid_set),
+                "counters": counters, "stages": self.stages.summary()}
+
+    def _record_stages(self, work: list) -> None:
+        """Stage times of the transactions a commit just made visible."""
+        now = time.time_ns()
+        for frame, item, picked in work:
+            if frame.kind != FrameKind.TXN:
+                continue
+            self.stages.record("apply", (now - picked) / 1000)
+            read_ns, ship_ns = item.stamps or (0, 0)
+            if ship_ns:
+                self.stages.record("deliver", (picked - ship_ns) / 1000)
+                self.stages.record("bridge", (now - read_ns) / 1000)
+            for change in item.changes:
+                if getattr(change, "table", None) == HEARTBEAT_TABLE and change.schema == HEARTBEAT_SCHEMA \
+                        and change.after is not None and "ts_us" in change.columns:
+                    lag_us = now / 1000 - change.after[change.columns.index("ts_us")]
+                    self.stages.record("lag", lag_us)
+                    self.last_lag_s = lag_us / 1e6
 
     def _parallel_summary(self) -> str:
         stats = getattr(self.applier, "stats", None)
@@ -150,17 +194,18 @@ class ReplicaNode:
         return work
 
     def _next_decoded(self):
+        """(frame, decoded, picked-up wall-clock ns)."""
         frame = self.consumer.poll()
         if frame is None:
             return None
         if frame.kind == FrameKind.TXN:
-            return frame, decode_transaction(frame.payload)
+            return frame, decode_transaction(frame.payload), time.time_ns()
         if frame.kind == FrameKind.CHUNK:
-            return frame, decode_chunk(frame.payload)
+            return frame, decode_chunk(frame.payload), time.time_ns()
         raise RemoteProtocolError(f"frame seq {frame.seq}: kind {frame.kind.name} is not expected in the ring")
 
     def _apply(self, work: list) -> None:
-        frame, item = work[0]
+        frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:
             self.applier.apply_chunk(frame.seq, item)
             self.applied_count += item.last
@@ -168,10 +213,12 @@ class ReplicaNode:
             self.applier.apply(frame.seq, item)
             self.applied_count += 1
         else:
-            self.applier.apply_group([(f.seq, txn) for f, txn in work])
+            self.applier.apply_group([(f.seq, txn) for f, txn, _ in work])
             self.applied_count += len(work)
             self.groups += 1
             self.largest_group = max(self.largest_group, len(work))
+        self.rows_applied += sum(item.row_count for _, item, _ in work)
+        self._record_stages(work)
 
     def _reconnect_target(self, cause: TargetConnectionLost) -> None:
         """Bounded retries, the attempt count in the log; gives up by raising."""
@@ -203,6 +250,8 @@ class ReplicaNode:
             self.consumer = None
             self.host.close()
             self.applier.close()
+        if self.metrics is not None:
+            self.metrics.close()
 
     # --- connections -----------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 from bridge.errors import CorruptFrame
-from bridge.ring.layout import DATA_OFFSET, WRITE_SEQ_AT, read_ring_header, read_u64, write_ack
+from bridge.ring.layout import DATA_OFFSET, HEAD_AT, WRITE_SEQ_AT, read_ring_header, read_u32, read_u64, write_ack
 from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, frame_bytes, header_valid, read_header
 
 
@@ -22,6 +22,19 @@ class RingConsumer:
         self.expected_seq = expected_seq
         self.tail = tail
         self._ends: deque[tuple[int, int]] = deque()  # (seq, tail after it), consumed not acked
+        self.acked_seq, self.acked_tail = expected_seq - 1, tail
+
+    @property
+    def backlog_frames(self) -> int:
+        """Frames published but not yet acknowledged (applied)."""
+        return max(0, read_u64(self.region, WRITE_SEQ_AT) - self.acked_seq)
+
+    @property
+    def backlog_bytes(self) -> int:
+        if not self.backlog_frames:
+            return 0
+        used = (read_u32(self.region, HEAD_AT) - self.acked_tail) % self.size
+        return used or self.size
 
     def poll(self) -> Frame | None:
         """The next frame, or None when it has not arrived yet."""
@@ -62,3 +75,4 @@ class RingConsumer:
             tail = self._ends.popleft()[1]
         if tail is not None:
             write_ack(self.region, seq, tail)
+            self.acked_seq, self.acked_tail = seq, tail

@@ -60,6 +60,10 @@ def read_u64(region, at: int) -> int:
     return _U64.unpack_from(region, at)[0]
 
 
+def read_u32(region, at: int) -> int:
+    return _U32.unpack_from(region, at)[0]
+
+
 def write_ack(region, ack_seq: int, tail: int) -> None:
     _U64.pack_into(region, ACK_SEQ_AT, ack_seq)
     _U32.pack_into(region, TAIL_AT, tail)

@@ -180,10 +180,11 @@ def decode_value(payload):
     return _decode_whole(payload, "value")
 
 
-def encode_transaction(txn: Transaction) -> bytes:
+def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> bytes:
+    """``stamps``: (commit read, ship start) in wall-clock ns, for the replica's stage times."""
     out = bytearray()
     tables, changes = _tables_and_changes(txn.changes)
-    encode_value((txn.gtid, tables, changes), out)
+    encode_value((txn.gtid, tables, changes, stamps), out)
     return bytes(out)
 
 
@@ -212,8 +213,10 @@ def _tables_and_changes(changes) -> tuple[tuple, tuple]:
 
 def decode_transaction(payload) -> Transaction:
     try:
-        gtid, tables, changes = _decode_whole(payload, "transaction")
-        return Transaction(gtid=_text(gtid), changes=_changes_from(tables, changes))
+        gtid, tables, changes, stamps = _decode_whole(payload, "transaction")
+        if type(stamps) is not tuple or len(stamps) != 2 or not all(type(t) is int for t in stamps):
+            raise ValueError(f"bad stamps {stamps!r}")
+        return Transaction(gtid=_text(gtid), changes=_changes_from(tables, changes), stamps=stamps)
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"decode transaction: malformed structure: {exc}") from exc
 

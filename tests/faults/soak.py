@@ -188,7 +188,7 @@ class Soak:
         except Exception:  # replica restarting
             return False
         have = GtidSet.parse(row[0] if row else "")
-        return all(have.contains(g) for g in pos.mariadb)
+        return have.contains_all(pos)
 
     def _wait(self, predicate, what: str) -> None:
         deadline = time.monotonic() + RECOVER_TIMEOUT_S

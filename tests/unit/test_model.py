@@ -54,3 +54,13 @@ def test_bad_url_error_masks_password():
     with pytest.raises(ConfigError) as err:
         MysqlUrl.parse("http://app:hunter2@h:1")
     assert "hunter2" not in str(err.value)
+
+
+def test_contains_all_in_both_gtid_forms():
+    from bridge.model import GtidSet
+
+    assert GtidSet.parse("0-1-10,1-1-5").contains_all(GtidSet.parse("0-1-9"))
+    assert not GtidSet.parse("0-1-10").contains_all(GtidSet.parse("0-1-9,1-1-1"))
+    u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    assert GtidSet.parse(f"{u}:1-10:20-30").contains_all(GtidSet.parse(f"{u}:2-5:21"))
+    assert not GtidSet.parse(f"{u}:1-10").contains_all(GtidSet.parse(f"{u}:9-11"))

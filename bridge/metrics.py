@@ -1,0 +1,195 @@
+"""Observability: per-stage latency histograms (HDR), a Prometheus endpoint and a
+JSON status document per node.
+
+Stages, per transaction (µs; points in time taken with the wall clock of the host
+that takes them):
+
+    place    primary   ship start (encoding begins) -> frame placed in the replica
+                       ring, flush done
+    deliver  replica   ship start -> picked up by the replica's consumer
+    apply    replica   picked up -> committed on the replica
+    bridge   replica   commit read from the primary's binlog -> committed on the replica
+    lag      replica   heartbeat row written on the primary -> committed on the replica
+
+``deliver``, ``bridge`` and ``lag`` subtract a primary-host time from a replica-host
+time: across hosts they are only as good as the clock sync (PTP/chrony) between
+them; on one host they are exact. Everything else is measured on one host.
+
+Each node serves, on its metrics address (loopback by default):
+    /metrics   Prometheus text format (names in METRICS and STAGE_METRICS below)
+    /status    the node's status as JSON, with each stage's histogram (HDR, base64)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from hdrh.histogram import HdrHistogram
+
+from bridge.errors import ConfigError
+
+log = logging.getLogger(__name__)
+LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3  # 1 µs .. 1 h, 3 significant digits
+PERCENTILES = (50.0, 99.0, 99.9)
+STAGES = {
+    "primary": ("place",),
+    "replica": ("deliver", "apply", "bridge", "lag"),
+}
+
+# status key -> (Prometheus name, type, help). Keys a node does not report are skipped.
+METRICS = {
+    "transactions_shipped": ("rdma_bridge_transactions_shipped_total", "counter",
+                             "Transactions placed in the replica's ring (primary side)."),
+    "frames_resent": ("rdma_bridge_frames_resent_total", "counter",
+                      "Frames resent from the local ring after a link loss."),
+    "binlog_reopens": ("rdma_bridge_binlog_reopens_total", "counter", "Times the binlog stream was (re)opened."),
+    "reconnects": ("rdma_bridge_reconnects_total", "counter",
+                   "Reconnects: to the replica bridge (primary side) or to the replica server (replica side)."),
+    "ring_backlog_frames": ("rdma_bridge_ring_backlog_frames", "gauge", "Frames in the ring not yet applied."),
+    "ring_backlog_bytes": ("rdma_bridge_ring_backlog_bytes", "gauge", "Ring bytes not yet applied."),
+    "transactions_applied": ("rdma_bridge_transactions_applied_total", "counter",
+                             "Transactions committed on the replica."),
+    "rows_applied": ("rdma_bridge_rows_applied_total", "counter", "Row changes committed on the replica."),
+    "groups_applied": ("rdma_bridge_groups_applied_total", "counter",
+                       "Replica transactions that applied groups of source transactions."),
+    "corrupt_frames": ("rdma_bridge_corrupt_frames_total", "counter",
+                       "Frames refused by the consumer (bad crc, torn, out of sequence)."),
+    "apply_conflicts": ("rdma_bridge_apply_conflicts_total", "counter",
+                        "Parallel segments that waited for an earlier conflicting segment."),
+    "apply_effective_parallelism": ("rdma_bridge_apply_effective_parallelism", "gauge",
+                                    "Busy time of the apply workers over wall time (1 = serial)."),
+    "applied_seq": ("rdma_bridge_applied_seq", "gauge", "Frame seq of the last committed transaction."),
+    "last_lag_seconds": ("rdma_bridge_lag_seconds", "gauge",
+                         "Heartbeat lag of the last heartbeat applied (primary write -> replica commit)."),
+}
+STAGE_METRICS = {
+    "quantiles": "rdma_bridge_stage_latency_seconds",  # {stage, quantile}: 0.5, 0.99, 0.999 and 1 (max)
+    "count": "rdma_bridge_stage_samples",  # a counter: rdma_bridge_stage_samples_total {stage}
+}
+
+
+class Stages:
+    """HDR histograms of the stages of one node; thread-safe."""
+
+    def __init__(self, names) -> None:
+        self._lock = threading.Lock()
+        self._hist = {name: HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS) for name in names}
+
+    def record(self, stage: str, micros: float, count: int = 1) -> None:
+        value = min(HIGHEST_US, max(LOWEST_US, int(micros)))
+        with self._lock:
+            self._hist[stage].record_value(value, count)
+
+    def summary(self, with_histograms: bool = True) -> dict:
+        """{stage: {count, p50, p99, p999, max (µs), hdr}}."""
+        with self._lock:
+            out = {}
+            for name, h in self._hist.items():
+                entry = {"count": h.get_total_count(), "max": h.get_max_value() if h.get_total_count() else 0}
+                for p in PERCENTILES:
+                    entry[_pname(p)] = h.get_value_at_percentile(p) if h.get_total_count() else 0
+                if with_histograms:
+                    entry["hdr"] = base64.b64encode(h.encode()).decode("ascii")
+                out[name] = entry
+            return out
+
+
+def _pname(p: float) -> str:
+    return "p" + f"{p:g}".replace(".", "")  # 50 -> p50, 99.9 -> p999
+
+
+def decode_histogram(text: str) -> HdrHistogram:
+    return HdrHistogram.decode(base64.b64decode(text))
+
+
+def buckets(text: str, per_decade: int = 10) -> list[tuple[float, float, int]]:
+    """A histogram as log-spaced buckets: (low µs, high µs, count), empty ones dropped."""
+    h = decode_histogram(text)
+    counts: dict[int, int] = {}
+    for item in h.get_recorded_iterator():
+        value = max(1, item.value_iterated_to)
+        b = int(math.log10(value) * per_decade)
+        counts[b] = counts.get(b, 0) + item.count_at_value_iterated_to
+    return [(10 ** (b / per_decade), 10 ** ((b + 1) / per_decade), n) for b, n in sorted(counts.items())]
+
+
+def prometheus_text(role: str, st: dict) -> str:
+    """The Prometheus text exposition format (0.0.4) of a node's status. Written here,
+    not with prometheus_client, whose import alone costs a node ~10 MB of RSS; the
+    tests parse this output with prometheus_client's parser."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, doc: str, samples: list[tuple[dict, float]]) -> None:
+        lines.append(f"# HELP {name} {doc}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+            lines.append(f"{name}{{{text}}} {float(value)!r}")
+
+    family("rdma_bridge_up", "gauge", "1 while the node runs.", [({"role": role}, 1)])
+    for key, (name, kind, doc) in METRICS.items():
+        value = st.get("counters", {}).get(key)
+        if value is not None:
+            family(name, kind, doc, [({"role": role}, value)])
+    quantiles, counts = [], []
+    for stage, s in st.get("stages", {}).items():
+        for p in PERCENTILES:
+            quantiles.append(({"role": role, "stage": stage, "quantile": f"{p / 100:g}"}, s[_pname(p)] / 1e6))
+        quantiles.append(({"role": role, "stage": stage, "quantile": "1"}, s["max"] / 1e6))
+        counts.append(({"role": role, "stage": stage}, s["count"]))
+    family(STAGE_METRICS["quantiles"], "gauge", "Per-stage latency quantiles in seconds (quantile 1 is the max); "
+           "see the stage list in the README.", quantiles)
+    family(STAGE_METRICS["count"] + "_total", "counter", "Samples recorded per stage.", counts)
+    return "\n".join(lines) + "\n"
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class MetricsServer:
+    """/metrics and /status on ``address`` in a daemon thread."""
+
+    def __init__(self, address: tuple[str, int], role: str, status: Callable[[], dict]) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                path = self.path.split("?")[0]
+                if path == "/metrics":
+                    body, ctype = prometheus_text(role, status()).encode(), "text/plain; version=0.0.4; charset=utf-8"
+                elif path == "/status":
+                    body, ctype = json.dumps(status()).encode(), "application/json"
+                else:
+                    self.send_error(404, "try /metrics or /status")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, fmt, *args) -> None:
+                log.debug("metrics %s: " + fmt, self.client_address[0], *args)
+
+        try:
+            self._server = ThreadingHTTPServer(address, Handler)
+        except OSError as exc:
+            raise ConfigError(f"metrics endpoint {address[0]}:{address[1]}: {exc.strerror}; pass another "
+                              "--metrics HOST:PORT, or --metrics off") from exc
+        self._server.daemon_threads = True
+        self.address = self._server.server_address[:2]
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"{role}-metrics", daemon=True)
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics and /status", *self.address)
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
