@@ -189,11 +189,16 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
               metavar="SECONDS",
               help="Write a heartbeat row (rdma_bridge.heartbeat) on the primary this often; the replica side "
                    "reports primary-write -> replica-commit as the lag stage. 0: off.")
+@click.option("--semi-sync", type=click.Choice(["off", "received", "applied"]), default="off", show_default=True,
+              help="Act as a semi-sync replica of the primary (rpl_semi_sync_master_enabled=ON there). "
+                   "received: ACK once the transaction is placed in the replica's ring; applied: ACK once "
+                   "the replica committed it, so a client whose commit returned reads its write on the "
+                   "replica. The form (sync/async), degradations and their reasons show in `status`.")
 @metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
 def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str,
-                  backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, metrics,
-                  secret_file: str) -> None:
+                  backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
+                  metrics, secret_file: str) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -209,6 +214,7 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
     cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
                         reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval, metrics=metrics,
+                        semi_sync=semi_sync,
                         secret=read_secret(secret_file))
     node = PrimaryNode(cfg)
     _on_signals(node.stop)
@@ -290,6 +296,87 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
     with open(out, "w") as f:
         f.write(render_html(snapshot))
     click.echo(f"report written: {out}")
+
+
+# --- checksum and repair ------------------------------------------------------
+
+CHECK_URLS = [
+    click.option("--primary", required=True, metavar="URL", envvar="RDMA_BRIDGE_CHECK_PRIMARY",
+                 help="Primary, as a user that reads every table, may SET binlog_format (BINLOG ADMIN) and "
+                      "write rdma_bridge.*; also from $RDMA_BRIDGE_CHECK_PRIMARY (keeps the password out of ps)."),
+    click.option("--replica", required=True, metavar="URL", envvar="RDMA_BRIDGE_CHECK_REPLICA",
+                 help="Replica, as a user that reads every table and writes rdma_bridge.*; also from "
+                      "$RDMA_BRIDGE_CHECK_REPLICA."),
+    click.option("--channel", default="default", show_default=True, help="The bridge channel to wait for."),
+]
+
+
+def check_urls(fn):
+    for option in reversed(CHECK_URLS):
+        fn = option(fn)
+    return fn
+
+
+def _print_mismatches(mismatches) -> None:
+    for m in mismatches:
+        click.echo(f"MISMATCH {m.db}.{m.tbl} chunk {m.chunk} key {m.index or '(whole table)'} range "
+                   f"({m.lower if m.lower is not None else '-inf'} .. {m.upper if m.upper is not None else '+inf'}]: "
+                   f"primary {m.master_cnt} rows {m.master_crc}, replica {m.this_cnt} rows {m.this_crc}")
+
+
+@main.command("checksum")
+@check_urls
+@click.option("--schema", "schemas", multiple=True, help="Schemas to check (default: all user schemas).")
+@click.option("--table", "tables", multiple=True, help="Only these tables (name or schema.name).")
+@click.option("--chunk-time", type=click.FloatRange(min=0.001), default=0.5, show_default=True, metavar="SECONDS",
+              help="Target time per chunk on the primary; chunk sizes adapt to it.")
+@click.option("--offline", is_flag=True,
+              help="Two quiet servers, no bridge: hash each chunk on both directly and compare.")
+def checksum(primary: str, replica: str, channel: str, schemas, tables, chunk_time: float, offline: bool) -> None:
+    """Prove the replica holds the primary's rows: chunked checksums computed on both
+    sides at the same point of the replication stream (through the bridge), so
+    concurrent writes cause no false mismatch.
+
+    
+    Mismatches (table, key range, both sides' counts) are printed and recorded in the
+    replica's rdma_bridge.checksum_diffs; `rdma-bridge repair` fixes them. Exit code 1
+    when any chunk differs.
+    """
+    from bridge.check.checksum import Checksummer
+
+    checker = Checksummer(MysqlUrl.parse(primary), MysqlUrl.parse(replica), channel, chunk_time, offline=offline,
+                          progress=lambda m: click.echo(m, err=True))
+    try:
+        run = checker.run(list(schemas) or None, list(tables) or None)
+    finally:
+        checker.close()
+    _print_mismatches(run.mismatches)
+    click.echo(f"checked {run.tables} tables, {run.chunks} chunks, {run.rows} rows in {run.seconds:.1f}s: "
+               + (f"{len(run.mismatches)} chunks differ" if run.mismatches else "no differences"))
+    sys.exit(1 if run.mismatches else 0)
+
+
+@main.command("repair")
+@check_urls
+def repair(primary: str, replica: str, channel: str) -> None:
+    """Re-copy the rows of every mismatched chunk found by `checksum` from the primary
+    through the bridge (at the same point of the stream), then check them again.
+    The primary's rows are only read. Exit code 1 if a chunk still differs."""
+    from bridge.check.repair import Repairer
+
+    repairer = Repairer(MysqlUrl.parse(primary), MysqlUrl.parse(replica), channel,
+                        progress=lambda m: click.echo(m, err=True))
+    try:
+        repaired, recheck = repairer.run()
+    finally:
+        repairer.close()
+    if recheck is None:
+        click.echo("nothing to repair")
+        return
+    _print_mismatches(recheck.mismatches)
+    click.echo(f"repaired {repaired} chunks; re-check: "
+               + (f"{len(recheck.mismatches)} still differ" if recheck.mismatches else "clean"))
+    sys.exit(1 if recheck.mismatches else 0)
 
 
 # --- verification and demo -------------------------------------------------

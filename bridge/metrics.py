@@ -137,6 +137,18 @@ def prometheus_text(role: str, st: dict) -> str:
         value = st.get("counters", {}).get(key)
         if value is not None:
             family(name, kind, doc, [({"role": role}, value)])
+    semi = st.get("semi_sync") or {}
+    if semi.get("state"):
+        family("rdma_bridge_semi_sync_on", "gauge", "1 while the primary runs semi-sync (an ACK is awaited), "
+               "0 while it has degraded to async.", [({"role": role}, semi["state"] == "sync")])
+        family("rdma_bridge_semi_sync_async_streak_seconds", "gauge", "How long the current async streak is.",
+               [({"role": role}, semi["async_streak_s"])])
+        family("rdma_bridge_semi_sync_async_seconds_total", "counter", "Total time the primary was async.",
+               [({"role": role}, semi["async_total_s"])])
+        family("rdma_bridge_semi_sync_degradations_total", "counter", "Switches from semi-sync to async, by reason.",
+               [({"role": role, "reason": r}, n) for r, n in semi["degradations"].items()])
+        family("rdma_bridge_semi_sync_acks_total", "counter", "Semi-sync ACKs sent to the primary.",
+               [({"role": role}, semi["acks_sent"])])
     quantiles, counts = [], []
     for stage, s in st.get("stages", {}).items():
         for p in PERCENTILES:

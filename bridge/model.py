@@ -189,6 +189,21 @@ class Transaction:
     def row_count(self) -> int:
         return sum(1 for c in self.changes if isinstance(c, RowChange))
 
+    @property
+    def is_repair(self) -> bool:
+        """A `rdma-bridge repair` transaction: it starts with its marker row."""
+        first = self.changes[0] if self.changes else None
+        return isinstance(first, RowChange) and first.kind == "insert" and \
+            (first.schema, first.table) == REPAIR_MARKER_TABLE
+
+    @property
+    def is_barrier(self) -> bool:
+        """Applied alone, never grouped or run in parallel with others."""
+        return self.is_ddl or self.is_repair
+
+
+REPAIR_MARKER_TABLE = ("rdma_bridge", "repairs")
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:

@@ -67,6 +67,16 @@ def status_table(snapshot: dict) -> str:
             hb = node.get("heartbeat")
             lines.append(f"  {'heartbeat':34s}" + (f"{hb['state']}, every {hb['interval_s']}s, {hb['written']} written"
                                                  if hb else "off"))
+            semi = node.get("semi_sync") or {"mode": "off"}
+            if semi["mode"] == "off":
+                lines.append(f"  {'semi-sync':34s}off")
+            else:
+                degraded = ", ".join(f"{r}: {n}" for r, n in semi["degradations"].items() if n) or "none"
+                lines.append(f"  {'semi-sync':34s}{semi['mode']} mode, primary is {semi['state'].upper()}"
+                             + (f" for {semi['async_streak_s']:.1f}s" if semi["state"] == "async" else ""))
+                lines.append(f"  {'  degradations':34s}{degraded}; async {semi['async_total_s']:.1f}s in all, "
+                             f"last: {semi['last_reason'] or '-'} at {semi['last_change'] or '-'}; "
+                             f"{semi['acks_sent']} ACKs sent")
         else:
             lines.append(f"replica side  channel {node['channel']!r} into {node['target']}, listening on "
                          f"{node['listen']} ({node['transport']}, {node['workers']} apply worker(s), "

@@ -50,6 +50,7 @@ binlog_format=ROW
 binlog_row_image=FULL
 binlog_row_metadata=FULL
 rpl_semi_sync_master_wait_point=AFTER_SYNC
+rpl_semi_sync_master_timeout=1000
 """
 NATIVE_CNF = """relay_log=relay-bin
 slave_parallel_mode=optimistic

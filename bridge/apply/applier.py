@@ -109,6 +109,9 @@ class Applier:
             return  # already applied before a reconnect: exactly once
         if seq != self.position.applied_seq + 1:
             raise ApplyError(f"apply seq {seq} ({txn.gtid}): expected seq {self.position.applied_seq + 1}")
+        if txn.is_repair:
+            self._apply_repair(seq, txn)
+            return
         if not txn.is_ddl:
             self.apply_group([(seq, txn)])
             return
@@ -179,6 +182,37 @@ class Applier:
 
     def forget_keys(self) -> None:
         self._unique_keys.clear()
+
+    def _apply_repair(self, seq: int, txn: Transaction) -> None:
+        """A `rdma-bridge repair` transaction: its rows (the marker, and the primary's
+        rows of the range copied into ``rdma_bridge.<copy_table>``) land as usual, then,
+        in the same replica transaction as the position, the replica's rows of the
+        range are replaced by that copy: missing, extra, changed and duplicated rows
+        all end as the primary had them at this point of the stream."""
+        marker = txn.changes[0]
+        fields = dict(zip(marker.columns, marker.after))
+        db, tbl, copy, where = fields["db"], fields["tbl"], fields["copy_table"], fields["where_sql"]
+        if not str(copy).startswith("repair_copy_"):
+            raise ApplyError(f"apply seq {seq} ({txn.gtid}): repair marker names copy table {copy!r}")
+        context = f"apply seq {seq} ({txn.gtid}): repair of {db}.{tbl}"
+        gtids = self.position.gtid_set.add_text(txn.gtid)
+        rows = [c for c in txn.changes if isinstance(c, RowChange)]
+        statements = [(p.text, p.params, (p.change, p.expect)) for p in sql.grouped_statements(rows)]
+        statements += [(f"{sql.TAG}DELETE FROM {sql.table_name(db, tbl)} WHERE {where}", None, (marker, None)),
+                       (f"{sql.TAG}INSERT INTO {sql.table_name(db, tbl)} SELECT * FROM "
+                        f"{sql.table_name('rdma_bridge', copy)}", None, (marker, None)),
+                       (sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION)]
+        try:
+            self._run_batched(context, statements)
+            self.conn.commit()
+        except pymysql.MySQLError as exc:
+            self._rollback()
+            raise apply_error(context, exc) from exc
+        except BaseException:
+            self._rollback()
+            raise
+        log.warning("%s: replaced the rows of %s with the primary's", context, where[:200])
+        self.position = Position(seq, gtids)
 
     def reload_position(self) -> Position:
         self.abort_open()

@@ -117,7 +117,7 @@ class ParallelApplier:
         self.main.abort_open()
 
     def apply(self, seq: int, txn: Transaction) -> None:
-        if txn.is_ddl:
+        if txn.is_barrier:
             self.main.apply(seq, txn)
         else:
             self.apply_group([(seq, txn)])

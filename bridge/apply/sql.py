@@ -16,16 +16,9 @@ from typing import NamedTuple
 from bridge.apply.scheduler import fold  # one definition of "may be the same key"
 
 from bridge.model import BitValue, InvalidTemporal, RowChange
+from bridge.sqlnames import quote_name, table_name
 
 TAG = "/* rdma-bridge */ "
-
-
-def quote_name(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def table_name(schema: str, table: str) -> str:
-    return f"{quote_name(schema)}.{quote_name(table)}"
 
 
 def to_param(v):

@@ -25,6 +25,7 @@ from bridge.metrics import STAGES, MetricsServer, Stages
 from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.heartbeat import HeartbeatWriter
+from bridge.source.semisync import SemiSyncMonitor, check_enabled
 from bridge.node.progress import Progress
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
@@ -66,7 +67,12 @@ class PrimaryNode:
             if cfg.heartbeat_row_s > 0 else None
         self._services_started = False
         self._ack_refresh_at = 0.0
-
+        self._waiting_for_space = False
+        self._bad_frame_at: int | None = None  # applied seq when the replica last refused a frame
+        self.semi_sync = SemiSyncMonitor(cfg.source, self._degradation_reason) if cfg.semi_sync != "off" else None
+        self.semi_sync_timeout_s = 10.0
+        self.acks_sent = 0
+        self.acks_skipped = 0  # applied mode: the replica did not commit within the primary's timeout
     @property
     def report_as(self) -> str:
         """How this bridge names itself to the primary (SHOW SLAVE HOSTS): by the replica it feeds."""
@@ -81,6 +87,18 @@ class PrimaryNode:
             self.metrics.start()
         if self.heartbeat is not None:
             self.heartbeat.start()
+        if self.semi_sync is not None:
+            self.semi_sync.start()
+
+    def _degradation_reason(self) -> str:
+        """Why semi-sync went async, as this bridge sees it at the moment of the switch."""
+        if self._stop.is_set():
+            return "bridge stopped"
+        if self.remote is None or self._link_down.is_set():
+            return "link down"
+        if self._waiting_for_space:
+            return "backpressure"
+        return "ack timeout"
 
     def status(self) -> dict:
         producer = self.producer
@@ -92,6 +110,9 @@ class PrimaryNode:
                              "ring_backlog_frames": producer.backlog_frames if producer else 0,
                              "ring_backlog_bytes": producer.used if producer else 0},
                 "heartbeat": self.heartbeat.status() if self.heartbeat else None,
+                "semi_sync": {"mode": self.cfg.semi_sync, "acks_sent": self.acks_sent,
+                              "acks_skipped": self.acks_skipped, **self.semi_sync.status()}
+                if self.semi_sync else {"mode": "off"},
                 "stages": self.stages.summary()}
 
     def connect(self) -> None:
@@ -104,7 +125,8 @@ class PrimaryNode:
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"],
                                   self.cfg.secret)
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
-                                   mariadb="mariadb" in settings["version"].lower(), report_as=self.report_as)
+                                   mariadb="mariadb" in settings["version"].lower(), report_as=self.report_as,
+                                   semi_sync=self.cfg.semi_sync != "off")
         self.binlog_reopens += 1
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s", self.cfg.source,
                  resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport)
@@ -115,6 +137,8 @@ class PrimaryNode:
             settings = preflight.read_settings(conn)
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
             preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as)
+            if self.cfg.semi_sync != "off":
+                self.semi_sync_timeout_s = check_enabled(conn, self.cfg.source) / 1000
         finally:
             conn.close()
         return settings
@@ -126,6 +150,7 @@ class PrimaryNode:
             expect_type="welcome")
         self._control.sock.settimeout(None)
         self._link_down.clear()
+        self._link_reason = ""
         threading.Thread(target=self._watch_control, args=(self._control,), name="primary-control",
                          daemon=True).start()
         return welcome
@@ -145,11 +170,15 @@ class PrimaryNode:
     def resume_link(self) -> None:
         """A new session on a kept binlog stream: resend what the replica lacks from
         the ring, or fall back to re-reading the binlog."""
+        bad_frame = "bad frame" in self._link_reason
         welcome = self._handshake()
         applied = welcome["applied_seq"]
         frames = self.producer.unacked(applied) if welcome["ring_bytes"] == self.producer.size else None
-        if frames is None:
-            log.info("the ring no longer holds every frame after seq %d: re-reading the binlog", applied)
+        repeated = bad_frame and self._bad_frame_at == applied  # the ring's own copy was refused again
+        self._bad_frame_at = applied if bad_frame else None
+        if frames is None or repeated:
+            log.info("%s after seq %d: re-reading the binlog", "the replica refused the resent frame again"
+                     if repeated else "the ring no longer holds every frame", applied)
             self.disconnect()
             self.connect()
             return
@@ -215,7 +244,8 @@ class PrimaryNode:
             self.producer.acknowledge(self.remote.read_ack())
         if self._link_down.is_set():
             raise TransportError(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
-        event = self.reader.next_event()
+        reader = self.reader  # close() from another thread may drop it mid-step
+        event = reader.next_event()
         item = self.assembler.feed(event) if event is not None else None
         if isinstance(item, Chunk):
             self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid)
@@ -225,7 +255,26 @@ class PrimaryNode:
             self._place(FrameKind.TXN, encode_transaction(item, (read_ns, time.time_ns())), item.gtid)
             self.stages.record("place", (time.time_ns() - read_ns) / 1000)
             self.shipped += 1
+        if self.semi_sync is not None and not self.assembler.in_transaction:
+            request = reader.take_ack_request()
+            if request is not None:
+                self._acknowledge(reader, *request)
         return item
+
+    def _acknowledge(self, reader: BinlogReader, position: int, log_file: str) -> None:
+        """Semi-sync ACK for everything read so far. ``received``: it is all placed in
+        the replica's ring already. ``applied``: wait until the replica committed it
+        (its ack in the ring), at most the primary's own timeout: past that the
+        primary has gone async anyway, and an ACK would claim what is not true."""
+        if self.cfg.semi_sync == "applied" and self.producer is not None:
+            target, deadline = self.producer.write_seq, time.monotonic() + self.semi_sync_timeout_s
+            while self.remote.read_ack() < target:
+                if time.monotonic() > deadline or self._stop.is_set() or self._link_down.is_set():
+                    self.acks_skipped += 1
+                    return
+                time.sleep(ACK_POLL_S / 5)
+        reader.send_ack(position, log_file)
+        self.acks_sent += 1
 
     def _place(self, kind: FrameKind, payload: bytes, gtid: str) -> None:
         try:
@@ -248,8 +297,11 @@ class PrimaryNode:
         next_log = started + BACKPRESSURE_LOG_S
         while True:
             try:
-                return self.producer.append(kind, payload)
+                placements = self.producer.append(kind, payload)
+                self._waiting_for_space = False
+                return placements
             except RingFull as full:
+                self._waiting_for_space = True
                 if self._link_down.is_set():
                     raise TransportError(f"ship {gtid}: link to replica lost: {self._link_reason}") from full
                 self.producer.acknowledge(self.remote.read_ack())
@@ -286,6 +338,6 @@ class PrimaryNode:
     def close(self) -> None:
         self._stop.set()
         self.disconnect()
-        for service in (self.heartbeat, self.metrics):
+        for service in (self.heartbeat, self.semi_sync, self.metrics):
             if service is not None:
                 service.close()

@@ -183,7 +183,7 @@ class ReplicaNode:
             entry, self._stash = self._stash or self._next_decoded(), None
             if entry is None:
                 break
-            groupable = entry[0].kind == FrameKind.TXN and not entry[1].is_ddl
+            groupable = entry[0].kind == FrameKind.TXN and not entry[1].is_barrier
             if not groupable:
                 if work:
                     self._stash = entry  # a barrier: it goes alone, next
@@ -209,7 +209,7 @@ class ReplicaNode:
         if frame.kind == FrameKind.CHUNK:
             self.applier.apply_chunk(frame.seq, item)
             self.applied_count += item.last
-        elif len(work) == 1 and item.is_ddl:
+        elif len(work) == 1 and item.is_barrier:
             self.applier.apply(frame.seq, item)
             self.applied_count += 1
         else:

@@ -47,12 +47,24 @@ class _Handled(Exception):  # noqa: N818 - control flow, never seen outside this
         self.event = event
 
 
+_DUMP_COMMANDS = (0x12, 0x1E)  # COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID
+_SEMI_SYNC_MAGIC, _SEMI_SYNC_ACK_REQUESTED = b"\x00\xef", 0x01
+
+
 class _StreamConnection(pymysql.connections.Connection):
     """Raises our error on a lost connection so the library cannot silently replay.
     Once the dump runs, ``fast_path`` sees each event packet first and may decode it
     itself (see ``BinlogReader._fast_event``)."""
 
     fast_path = None
+    semi_sync = False  # announce a semi-sync replica; strip the 0xEF header; note ACK requests
+    ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
+
+    def _write_bytes(self, data) -> None:
+        if self.semi_sync and len(data) > 4 and data[4] in _DUMP_COMMANDS:
+            self.query("SET @rpl_semi_sync_slave=1")  # before the dump, or the server sends no header
+            self._next_seq_id = 0
+        super()._write_bytes(data)
 
     def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
         try:
@@ -62,6 +74,12 @@ class _StreamConnection(pymysql.connections.Connection):
                 raise SourceConnectionLost(f"binlog stream from {self.host}:{self.port}: connection lost "
                                            f"({exc.args[0]})") from exc
             raise
+        if self.semi_sync and packet._data[:2] == _SEMI_SYNC_MAGIC:
+            # 0x00 | 0xEF | flag | event: the library would choke on the two extra bytes
+            flag, packet._data = packet._data[2], b"\0" + packet._data[3:]
+            if flag & _SEMI_SYNC_ACK_REQUESTED:
+                self.ack_wanted = int.from_bytes(packet._data[14:18], "little")  # header log_pos
+                self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
         if self.fast_path is not None:
             event = self.fast_path(packet._data)
             if event is not _LIBRARY:
@@ -74,8 +92,11 @@ class BinlogReader:
     until an event or a heartbeat arrives."""
 
     def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
-                 mariadb: bool = True, report_as: str = "rdma-bridge", fast_rows: bool = True) -> None:
+                 mariadb: bool = True, report_as: str = "rdma-bridge", fast_rows: bool = True,
+                 semi_sync: bool = False) -> None:
         self.url = url
+        wrapper = type("_SemiSyncStream", (_StreamConnection,), {"semi_sync": True}) if semi_sync \
+            else _StreamConnection
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
             # heartbeats arrive every heartbeat_s, so silence past a few of them is a stalled link
@@ -84,7 +105,7 @@ class BinlogReader:
             server_id=server_id, blocking=True, is_mariadb=mariadb, slave_heartbeat=heartbeat_s,
             only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent,
                          UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
-            pymysql_wrapper=_StreamConnection, enable_logging=False,
+            pymysql_wrapper=wrapper, enable_logging=False,
             report_slave=report_as,  # shown by SHOW SLAVE HOSTS, which the server_id check reads
             **position)
         self._converters: dict[int, tuple] = {}
@@ -162,6 +183,24 @@ class BinlogReader:
         rows = tuple((r[0], r[1]) if kind == "update" else (None, r[0]) if kind == "insert" else (r[0], None)
                      for r in images)
         return RowsRead(kind, table.schema, table.table, columns, key, rows, end - 20)
+
+    def take_ack_request(self) -> tuple[int, str] | None:
+        """(next-event position, binlog file) of the last event the primary asked a
+        semi-sync ACK for, once; None when none is pending."""
+        conn = getattr(self._stream, "_stream_connection", None)
+        if conn is None or conn.ack_wanted is None:
+            return None
+        position, conn.ack_wanted = conn.ack_wanted, None
+        return position, self._stream.log_file
+
+    def send_ack(self, position: int, log_file: str) -> None:
+        """The semi-sync ACK: sequence id 0, 0xEF, 8-byte position, file name (no NUL)."""
+        conn = self._stream._stream_connection
+        payload = b"\xef" + position.to_bytes(8, "little") + log_file.encode()
+        try:
+            conn._write_bytes(len(payload).to_bytes(3, "little") + b"\0" + payload)
+        except pymysql.MySQLError as exc:
+            raise SourceConnectionLost(f"binlog stream from {self.url}: semi-sync ACK: {exc}") from exc
 
     def close(self) -> None:
         self._stream.close()

@@ -1,0 +1,358 @@
+"""In-band chunked checksums (pt-table-checksum's method, through the bridge).
+
+For each table, chunks are primary-key ranges (a NOT NULL unique key when there is no
+primary key; the whole table as one chunk when there is neither, said in the output).
+For each chunk the primary runs, with ``binlog_format=STATEMENT`` for its session:
+
+    REPLACE INTO rdma_bridge.checksums (..., this_cnt, this_crc) SELECT ..., COUNT(*), <hash> FROM t WHERE <range>
+    UPDATE rdma_bridge.checksums SET master_cnt=<primary's>, master_crc=<primary's> WHERE <this chunk>
+
+Both statements travel the binlog as statements, so the bridge replays them on the
+replica at the same point of the stream: ``this_*`` is each server's own hash of the
+same chunk, ``master_*`` the primary's. Concurrent writes cannot cause a false
+mismatch. The hash: COUNT(*) and the SUM of the two 64-bit halves of each row's MD5
+(over every column, with NULL markers): a duplicated row adds, it cannot cancel like
+a bare XOR of CRC32s. The chunk size adapts to a target time per chunk; the run waits
+while the replica falls behind; mismatches are recorded on the replica in
+``rdma_bridge.checksum_diffs`` (table, key range, both sides' counts and hashes), which
+`rdma-bridge repair` reads.
+
+``--offline``: both servers quiet and no bridge: each chunk's hash is computed on both
+servers directly and compared.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pymysql
+
+from bridge.sqlnames import quote_name, table_name
+from bridge.config import MysqlUrl
+from bridge.errors import ApplyError, BridgeError, ConfigError
+from bridge.model import GtidSet
+
+log = logging.getLogger(__name__)
+SCHEMA = "rdma_bridge"
+CHECKSUMS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.checksums (
+  db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL, chunk INT NOT NULL,
+  chunk_index VARCHAR(200) NULL, lower_boundary TEXT NULL, upper_boundary TEXT NULL,
+  this_crc VARCHAR(64) NULL, this_cnt BIGINT NULL, master_crc VARCHAR(64) NULL, master_cnt BIGINT NULL,
+  ts TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
+  PRIMARY KEY (db, tbl, chunk)) ENGINE=InnoDB"""
+DIFFS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.checksum_diffs (
+  id BIGINT AUTO_INCREMENT PRIMARY KEY, found_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL, chunk INT NOT NULL, chunk_index VARCHAR(200) NULL,
+  lower_boundary TEXT NULL, upper_boundary TEXT NULL, where_sql TEXT NOT NULL,
+  master_cnt BIGINT NULL, master_crc VARCHAR(64) NULL, this_cnt BIGINT NULL, this_crc VARCHAR(64) NULL,
+  repaired_at TIMESTAMP(6) NULL) ENGINE=InnoDB"""
+SESSION = "SET SESSION time_zone='+00:00', sql_mode='NO_ENGINE_SUBSTITUTION'"
+MIN_CHUNK_ROWS, MAX_CHUNK_ROWS, FIRST_CHUNK_ROWS = 100, 1_000_000, 1000
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", SCHEMA)
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    db: str
+    tbl: str
+    columns: tuple[str, ...]
+    index: str | None  # PRIMARY, a unique index, or None: one chunk
+    key: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return table_name(self.db, self.tbl)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    db: str
+    tbl: str
+    chunk: int
+    index: str | None
+    lower: str | None
+    upper: str | None
+    where_sql: str
+    master_cnt: int | None
+    master_crc: str | None
+    this_cnt: int | None
+    this_crc: str | None
+
+    @property
+    def ok(self) -> bool:
+        return (self.master_cnt, self.master_crc) == (self.this_cnt, self.this_crc)
+
+
+@dataclass
+class ChecksumRun:
+    tables: int = 0
+    chunks: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    mismatches: list[ChunkResult] = field(default_factory=list)
+
+
+def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
+    try:
+        conn = pymysql.connect(**url.connect_args(), charset="utf8mb4", autocommit=True, connect_timeout=10,
+                               **kwargs)
+    except pymysql.MySQLError as exc:
+        raise BridgeError(f"checksum: connect to {what} {url}: {exc.args[-1] if exc.args else exc}") from exc
+    with conn.cursor() as cur:
+        cur.execute(SESSION)
+    return conn
+
+
+def row_hash_sql(columns: tuple[str, ...]) -> str:
+    cols = [quote_name(c) for c in columns]
+    md5 = f"MD5(CONCAT_WS('#', {', '.join(cols)}, CONCAT({', '.join(f'ISNULL({c})' for c in cols)})))"
+    half = "CAST(CONV(SUBSTRING({md5}, {at}, 16), 16, 10) AS UNSIGNED)"
+    return (f"CONCAT(COALESCE(SUM({half.format(md5=md5, at=1)}), 0), ':', "
+            f"COALESCE(SUM({half.format(md5=md5, at=17)}), 0))")
+
+
+def plan_tables(conn, schemas: list[str] | None, tables: list[str] | None) -> list[TablePlan]:
+    with conn.cursor() as cur:
+        if schemas:
+            cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type='BASE TABLE' "
+                        "AND table_schema IN %s ORDER BY 1, 2", (tuple(schemas),))
+        else:
+            cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type='BASE TABLE' "
+                        "AND table_schema NOT IN %s ORDER BY 1, 2", (SYSTEM_SCHEMAS,))
+        names = [(db, t) for db, t in cur.fetchall() if not tables or t in tables or f"{db}.{t}" in tables]
+        plans = []
+        for db, tbl in names:
+            cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema=%s AND table_name=%s "
+                        "ORDER BY ordinal_position", (db, tbl))
+            columns = tuple(r[0] for r in cur.fetchall())
+            cur.execute("SELECT s.index_name, s.column_name, c.is_nullable FROM information_schema.statistics s "
+                        "JOIN information_schema.columns c ON c.table_schema=s.table_schema AND "
+                        "c.table_name=s.table_name AND c.column_name=s.column_name WHERE s.table_schema=%s AND "
+                        "s.table_name=%s AND s.non_unique=0 ORDER BY s.index_name='PRIMARY' DESC, s.index_name, "
+                        "s.seq_in_index", (db, tbl))
+            keys: dict[str, list] = {}
+            for index, column, nullable in cur.fetchall():
+                keys.setdefault(index, []).append((column, nullable == "YES"))
+            usable = [(i, tuple(c for c, _ in cols)) for i, cols in keys.items() if not any(n for _, n in cols)]
+            index, key = usable[0] if usable else (None, ())
+            plans.append(TablePlan(db, tbl, columns, index, key))
+    return plans
+
+
+def range_sql(cur, key: tuple[str, ...], lower: tuple | None, upper: tuple | None) -> str:
+    """``lower < key <= upper`` as SQL on the key's columns (expanded, so the optimizer
+    uses the index on MariaDB too); None: unbounded."""
+    parts = []
+    if lower is not None:
+        parts.append(_compare(cur, key, lower, ">"))
+    if upper is not None:
+        parts.append(_compare(cur, key, upper, "<="))
+    return " AND ".join(parts) or "1=1"
+
+
+def _compare(cur, key, values, op: str) -> str:
+    strict = op.rstrip("=")
+    ors = []
+    for i in range(len(key)):
+        eqs = [f"{quote_name(key[j])} = {cur.mogrify('%s', (values[j],))}" for j in range(i)]
+        last_op = op if i == len(key) - 1 else strict
+        ors.append("(" + " AND ".join([*eqs, f"{quote_name(key[i])} {last_op} {cur.mogrify('%s', (values[i],))}"])
+                   + ")")
+    return "(" + " OR ".join(ors) + ")"
+
+
+def next_upper(cur, plan: TablePlan, lower: tuple | None, rows: int) -> tuple | None:
+    cols = ", ".join(quote_name(c) for c in plan.key)
+    where = range_sql(cur, plan.key, lower, None)
+    cur.execute(f"SELECT {cols} FROM {plan.name} FORCE INDEX ({quote_name(plan.index)}) WHERE {where} "
+                f"ORDER BY {cols} LIMIT {rows - 1}, 1")
+    row = cur.fetchone()
+    return tuple(row) if row else None
+
+
+def _text(values: tuple | None) -> str | None:
+    return None if values is None else ",".join(str(v) for v in values)
+
+
+class Checksummer:
+    """Runs the in-band checksum (or ``offline``) over the chosen tables."""
+
+    def __init__(self, primary: MysqlUrl, replica: MysqlUrl, channel: str = "default", chunk_time_s: float = 0.5,
+                 max_lag_chunks: int = 3, offline: bool = False, progress: Callable[[str], None] = log.info,
+                 replica_wait_s: float = 300.0) -> None:
+        self.primary_url, self.replica_url, self.channel = primary, replica, channel
+        self.chunk_time_s, self.max_lag_chunks, self.offline = chunk_time_s, max_lag_chunks, offline
+        self.progress, self.replica_wait_s = progress, replica_wait_s
+        self.primary = connect(primary, "primary")
+        self.replica = connect(replica, "replica")
+        self._wheres: dict[tuple[str, str, int], str] = {}
+        self._offline_results: list[ChunkResult] = []
+
+    def close(self) -> None:
+        self.primary.close()
+        self.replica.close()
+
+    def run(self, schemas: list[str] | None = None, tables: list[str] | None = None,
+            only: list[ChunkResult] | None = None) -> ChecksumRun:
+        """Every chunk of the chosen tables, or just the chunks ``only`` names (re-check)."""
+        started = time.perf_counter()
+        result = ChecksumRun()
+        plans = plan_tables(self.primary, schemas, tables)
+        if only is not None:
+            wanted = {(c.db, c.tbl) for c in only}
+            plans = [p for p in plans if (p.db, p.tbl) in wanted]
+        if not plans:
+            raise ConfigError("checksum: no tables to check (schemas %s, tables %s)" % (schemas or "all", tables or "all"))
+        if not self.offline:
+            self._prepare_in_band()
+        for plan in plans:
+            result.tables += 1
+            if plan.index is None:
+                note = f"{plan.db}.{plan.tbl}: no primary or NOT NULL unique key: checked as one whole-table chunk"
+                result.notes.append(note)
+                self.progress(note)
+            chunks = [c for c in only if (c.db, c.tbl) == (plan.db, plan.tbl)] if only is not None else None
+            rows, n = self._table(plan, result, chunks)
+            result.rows += rows
+            result.chunks += n
+        result.mismatches = self._offline_results if self.offline else self._collect(plans, only)
+        if not self.offline:
+            self._record(result.mismatches)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    # --- in-band -------------------------------------------------------------
+
+    def _prepare_in_band(self) -> None:
+        with self.primary.cursor() as cur:
+            try:
+                cur.execute("SET SESSION binlog_format='STATEMENT'")
+            except pymysql.MySQLError as exc:
+                raise BridgeError(f"checksum: SET SESSION binlog_format on the primary {self.primary_url}: "
+                                  f"{exc.args[-1]} (the checksum user needs BINLOG ADMIN or SUPER)") from exc
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
+            cur.execute(CHECKSUMS_DDL)
+
+    def _table(self, plan: TablePlan, result: ChecksumRun, chunks: list[ChunkResult] | None) -> tuple[int, int]:
+        size, lower, number, rows = FIRST_CHUNK_ROWS, None, 0, 0
+        hash_sql = row_hash_sql(plan.columns)
+        with self.primary.cursor() as cur:
+            if chunks is not None:  # a re-check: the recorded ranges, as they were
+                for c in chunks:
+                    rows += self._chunk(cur, plan, c.chunk, c.where_sql, c.lower, c.upper, hash_sql)
+                return rows, len(chunks)
+            while True:
+                upper = next_upper(cur, plan, lower, size) if plan.index else None
+                where = range_sql(cur, plan.key, lower, upper) if plan.index else "1=1"
+                t0 = time.perf_counter()
+                rows += self._chunk(cur, plan, number, where, _text(lower), _text(upper), hash_sql)
+                elapsed = time.perf_counter() - t0
+                number += 1
+                if number % 10 == 0 or upper is None:
+                    self.progress(f"{plan.db}.{plan.tbl}: {number} chunks, {rows} rows "
+                                  f"({elapsed * 1000:.0f} ms for the last {size} rows)")
+                if upper is None:
+                    return rows, number
+                size = int(min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, size * self.chunk_time_s / max(elapsed, 1e-4))))
+                lower = upper
+                if not self.offline and number % self.max_lag_chunks == 0:
+                    self._throttle()
+
+    def _chunk(self, cur, plan: TablePlan, number: int, where: str, lower: str | None, upper: str | None,
+               hash_sql: str) -> int:
+        source = f"{plan.name} FORCE INDEX ({quote_name(plan.index)})" if plan.index else plan.name
+        self._wheres[(plan.db, plan.tbl, number)] = where
+        if self.offline:
+            return self._offline_chunk(plan, number, where, lower, upper, f"SELECT COUNT(*), {hash_sql} FROM "
+                                       f"{source} WHERE {where}")
+        cur.execute(f"REPLACE INTO {SCHEMA}.checksums (db, tbl, chunk, chunk_index, lower_boundary, upper_boundary, "
+                    f"this_cnt, this_crc) SELECT %s, %s, %s, %s, %s, %s, COUNT(*), {hash_sql} FROM {source} "
+                    f"WHERE {where}", (plan.db, plan.tbl, number, plan.index, lower, upper))
+        cur.execute(f"SELECT this_cnt, this_crc FROM {SCHEMA}.checksums WHERE db=%s AND tbl=%s AND chunk=%s",
+                    (plan.db, plan.tbl, number))
+        cnt, crc = cur.fetchone()
+        cur.execute(f"UPDATE {SCHEMA}.checksums SET master_cnt=%s, master_crc=%s WHERE db=%s AND tbl=%s AND chunk=%s",
+                    (cnt, crc, plan.db, plan.tbl, number))
+        return int(cnt)
+
+    def _offline_chunk(self, plan, number, where, lower, upper, select: str) -> int:
+        values = []
+        for conn in (self.primary, self.replica):
+            with conn.cursor() as cur:
+                cur.execute(select)
+                values.append(cur.fetchone())
+        (p_cnt, p_crc), (r_cnt, r_crc) = values
+        chunk = ChunkResult(plan.db, plan.tbl, number, plan.index, lower, upper, where, int(p_cnt), p_crc,
+                            int(r_cnt), r_crc)
+        if not chunk.ok:
+            self._offline_results.append(chunk)
+        return int(p_cnt)
+
+    def _primary_pos(self) -> GtidSet:
+        with self.primary.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            return GtidSet.parse(cur.fetchone()[0])
+
+    def _replica_pos(self) -> GtidSet:
+        with self.replica.cursor() as cur:
+            cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (self.channel,))
+            row = cur.fetchone()
+        if row is None:
+            raise ConfigError(f"checksum: the replica {self.replica_url} has no bridge channel {self.channel!r} "
+                              "(is the bridge running? --channel names it; --offline checks two quiet servers)")
+        return GtidSet.parse(row[0])
+
+    def _throttle(self) -> None:
+        """Wait while the replica is behind the chunks just written."""
+        target = self._primary_pos()
+        deadline = time.monotonic() + self.replica_wait_s
+        said = False
+        while not self._replica_pos().contains_all(target):
+            if not said:
+                self.progress("waiting for the replica to catch up before the next chunks")
+                said = True
+            if time.monotonic() > deadline:
+                raise ApplyError(f"checksum: the replica did not reach {target} within {self.replica_wait_s:.0f}s; "
+                                 "is the bridge running?")
+            time.sleep(0.05)
+
+    def _collect(self, plans: list[TablePlan], only: list[ChunkResult] | None) -> list[ChunkResult]:
+        self._throttle()  # everything written so far is on the replica
+        out = []
+        with self.replica.cursor() as cur:
+            for plan in plans:
+                cur.execute(f"SELECT chunk, chunk_index, lower_boundary, upper_boundary, master_cnt, master_crc, "
+                            f"this_cnt, this_crc FROM {SCHEMA}.checksums WHERE db=%s AND tbl=%s ORDER BY chunk",
+                            (plan.db, plan.tbl))
+                wanted = {c.chunk for c in only if (c.db, c.tbl) == (plan.db, plan.tbl)} if only is not None else None
+                for chunk, index, lower, upper, m_cnt, m_crc, t_cnt, t_crc in cur.fetchall():
+                    if wanted is not None and chunk not in wanted:
+                        continue
+                    where = self._where_for(plan, chunk, only)
+                    result = ChunkResult(plan.db, plan.tbl, chunk, index, lower, upper, where, m_cnt, m_crc,
+                                         t_cnt, t_crc)
+                    if not result.ok:
+                        out.append(result)
+        return out
+
+    def _where_for(self, plan: TablePlan, chunk: int, only: list[ChunkResult] | None) -> str:
+        if only is not None:
+            return next(c.where_sql for c in only if (c.db, c.tbl, c.chunk) == (plan.db, plan.tbl, chunk))
+        return self._wheres.get((plan.db, plan.tbl, chunk), "1=1")
+
+    def _record(self, mismatches: list[ChunkResult]) -> None:
+        if not mismatches:
+            return
+        with self.replica.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
+            cur.execute(DIFFS_DDL)
+            for m in mismatches:
+                cur.execute(f"INSERT INTO {SCHEMA}.checksum_diffs (db, tbl, chunk, chunk_index, lower_boundary, "
+                            "upper_boundary, where_sql, master_cnt, master_crc, this_cnt, this_crc) VALUES "
+                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                            (m.db, m.tbl, m.chunk, m.index, m.lower, m.upper, m.where_sql, m.master_cnt,
+                             m.master_crc, m.this_cnt, m.this_crc))

@@ -1,0 +1,111 @@
+"""`rdma-bridge repair`: re-copy the rows of mismatched chunks from the primary
+through the bridge, then check those chunks again.
+
+For each unrepaired chunk in the replica's ``rdma_bridge.checksum_diffs`` the primary
+runs one transaction (row format, as usual):
+
+    INSERT INTO rdma_bridge.repairs (db, tbl, copy_table, where_sql) ...     -- the marker, first
+    INSERT INTO rdma_bridge.repair_copy_<n> SELECT * FROM t WHERE <range> LOCK IN SHARE MODE
+
+``repair_copy_<n>`` is made by ``CREATE TABLE ... LIKE t`` on the primary just before
+(replicated like any DDL) and dropped after. The primary's own rows are not touched.
+The replica applier sees the marker and, in the same replica transaction as the rows
+and the position, replaces its rows of the range by the copy (bridge.apply.applier).
+Because it is a transaction in the binlog, it lands at the same point of the stream
+as the primary's read of the range: concurrent writes stay in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from bridge.sqlnames import quote_name
+from bridge.check.checksum import SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect
+from bridge.config import MysqlUrl
+from bridge.errors import ApplyError
+from bridge.model import REPAIR_MARKER_TABLE, GtidSet
+
+log = logging.getLogger(__name__)
+REPAIRS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.{REPAIR_MARKER_TABLE[1]} (
+  id BIGINT AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL,
+  copy_table VARCHAR(64) NOT NULL, where_sql TEXT NOT NULL,
+  created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"""
+
+
+def pending_diffs(replica_conn) -> list[tuple[int, ChunkResult]]:
+    with replica_conn.cursor() as cur:
+        if not cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND "
+                           "table_name='checksum_diffs'", (SCHEMA,)):
+            return []
+        cur.execute(f"SELECT id, db, tbl, chunk, chunk_index, lower_boundary, upper_boundary, where_sql, master_cnt, "
+                    f"master_crc, this_cnt, this_crc FROM {SCHEMA}.checksum_diffs WHERE repaired_at IS NULL ORDER BY id")
+        latest: dict[tuple, tuple[int, ChunkResult]] = {}
+        for row in cur.fetchall():
+            latest[(row[1], row[2], row[3])] = (row[0], ChunkResult(*row[1:]))
+    return list(latest.values())
+
+
+class Repairer:
+    def __init__(self, primary: MysqlUrl, replica: MysqlUrl, channel: str = "default",
+                 progress: Callable[[str], None] = log.info) -> None:
+        self.primary_url, self.replica_url, self.channel, self.progress = primary, replica, channel, progress
+        self.primary = connect(primary, "primary")
+        self.replica = connect(replica, "replica")
+
+    def close(self) -> None:
+        self.primary.close()
+        self.replica.close()
+
+    def run(self) -> tuple[int, ChecksumRun | None]:
+        """(chunks repaired, the re-check of those chunks)."""
+        diffs = pending_diffs(self.replica)
+        if not diffs:
+            self.progress("nothing to repair: no unrepaired mismatches in rdma_bridge.checksum_diffs")
+            return 0, None
+        with self.primary.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
+            cur.execute(REPAIRS_DDL)
+        for n, (diff_id, chunk) in enumerate(diffs, start=1):
+            self._repair(diff_id, chunk)
+            self.progress(f"repaired {n}/{len(diffs)}: {chunk.db}.{chunk.tbl} chunk {chunk.chunk} "
+                          f"({chunk.lower or '-inf'} .. {chunk.upper or '+inf'}]")
+        checker = Checksummer(self.primary_url, self.replica_url, self.channel, progress=self.progress)
+        try:
+            recheck = checker.run(only=[c for _, c in diffs])
+        finally:
+            checker.close()
+        return len(diffs), recheck
+
+    def _repair(self, diff_id: int, chunk: ChunkResult) -> None:
+        copy = f"repair_copy_{diff_id}"
+        target, copy_name = f"{quote_name(chunk.db)}.{quote_name(chunk.tbl)}", f"{SCHEMA}.{quote_name(copy)}"
+        with self.primary.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {copy_name}")
+            cur.execute(f"CREATE TABLE {copy_name} LIKE {target}")
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT INTO {SCHEMA}.{REPAIR_MARKER_TABLE[1]} (db, tbl, copy_table, where_sql) "
+                        "VALUES (%s, %s, %s, %s)", (chunk.db, chunk.tbl, copy, chunk.where_sql))
+            cur.execute(f"INSERT INTO {copy_name} SELECT * FROM {target} WHERE {chunk.where_sql}")
+            cur.execute("COMMIT")
+            cur.execute(f"DROP TABLE {copy_name}")
+            cur.execute("SELECT @@gtid_binlog_pos")
+            target_pos = GtidSet.parse(cur.fetchone()[0])
+        self._wait_replica(target_pos)
+        with self.replica.cursor() as cur:
+            cur.execute(f"UPDATE {SCHEMA}.checksum_diffs SET repaired_at=CURRENT_TIMESTAMP(6) WHERE db=%s AND tbl=%s "
+                        "AND chunk=%s AND repaired_at IS NULL", (chunk.db, chunk.tbl, chunk.chunk))
+
+    def _wait_replica(self, target: GtidSet, timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.replica.cursor() as cur:
+                cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (self.channel,))
+                row = cur.fetchone()
+            if row and GtidSet.parse(row[0]).contains_all(target):
+                return
+            if time.monotonic() > deadline:
+                raise ApplyError(f"repair: the replica did not reach {target} within {timeout_s:.0f}s; is the "
+                                 f"bridge running on channel {self.channel!r}?")
+            time.sleep(0.05)

@@ -1,0 +1,123 @@
+"""Semi-sync against MariaDB's real semi-sync primary: ACK on receipt or on apply keeps
+it ON; `applied` gives read-your-writes on the replica; a killed bridge degrades it to
+async, and the restarted bridge records why and records the recovery."""
+
+import time
+
+import pytest
+
+from bridge.errors import PreflightError
+from bridge.workload import connect
+from tests.conftest import BridgePair
+from tests.helpers import wait_for
+
+
+def semi_sync_status(conn) -> dict:
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'")
+        return {k.lower().removeprefix("rpl_semi_sync_master_"): v for k, v in cur.fetchall()}
+
+
+@pytest.fixture
+def semi_sync_primary(urls):
+    admin = connect(urls["primary_admin"])
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")  # ms: a lost ACK costs a test 1 s
+        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=ON")
+    yield admin
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=OFF")
+    admin.close()
+
+
+def started(urls, mode, **kw):
+    pair = BridgePair(urls, "shm", **kw)
+    pair.start_replica()
+    pair.start_primary(semi_sync=mode)
+    return pair
+
+
+@pytest.mark.parametrize("mode", ["received", "applied"])
+def test_acks_keep_the_primary_semi_sync_and_count_every_transaction(urls, fresh_schema, semi_sync_primary, mode):
+    s = fresh_schema("semi")
+    pair = started(urls, mode)
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
+        before = semi_sync_status(semi_sync_primary)
+        for i in range(50):
+            pair.sql(f"INSERT INTO {s}.t VALUES ({i})")
+        after = semi_sync_status(semi_sync_primary)
+        assert after["status"] == "ON"
+        assert int(after["yes_tx"]) - int(before["yes_tx"]) >= 50
+        assert after["no_tx"] == before["no_tx"]
+        assert pair.primary_node.acks_sent >= 50
+        pair.assert_same(s)
+        assert pair.primary_node.status()["semi_sync"]["state"] == "sync"
+    finally:
+        pair.stop()
+
+
+def test_applied_mode_reads_its_writes_on_the_replica(urls, fresh_schema, semi_sync_primary):
+    s = fresh_schema("ryw")
+    pair = started(urls, "applied")
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)")
+        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
+        stale = 0
+        with pair.replica.cursor() as cur:
+            for i in range(300):
+                pair.sql(f"INSERT INTO {s}.t VALUES ({i}, {i})")  # autocommit: returns after the ACK
+                cur.execute(f"SELECT v FROM {s}.t WHERE id = {i}")
+                stale += cur.fetchone() is None
+                pair.replica.commit()  # a fresh snapshot for the next read
+        assert stale == 0
+        assert semi_sync_status(semi_sync_primary)["status"] == "ON"
+        pair.assert_same(s)
+    finally:
+        pair.stop()
+
+
+def test_a_killed_bridge_degrades_to_async_and_the_restart_records_why_and_the_recovery(
+        urls, fresh_schema, semi_sync_primary):
+    s = fresh_schema("degrade")
+    pair = started(urls, "received")
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        pair.sync()
+        pair.primary_node.close()  # the bridge's primary side is gone: nobody ACKs
+        started_at = time.monotonic()
+        pair.sql(f"INSERT INTO {s}.t VALUES (2)")  # waits the primary's 1 s timeout, then goes async
+        assert time.monotonic() - started_at >= 0.9
+        assert semi_sync_status(semi_sync_primary)["status"] == "OFF"
+        pair.start_primary(semi_sync="received")  # the restart
+        node = pair.primary_node
+        wait_for(lambda: node.semi_sync.status()["degradations"]["bridge stopped"] == 1,
+                 "the restarted bridge to record the degradation")
+        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
+        pair.sql(f"INSERT INTO {s}.t VALUES (3)")  # ACKed: the primary switches back ON
+        wait_for(lambda: node.semi_sync.status()["state"] == "sync", "the recovery to be recorded")
+        st = node.status()["semi_sync"]
+        assert st["recoveries"] == 1 and st["last_reason"] == "bridge stopped" and st["async_total_s"] > 0
+        from bridge.metrics import prometheus_text
+        from bridge.report import status_table
+
+        text = prometheus_text("primary", node.status())
+        assert 'rdma_bridge_semi_sync_degradations_total{role="primary",reason="bridge stopped"} 1.0' in text
+        assert 'rdma_bridge_semi_sync_on{role="primary"} 1.0' in text
+        table = status_table({"taken_at": "now", "nodes": {"primary": node.status()}})
+        assert "received mode, primary is SYNC" in table and "bridge stopped: 1" in table
+        assert semi_sync_status(semi_sync_primary)["status"] == "ON"
+        pair.assert_same(s)
+    finally:
+        pair.stop()
+
+
+def test_semi_sync_mode_refused_when_the_primary_has_it_disabled(urls):
+    pair = BridgePair(urls, "shm")
+    try:
+        pair.start_replica()
+        with pytest.raises(PreflightError, match="semi-sync is disabled.*rpl_semi_sync_master_enabled"):
+            pair.start_primary(semi_sync="received")
+    finally:
+        pair.stop()
