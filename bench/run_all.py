@@ -16,7 +16,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import catchup, decode, lag, workers
+from bench import catchup, checksum, decode, lag, semisync, workers
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -33,6 +33,13 @@ def ratios(result: dict) -> dict:
         for r in rounds:
             out[f"catch-up of 4-row updates, {name} keys, {r['workers']} workers vs native {r['workers']} "
                 "thread(s) (higher is better)"] = r["ratio_bridge_over_native"]
+    for mode, ratio in result["semisync"]["ratio_p50_over_off"].items():
+        if mode != "off":
+            out[f"primary commit P50 with semi-sync {mode} over semi-sync off (lower is better)"] = ratio
+    for mode, ratio in result["semisync"]["ratio_p50_bridge_over_native"].items():
+        out[f"primary commit P50, bridge semi-sync {mode} over a native semi-sync replica (lower is better)"] = ratio
+    out["checksum time, in-band over CHECKSUM TABLE (lower is better)"] = \
+        result["checksum"]["ratio_in_band_over_checksum_table"]
     for r in result["workers"]["mixed"]:
         out[f"catch-up of mixed writes, {r['workers']} workers vs native {r['workers']} thread(s) "
             "(higher is better)"] = r["ratio_bridge_over_native"]
@@ -72,6 +79,10 @@ def main() -> None:
     result["decode"] = decode.run(args.decode_transactions, args.state_dir)
     log("parallel apply sweep ...")
     result["workers"] = workers.run(args.sweep_transactions, [1, 2, 4, 8, 16], args.state_dir, log=log)
+    log("semi-sync commit latency ...")
+    result["semisync"] = semisync.run(1000, args.state_dir, log=log)
+    log("checksum ...")
+    result["checksum"] = checksum.run(1_000_000, args.state_dir, log=log)
     result["ratios"] = ratios(result)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{result['date']}.json").write_text(json.dumps(result, indent=2))
