@@ -72,6 +72,17 @@ def measure(bench: Bench, replica_args: dict, rate: int, seconds: float, first_i
             "p999_us": round(percentile(lags, 99.9) * 1e6), "max_us": round(max(lags) * 1e6)}
 
 
+def stage_summary(bench: Bench) -> dict:
+    """Both bridge ends' stage percentiles (since each process started: the replica
+    side's include the catch-up before this rate's samples)."""
+    from bridge.report import fetch_status
+
+    snap = fetch_status({"primary": bench.bridge_primary.metrics_address,
+                         "replica": bench.bridge_replica.metrics_address})
+    return {f"{role}.{stage}": [s["p50"], s["p99"]] for role, node in snap["nodes"].items()
+            for stage, s in node.get("stages", {}).items() if s["count"]}
+
+
 def run(rates: list[int], seconds: float, state_dir: str, transport: str) -> dict:
     bench = Bench(state_dir, transport)
     rows, next_id = [], 1
@@ -91,6 +102,7 @@ def run(rates: list[int], seconds: float, state_dir: str, transport: str) -> dic
             bench.wait(bench.bridge_pos, bench.primary_pos(), alive=bench.bridge_alive)
             bridge = measure(bench, MysqlUrl.parse(bench.info["replica_admin"]).connect_args(), rate, seconds,
                              next_id)
+            bridge["stages_p50_p99_us"] = stage_summary(bench)
             next_id += int(rate * seconds)
             rows.append({"rate": rate, "native": native, "bridge": bridge,
                          "ratio_p50": round(bridge["p50_us"] / native["p50_us"], 2),
