@@ -7,11 +7,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/dev/null)
+COMPOSE := $(shell command -v docker-compose 2>/dev/null)
 
 MINUTES ?= 5
 FUZZ_INPUTS ?= 1000000
 
-.PHONY: demo test unit integration faults soak bench fuzz deps mariadb clean sandbox-down
+.PHONY: demo test unit integration faults soak bench fuzz deps mariadb compose clean sandbox-down
 
 $(STAMP): setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -27,17 +28,24 @@ ifeq ($(MARIADBD),)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server mariadb-client >/dev/null
 endif
 
+# docker-compose (Debian's) validates the compose demo offline in the tests.
+compose:
+ifeq ($(COMPOSE),)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+endif
+
 demo: deps
 	$(PY) -m bridge demo
 
-test: deps
+test: deps compose
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-integration: deps
+integration: deps compose
 	$(PY) -m pytest -q tests/integration
 
 faults: deps

@@ -397,6 +397,34 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...]) -> None:
     click.echo(f"match: {len(result.digests)} tables identical")
 
 
+@main.command("workload")
+@click.option("--target", required=True, envvar="RDMA_BRIDGE_WORKLOAD", metavar="URL",
+              help="The primary to write to (also $RDMA_BRIDGE_WORKLOAD; password also from "
+                   "$RDMA_BRIDGE_WORKLOAD_PASSWORD).")
+@click.option("--schema", default="demo", show_default=True, help="Created (dropped first) on the primary.")
+@click.option("--transactions", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0), default=0, show_default=True, metavar="TXN_PER_S",
+              help="Pace the writes; 0: as fast as the primary takes them.")
+def workload(target: str, schema: str, transactions: int, rate: float) -> None:
+    """A mixed write workload (inserts, updates, deletes, a keyless ledger, key changes,
+    occasional DDL) for trying a bridge, with a progress line every 1,000 transactions."""
+    import time
+
+    from bridge.workload import MixedWorkload, connect, create_schema
+
+    conn = connect(MysqlUrl.parse(target, "RDMA_BRIDGE_WORKLOAD_PASSWORD"))
+    create_schema(conn, schema)
+    work, started, done = MixedWorkload(conn, schema), time.monotonic(), 0
+    while done < transactions:
+        work.run(1)
+        done += 1
+        if rate:
+            time.sleep(max(0.0, started + done / rate - time.monotonic()))
+        if done % 1000 == 0 or done == transactions:
+            click.echo(f"workload: {done}/{transactions} transactions", err=True)
+    conn.close()
+
+
 @main.command("demo")
 @STATE_DIR
 @click.option("--transactions", type=int, default=5000, show_default=True)

@@ -33,6 +33,7 @@ datadir={dir}/data
 socket={dir}/mysqld.sock
 pid-file={dir}/mysqld.pid
 log-error={dir}/error.log
+tmpdir={dir}/tmp
 port={port}
 bind-address=127.0.0.1
 server_id={server_id}
@@ -208,7 +209,9 @@ class Sandbox:
         if not (server.dir / "data").exists():
             server.dir.mkdir(parents=True, exist_ok=True)
             cnf.write_text(COMMON_CNF.format(dir=server.dir, port=server.port, server_id=server_id) + extra)
+            (server.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: no clash with other servers' temp files
             self._install_db(server, cnf)
+        (server.dir / "tmp").mkdir(exist_ok=True)
         subprocess.Popen([find_binary("mariadbd"), f"--defaults-file={cnf}", "--user=root"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)

@@ -51,3 +51,22 @@ def test_verify_reports_match_and_difference(sandbox, urls, fresh_schema):
     assert diff.returncode == 1
     assert f"{s}.t: 1 rows missing on the replica, 1 extra" in diff.stderr
     assert urls["primary_admin"].password not in diff.stdout + diff.stderr
+
+
+def test_workload_writes_paced_mixed_transactions(sandbox, urls, fresh_schema):
+    import os
+    import time
+
+    _, info = sandbox
+    s = fresh_schema("wl")
+    env = {**os.environ, "RDMA_BRIDGE_WORKLOAD": info["primary_admin"]}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "bridge", "workload", "--schema", s, "--transactions", "60",
+                           "--rate", "100"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started >= 0.5  # paced: 60 transactions at 100/s
+    assert "workload: 60/60 transactions" in done.stderr
+    assert urls["primary_admin"].password not in done.stdout + done.stderr
+    with connect(urls["primary_admin"]).cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {s}.accounts")
+        assert cur.fetchone()[0] > 0

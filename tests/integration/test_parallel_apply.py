@@ -8,6 +8,7 @@ import time
 
 from bridge.workload import connect
 from tests.conftest import BridgePair
+from tests.helpers import applied_seq
 from tests.integration.test_grouped_apply import backlog
 
 
@@ -74,7 +75,7 @@ def test_the_replica_only_ever_shows_a_prefix_of_the_primary(urls, fresh_schema)
                  f"CREATE TABLE {s}.acct (id INT PRIMARY KEY, n BIGINT, email VARCHAR(40) UNIQUE)",
                  f"INSERT INTO {s}.acct (id, n) VALUES " + ",".join(f"({i}, 0)" for i in range(40)))
         pair.sync()
-        base_seq = pair.replica_node.applier.position.applied_seq
+        base_seq = applied_seq(pair.replica, pair.channel)  # the database's word, not the node's memory
         sampler = threading.Thread(target=sample)
         sampler.start()
         held_backlog(pair, urls, write)
