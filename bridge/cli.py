@@ -298,6 +298,36 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
     click.echo(f"report written: {out}")
 
 
+# --- doctor ---------------------------------------------------------------------
+
+@main.command("doctor")
+@click.option("--transport", type=TRANSPORT, default="tcp", show_default=True,
+              help="The transport you plan to use: with rdma, a missing device or memlock limit is a failure.")
+@click.option("--ring-bytes", type=int, default=DEFAULT_RING_BYTES, show_default=True, callback=_ring_bytes)
+@click.option("--source", envvar="RDMA_BRIDGE_SOURCE", default=None, metavar="URL",
+              help="Also check the primary: binlog settings, server ids, the reader's grants.")
+@click.option("--target", envvar="RDMA_BRIDGE_TARGET", default=None, metavar="URL",
+              help="Also check the replica: the applier's grants.")
+@click.option("--server-id", type=int, default=4242, show_default=True)
+def doctor(transport: str, ring_bytes: int, source: str | None, target: str | None, server_id: int) -> None:
+    """Check this host and the servers for the known pitfalls before you start: RDMA
+    device and port, RoCE v2 GID, MTU, memlock, NUMA placement, firmware, PFC/ECN; the
+    primary's binlog settings and server ids; least-privilege grants on both servers.
+
+    \b
+    Each line is PASS, WARN, FAIL or INFO, with a fix; exit code 1 on any FAIL.
+    """
+    from bridge import doctor as checks
+
+    found = checks.rdma_checks(transport, ring_bytes)
+    if source:
+        found += checks.primary_checks(MysqlUrl.parse(source, PASSWORD_ENV["source"]), server_id)
+    if target:
+        found += checks.replica_checks(MysqlUrl.parse(target, PASSWORD_ENV["target"]))
+    click.echo(checks.render(found))
+    sys.exit(1 if any(c.status == "FAIL" for c in found) else 0)
+
+
 # --- checksum and repair ------------------------------------------------------
 
 CHECK_URLS = [

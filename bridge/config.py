@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from bridge.errors import ConfigError
 
@@ -16,14 +16,28 @@ DEFAULT_RING_BYTES = 8 * 1024 * 1024
 PASSWORD_ENV = {"source": "RDMA_BRIDGE_SOURCE_PASSWORD", "target": "RDMA_BRIDGE_TARGET_PASSWORD"}
 
 
+# URL query options passed to the MySQL client (PyMySQL) for TLS and option files:
+# mysql://user@host:port?ssl-ca=/ca.pem&ssl-cert=/c.pem&ssl-key=/k.pem&ssl-verify-cert=1
+# mysql://user@host:port?defaults-file=/etc/rdma-bridge/my.cnf   ([client] password=... there)
+URL_OPTIONS = {"ssl-ca": "ssl_ca", "ssl-cert": "ssl_cert", "ssl-key": "ssl_key",
+               "ssl-verify-cert": "ssl_verify_cert", "ssl-verify-identity": "ssl_verify_identity",
+               "defaults-file": "read_default_file", "defaults-group": "read_default_group"}
+_FILE_OPTIONS = ("ssl-ca", "ssl-cert", "ssl-key", "defaults-file")
+_FLAG_OPTIONS = ("ssl-verify-cert", "ssl-verify-identity")
+
+
 @dataclass(frozen=True, slots=True)
 class MysqlUrl:
-    """``mysql://user:password@host:port``; ``str()`` never shows the password."""
+    """``mysql://user:password@host:port[?options]``; ``str()`` never shows the password.
+    Options (URL_OPTIONS): TLS files and flags, and a MySQL option file whose
+    ``[client]`` section may hold the password (so it is neither in argv nor in the
+    environment)."""
 
     host: str
     port: int
     user: str
     password: str = ""
+    options: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, text: str, password_env: str | None = None) -> MysqlUrl:
@@ -37,17 +51,35 @@ class MysqlUrl:
             port = parts.port or 3306
         except ValueError as exc:
             raise ConfigError(f"parse url: bad port in {_mask(text)!r}") from exc
-        return cls(host=parts.hostname, port=port, user=unquote(parts.username or "root"), password=password)
+        return cls(host=parts.hostname, port=port, user=unquote(parts.username or "root"), password=password,
+                   options=_options(parts.query, _mask(text)))
 
     def __str__(self) -> str:
         secret = ":***" if self.password else ""
-        return f"mysql://{self.user}{secret}@{self.host}:{self.port}"
+        query = "?" + "&".join(f"{k}={v}" for k, v in self.options) if self.options else ""
+        return f"mysql://{self.user}{secret}@{self.host}:{self.port}{query}"
 
     def __repr__(self) -> str:
         return f"MysqlUrl({self})"
 
     def connect_args(self) -> dict:
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
+        args = {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
+        for key, value in self.options:
+            args[URL_OPTIONS[key]] = value.lower() in ("1", "true", "yes", "on") if key in _FLAG_OPTIONS else value
+        if "read_default_file" in args:
+            args.setdefault("read_default_group", "client")
+        return args
+
+
+def _options(query: str, shown: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key not in URL_OPTIONS:
+            raise ConfigError(f"parse url {shown!r}: unknown option {key!r} (known: {', '.join(URL_OPTIONS)})")
+        if key in _FILE_OPTIONS and not os.path.isfile(value):
+            raise ConfigError(f"parse url {shown!r}: {key} file {value!r} does not exist")
+        out.append((key, value))
+    return tuple(out)
 
 
 def _mask(text: str) -> str:

@@ -69,3 +69,27 @@ def _primary_cfg(pair):
 
     return PrimaryConfig(source=pair.urls["primary"], replica=tuple(pair.replica_node.address), transport="tcp",
                          server_id=pair.server_id, start_gtid=pair.start_gtid)
+
+
+def test_passwords_from_an_option_file_replicate(urls, fresh_schema, tmp_path):
+    """Both servers' passwords in a MySQL option file ([client] password=...), named by
+    the URL's defaults-file option: neither argv nor the environment holds them."""
+    from bridge.config import MysqlUrl
+
+    def via_file(url, name):
+        cnf = tmp_path / f"{name}.cnf"
+        cnf.write_text(f"[client]\npassword={url.password}\n")
+        cnf.chmod(0o600)
+        parsed = MysqlUrl.parse(f"mysql://{url.user}@{url.host}:{url.port}?defaults-file={cnf}")
+        assert parsed.password == "" and url.password not in str(parsed)
+        return parsed
+
+    s = fresh_schema("optfile")
+    pair = BridgePair(urls, "shm")
+    pair.start_replica(target=via_file(urls["replica"], "replica"))
+    pair.start_primary(source=via_file(urls["primary"], "primary"))
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        pair.assert_same(s)
+    finally:
+        pair.stop()

@@ -121,3 +121,34 @@ def test_semi_sync_mode_refused_when_the_primary_has_it_disabled(urls):
             pair.start_primary(semi_sync="received")
     finally:
         pair.stop()
+
+
+def test_a_full_ring_stops_the_acks_and_is_recorded_as_backpressure(urls, fresh_schema, semi_sync_primary):
+    """The replica cannot apply (read lock), the small ring fills: the bridge cannot
+    place, so it cannot ACK; the primary goes async after its own 1 s timeout instead of
+    stalling, and the bridge records the reason as backpressure. Unlocked, it catches up
+    and semi-sync comes back."""
+    s = fresh_schema("bp")
+    pair = BridgePair(urls, "shm", ring_bytes=1 << 16)
+    pair.start_replica()
+    pair.start_primary(semi_sync="received", backpressure_timeout_s=0)  # wait for space as long as it takes
+    lock = connect(urls["replica_admin"])
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, p VARCHAR(2000))")
+        pair.sync()
+        with lock.cursor() as cur:
+            cur.execute("FLUSH TABLES WITH READ LOCK")
+        started = time.monotonic()
+        pair.sql(*[f"INSERT INTO {s}.t VALUES ({i}, REPEAT('x', 2000))" for i in range(80)])  # > 64 KiB
+        assert time.monotonic() - started < 30  # the primary was not stalled for long
+        node = pair.primary_node
+        wait_for(lambda: node.semi_sync.status()["degradations"]["backpressure"] >= 1, "a backpressure record")
+        assert semi_sync_status(semi_sync_primary)["status"] == "OFF"
+        with lock.cursor() as cur:
+            cur.execute("UNLOCK TABLES")
+        pair.sql(f"INSERT INTO {s}.t VALUES (1000, 'after')")
+        wait_for(lambda: node.semi_sync.status()["state"] == "sync", "semi-sync back on")
+        pair.assert_same(s)
+    finally:
+        lock.close()
+        pair.stop()

@@ -64,3 +64,24 @@ def test_contains_all_in_both_gtid_forms():
     u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
     assert GtidSet.parse(f"{u}:1-10:20-30").contains_all(GtidSet.parse(f"{u}:2-5:21"))
     assert not GtidSet.parse(f"{u}:1-10").contains_all(GtidSet.parse(f"{u}:9-11"))
+
+
+def test_url_options_for_tls_and_option_files(tmp_path):
+    import pytest
+
+    from bridge.config import MysqlUrl
+    from bridge.errors import ConfigError
+
+    ca, cnf = tmp_path / "ca.pem", tmp_path / "my.cnf"
+    ca.write_text("x")
+    cnf.write_text("[client]\npassword=from-file\n")
+    url = MysqlUrl.parse(f"mysql://u:pw@h:3307?ssl-ca={ca}&ssl-verify-cert=1&defaults-file={cnf}")
+    args = url.connect_args()
+    assert args["ssl_ca"] == str(ca) and args["ssl_verify_cert"] is True
+    assert args["read_default_file"] == str(cnf) and args["read_default_group"] == "client"
+    assert "pw" not in str(url) and f"ssl-ca={ca}" in str(url)
+    with pytest.raises(ConfigError, match="unknown option 'sslca'"):
+        MysqlUrl.parse("mysql://u:secret@h?sslca=x")
+    with pytest.raises(ConfigError, match="ssl-key file '/nope' does not exist") as err:
+        MysqlUrl.parse("mysql://u:secret@h?ssl-key=/nope")
+    assert "secret" not in str(err.value)

@@ -1,0 +1,184 @@
+"""`rdma-bridge doctor`: preflight for the seed's six RDMA pitfalls and the MySQL side,
+each check PASS / WARN / FAIL / INFO with a fix hint; any FAIL exits 1.
+
+RDMA facts come from sysfs (``/sys/class/infiniband``, ``/sys/class/net``), which is
+readable without pyverbs and without privileges: device and port state, GID types
+(RoCE v2), the netdev MTU, firmware version, the NIC's NUMA node, PFC/ECN where the
+driver exposes them. The MySQL side reuses the primary preflight and reads the users'
+grants (least privilege: required ones present, nothing broader than needed).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymysql
+
+from bridge.config import MysqlUrl
+from bridge.errors import BridgeError
+from bridge.source import preflight
+
+SYSFS = Path("/sys/class/infiniband")
+NET = Path("/sys/class/net")
+NODES = Path("/sys/devices/system/node")
+BROAD = ("ALL PRIVILEGES", "SUPER", "GRANT OPTION", "FILE", "SHUTDOWN")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    status: str  # PASS | WARN | FAIL | INFO
+    name: str
+    detail: str
+    fix: str = ""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cpus(cpulist: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, cpulist.split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def rdma_checks(transport: str, ring_bytes: int, sysfs: Path = SYSFS) -> list[Check]:
+    need = transport == "rdma"
+    devices = sorted(p.name for p in sysfs.iterdir()) if sysfs.is_dir() else []
+    if not devices:
+        why = "this kernel has no RDMA support" if not sysfs.exists() else "no RDMA device is configured"
+        if not need:
+            return [Check("INFO", "RDMA device", f"none: {why}; fine for --transport {transport}")]
+        return [Check("FAIL", "RDMA device", f"none: {why}",
+                      "use --transport tcp between hosts, or shm on one host (same contract, same tests); for "
+                      "RDMA load the NIC's driver, or Soft-RoCE: rdma link add rxe0 type rxe netdev <if>")]
+    out = []
+    for dev in devices:
+        port = sysfs / dev / "ports" / "1"
+        state = _read(port / "state")
+        out.append(Check("PASS" if "ACTIVE" in state else "FAIL", f"{dev} port 1", state or "unreadable",
+                         "" if "ACTIVE" in state else "bring the link up (ip link set <if> up; check the cable/switch)"))
+        types = {p.name: _read(p) for p in sorted((port / "gid_attrs" / "types").glob("*"))}
+        v2 = [i for i, t in types.items() if "v2" in t.lower()]
+        out.append(Check("PASS" if v2 else "WARN", f"{dev} GID type", f"RoCE v2 at GID index {v2[0]}" if v2 else
+                         f"no RoCE v2 GID ({sorted(set(types.values())) or 'none readable'})",
+                         "" if v2 else "assign an IP address to the netdev (RoCE v2 GIDs follow it); pitfall 3: a v1 "
+                         "GID connects but cannot route"))
+        netdevs = [p.name for p in (sysfs / dev / "device" / "net").glob("*")]
+        for netdev in netdevs:
+            mtu = _read(NET / netdev / "mtu")
+            out.append(Check("INFO", f"{dev} MTU", f"{netdev} MTU {mtu}; path MTU is the smaller of both ends and "
+                             "every hop", "make the MTU equal on both ends and along the path (pitfall 2)"))
+            ecn = _read(NET / netdev / "ecn" / "roce_np" / "enable" / "3")
+            out.append(Check("INFO" if ecn else "WARN", f"{netdev} PFC/ECN", f"ECN (priority 3) {ecn}" if ecn else
+                             "not readable from sysfs for this driver",
+                             "" if ecn else "check PFC/ECN on the NIC and every switch hop (pitfall 1: PFC storms)"))
+        fw = _read(sysfs / dev / "fw_ver")
+        out.append(Check("INFO", f"{dev} firmware", fw or "unreadable",
+                         "both ends should run the same driver and firmware (pitfall 6)"))
+        node = _read(sysfs / dev / "device" / "numa_node")
+        if node and node != "-1":
+            local = _cpus(_read(NODES / f"node{node}" / "cpulist"))
+            mine = os.sched_getaffinity(0)
+            ok = bool(local) and mine <= local
+            out.append(Check("PASS" if ok else "WARN", f"{dev} NUMA", f"NIC on node {node} (cpus {sorted(local)}); "
+                             f"this process may run on {sorted(mine)}",
+                             "" if ok else f"pin the bridge to node {node}: numactl --cpunodebind={node} "
+                             f"--membind={node} rdma-bridge ... (pitfall 5)"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    enough = soft == resource.RLIM_INFINITY or soft >= 2 * ring_bytes
+    out.append(Check("PASS" if enough else "FAIL" if need else "WARN", "memlock limit",
+                     f"{'unlimited' if soft == resource.RLIM_INFINITY else f'{soft} bytes'}; the ring needs "
+                     f"{ring_bytes} bytes registered", "" if enough else
+                     "ulimit -l unlimited (or LimitMEMLOCK=infinity in the systemd unit); pitfall 4"))
+    return out
+
+
+def primary_checks(url: MysqlUrl, server_id: int) -> list[Check]:
+    try:
+        conn = preflight.connect(url, "primary")
+    except BridgeError as exc:
+        return [Check("FAIL", "primary reachable", str(exc), "check host, port, user and password")]
+    out = [Check("PASS", "primary reachable", str(url))]
+    try:
+        settings = preflight.read_settings(conn)
+        for name, want, fix in preflight.REQUIRED:
+            have = settings[name] or "(unset)"
+            out.append(Check("PASS" if have.upper() == want else "FAIL", f"primary {name}", have,
+                             "" if have.upper() == want else fix))
+        clash = int(settings["server_id"]) == server_id
+        out.append(Check("FAIL" if clash else "PASS", "server ids",
+                         f"primary server_id {settings['server_id']}, the bridge reads as {server_id}",
+                         "pass another --server-id" if clash else ""))
+        out += grant_checks(conn, "primary", url.user,
+                            required=(("REPLICATION SLAVE",), ("BINLOG MONITOR", "REPLICATION CLIENT")),
+                            wanted=(("REPLICATION MASTER ADMIN", "REPLICATION CLIENT", "server id clash check"),))
+    finally:
+        conn.close()
+    return out
+
+
+def replica_checks(url: MysqlUrl, primary_server_id: int | None = None) -> list[Check]:
+    try:
+        conn = pymysql.connect(**url.connect_args(), connect_timeout=10)
+    except pymysql.MySQLError as exc:
+        return [Check("FAIL", "replica reachable", f"{url}: {exc.args[-1] if exc.args else exc}",
+                      "check host, port, user and password")]
+    out = [Check("PASS", "replica reachable", str(url))]
+    try:
+        out += grant_checks(conn, "replica", url.user,
+                            required=(("SELECT",), ("INSERT",), ("UPDATE",), ("DELETE",), ("CREATE",), ("DROP",),
+                                      ("ALTER",), ("INDEX",)), wanted=())
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@server_id")
+            rid = int(cur.fetchone()[0])
+        if primary_server_id is not None:
+            same = rid == primary_server_id
+            out.append(Check("WARN" if same else "PASS", "replica server id", f"{rid}",
+                             "give the replica its own server_id" if same else ""))
+    finally:
+        conn.close()
+    return out
+
+
+def grant_checks(conn, role: str, user: str, required: tuple, wanted: tuple) -> list[Check]:
+    """``required``: tuples of alternatives, one of each must be granted on *.*;
+    ``wanted``: (privilege, alternative, what for) that only warn."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW GRANTS")
+        grants = " ".join(r[0].upper() for r in cur.fetchall())
+    out = []
+    missing = [" or ".join(alts) for alts in required if not any(a in grants or "ALL PRIVILEGES" in grants
+                                                                  for a in alts)]
+    out.append(Check("FAIL" if missing else "PASS", f"{role} grants of {user}",
+                     f"missing {', '.join(missing)}" if missing else "the required privileges are granted",
+                     f"apply sql/{role}_grants.sql" if missing else ""))
+    for privilege, alternative, why in wanted:
+        if privilege not in grants and alternative not in grants and "ALL PRIVILEGES" not in grants:
+            out.append(Check("WARN", f"{role} grants of {user}", f"no {privilege} ({why})",
+                             f"apply sql/{role}_grants.sql"))
+    broad = [b for b in BROAD if b in grants]
+    out.append(Check("WARN" if broad else "PASS", f"{role} least privilege",
+                     f"{user} also has {', '.join(broad)}" if broad else "nothing broader than needed",
+                     f"use a dedicated user with sql/{role}_grants.sql only" if broad else ""))
+    return out
+
+
+def render(checks: list[Check]) -> str:
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:4}  {c.name:32} {c.detail}")
+        if c.fix and c.status != "PASS":
+            lines.append(f"{'':6}{'':32} fix: {c.fix}")
+    fails = sum(c.status == "FAIL" for c in checks)
+    warns = sum(c.status == "WARN" for c in checks)
+    lines.append(f"{fails} failed, {warns} warnings, {len(checks) - fails - warns} passed or informational")
+    return "\n".join(lines)

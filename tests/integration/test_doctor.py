@@ -1,0 +1,69 @@
+"""`rdma-bridge doctor`: plain words on a host without RDMA, device checks on a
+(fake) sysfs tree, and the MySQL side against the sandbox's real servers."""
+
+import subprocess
+import sys
+
+from bridge import doctor
+from bridge.workload import connect
+
+
+def statuses(checks):
+    return {c.name: c.status for c in checks}
+
+
+def test_no_rdma_here_is_said_plainly_with_what_to_use_instead(tmp_path):
+    info = doctor.rdma_checks("tcp", 1 << 20, sysfs=tmp_path / "absent")
+    assert [(c.status, c.name) for c in info] == [("INFO", "RDMA device")]
+    assert "no RDMA support" in info[0].detail and "fine for --transport tcp" in info[0].detail
+    fail = doctor.rdma_checks("rdma", 1 << 20, sysfs=tmp_path / "absent")
+    assert fail[0].status == "FAIL" and "--transport tcp" in fail[0].fix and "shm" in fail[0].fix
+    done = subprocess.run([sys.executable, "-m", "bridge", "doctor", "--transport", "rdma"], capture_output=True,
+                          text=True)
+    if "no RDMA support" in done.stdout:  # this machine: no RDMA in the kernel
+        assert done.returncode == 1 and "FAIL  RDMA device" in done.stdout
+
+
+def test_device_checks_on_a_sysfs_tree(tmp_path):
+    port = tmp_path / "rxe0" / "ports" / "1"
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "gid_attrs" / "types" / "0").write_text("IB/RoCE v1\n")
+    (port / "gid_attrs" / "types" / "1").write_text("RoCE v2\n")
+    (tmp_path / "rxe0" / "fw_ver").write_text("1.0\n")
+    found = statuses(doctor.rdma_checks("rdma", 1 << 20, sysfs=tmp_path))
+    assert found["rxe0 port 1"] == "PASS" and found["rxe0 GID type"] == "PASS"
+    (port / "state").write_text("1: DOWN\n")
+    (port / "gid_attrs" / "types" / "1").write_text("IB/RoCE v1\n")
+    found = statuses(doctor.rdma_checks("rdma", 1 << 20, sysfs=tmp_path))
+    assert found["rxe0 port 1"] == "FAIL" and found["rxe0 GID type"] == "WARN"
+    assert "memlock limit" in found
+
+
+def test_primary_and_replica_checks_against_the_sandbox(urls):
+    good = doctor.primary_checks(urls["primary"], 4242)
+    assert all(c.status == "PASS" for c in good), doctor.render(good)
+    assert statuses(doctor.primary_checks(urls["primary"], 1))["server ids"] == "FAIL"  # the primary's own id
+    broad = statuses(doctor.primary_checks(urls["primary_admin"], 4242))
+    assert broad["primary least privilege"] == "WARN"
+    replica = doctor.replica_checks(urls["replica"])
+    assert all(c.status == "PASS" for c in replica), doctor.render(replica)
+
+
+def test_a_reader_without_replication_grants_fails_with_the_fix(urls):
+    admin = connect(urls["primary_admin"])
+    with admin.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin=0")
+        cur.execute("CREATE USER IF NOT EXISTS 'doc_nogrant'@'127.0.0.1' IDENTIFIED BY 'pw-doc'")
+    try:
+        weak = urls["primary"].__class__(urls["primary"].host, urls["primary"].port, "doc_nogrant", "pw-doc")
+        checks = doctor.primary_checks(weak, 4242)
+        grant = next(c for c in checks if c.name == "primary grants of doc_nogrant")
+        assert grant.status == "FAIL" and "REPLICATION SLAVE" in grant.detail
+        assert grant.fix == "apply sql/primary_grants.sql"
+        assert "pw-doc" not in doctor.render(checks)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
+            cur.execute("DROP USER 'doc_nogrant'@'127.0.0.1'")
+        admin.close()
