@@ -322,61 +322,29 @@ def _timestamp(v):
 
 # --- zero and invalid dates (library private readers replaced) ---------------
 
-def _temporal(year: int, month: int, day: int, time: tuple | None = None, micro: int = 0, fsp: int = 0):
-    try:
-        if time is None:
-            return dt.date(year, month, day)
-        return dt.datetime(year, month, day, *time, micro)
-    except ValueError:
-        text = f"{year:04d}-{month:02d}-{day:02d}"
-        if time is not None:
-            text += " %02d:%02d:%02d" % time
-            if fsp:
-                text += "." + f"{micro:06d}"[:fsp]
-        return InvalidTemporal(text)
-
-
 def _read_date(self):
-    v = self.packet.read_uint24()
-    return _temporal((v >> 9) & 0x7FFF, (v >> 5) & 0xF, v & 0x1F)
+    return rowimage.read_date(self.packet.read(3), 0)[0]
 
 
 def _read_datetime(self):
     v = self.packet.read_uint64()
     date, time = divmod(v, 1_000_000)
-    return _temporal(date // 10000, date % 10000 // 100, date % 100, (time // 10000, time % 10000 // 100, time % 100))
+    return rowimage.temporal(date // 10000, date % 10000 // 100, date % 100,
+                             (time // 10000, time % 10000 // 100, time % 100))
 
 
 def _read_datetime2(self, column):
-    """DATETIME2: 1 sign bit, 17 bits year*13+month, 5 day, 5 hour, 6 minute, 6 second
-    (MySQL internals, 'date and time data type representation'), then fsp bytes."""
-    data = self.packet.read_int_be_by_size(5)
-    year_month = (data >> 22) & 0x1FFFF
-    time = ((data >> 12) & 0x1F, (data >> 6) & 0x3F, data & 0x3F)
-    micro = self._RowsEvent__read_fsp(column)
-    return _temporal(year_month // 13, year_month % 13, (data >> 17) & 0x1F, time, micro, column.fsp)
+    fsp = column.fsp or 0
+    data = self.packet.read(5 + (fsp + 1) // 2)
+    return rowimage.datetime2_reader(fsp)(data, 0)[0]
 
 
 def _read_time2(self, column):
-    """TIME2 as MySQL's my_time_packed_from_binary (sql-common/my_time.c): the integer
-    part is offset by 0x800000 and, when negative, borrows from the fraction. The
-    library gets negative fractional times wrong (-838:59:59.99 read as ...59.01)."""
+    """The library gets negative fractional times wrong (-838:59:59.99 read as ...59.01):
+    our reader follows MySQL's my_time_packed_from_binary."""
     fsp = column.fsp or 0
-    frac_bytes = (fsp + 1) // 2
-    raw = int.from_bytes(self.packet.read(3 + frac_bytes), "big")
-    if frac_bytes == 3:
-        packed = raw - 0x800000000000
-    else:
-        intpart = (raw >> (8 * frac_bytes)) - 0x800000
-        frac = raw & ((1 << (8 * frac_bytes)) - 1)
-        if intpart < 0 and frac:
-            intpart += 1
-            frac -= 1 << (8 * frac_bytes)
-        packed = (intpart << 24) + frac * (10000, 100)[frac_bytes - 1] if frac_bytes else intpart << 24
-    sign, packed = (-1, -packed) if packed < 0 else (1, packed)
-    hms, micro = packed >> 24, packed & 0xFFFFFF
-    return sign * dt.timedelta(hours=(hms >> 12) & 0x3FF, minutes=(hms >> 6) & 0x3F, seconds=hms & 0x3F,
-                               microseconds=micro)
+    data = self.packet.read(3 + (fsp + 1) // 2)
+    return rowimage.time2_reader(fsp)(data, 0)[0]
 
 
 # MySQL's UTF-16/UTF-32/UCS-2 are big-endian; the library passes the charset name to

@@ -87,7 +87,7 @@ def _text(length_bytes: int, column, encoding_of, pad_to: int = 0):
     return read
 
 
-def _temporal(year: int, month: int, day: int, time: tuple | None = None, micro: int = 0, fsp: int = 0):
+def temporal(year: int, month: int, day: int, time: tuple | None = None, micro: int = 0, fsp: int = 0):
     try:
         if time is None:
             return dt.date(year, month, day)
@@ -114,13 +114,14 @@ def _fsp_reader(fsp: int):
     return micro
 
 
-def _date(d, p):
+def read_date(d, p):
     v = int.from_bytes(d[p:p + 3], "little")
-    return _temporal((v >> 9) & 0x7FFF, (v >> 5) & 0xF, v & 0x1F), p + 3
+    return temporal((v >> 9) & 0x7FFF, (v >> 5) & 0xF, v & 0x1F), p + 3
 
 
-def _datetime2(column):
-    fsp = column.fsp or 0
+def datetime2_reader(fsp: int):
+    """DATETIME2: 1 sign bit, 17 bits year*13+month, 5 day, 5 hour, 6 minute, 6 second
+    (MySQL internals, 'date and time data type representation'), then fsp bytes."""
     micro = _fsp_reader(fsp)
 
     def read(d, p):
@@ -128,7 +129,7 @@ def _datetime2(column):
         us, p = micro(d, p + 5)
         year_month = (data >> 22) & 0x1FFFF
         time = ((data >> 12) & 0x1F, (data >> 6) & 0x3F, data & 0x3F)
-        return _temporal(year_month // 13, year_month % 13, (data >> 17) & 0x1F, time, us, fsp), p
+        return temporal(year_month // 13, year_month % 13, (data >> 17) & 0x1F, time, us, fsp), p
     return read
 
 
@@ -145,9 +146,9 @@ def _timestamp2(column):
     return read
 
 
-def _time2(column):
-    """As MySQL's my_time_packed_from_binary (see reader._read_time2)."""
-    fsp = column.fsp or 0
+def time2_reader(fsp: int):
+    """TIME2 as MySQL's my_time_packed_from_binary (sql-common/my_time.c): the integer
+    part is offset by 0x800000 and, when negative, borrows from the fraction."""
     frac_bytes = (fsp + 1) // 2
 
     def read(d, p):
@@ -237,13 +238,13 @@ def _reader(column, encoding_of):
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal(column)
     if t == FIELD_TYPE.DATE:
-        return _date
+        return read_date
     if t == FIELD_TYPE.DATETIME2:
-        return _datetime2(column)
+        return datetime2_reader(column.fsp or 0)
     if t == FIELD_TYPE.TIMESTAMP2:
         return _timestamp2(column)
     if t == FIELD_TYPE.TIME2:
-        return _time2(column)
+        return time2_reader(column.fsp or 0)
     if t == FIELD_TYPE.ENUM:
         return _enum(column)
     return None
