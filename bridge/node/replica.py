@@ -298,7 +298,7 @@ class ReplicaNode:
     def _serve_data(self, conn: ControlConnection, msg: dict) -> None:
         if not self.session or msg.get("session") != self.session or not hasattr(self.host, "accept"):
             raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
-        self.host.accept(conn, self._proof_for(msg))
+        self.host.accept(conn, self._proof_for(msg), msg)
 
     def _serve_control(self, conn: ControlConnection, msg: dict) -> None:
         if msg.get("transport") != self.cfg.transport:

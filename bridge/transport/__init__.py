@@ -17,7 +17,9 @@ def make_host(transport: str, ring_bytes: int) -> RingHost:
     if transport == "tcp":
         from bridge.transport.tcp import TcpRingHost
         return TcpRingHost(ring_bytes)
-    raise ConfigError(f"transport {transport!r}: not available in this build (choose shm or tcp)")
+    if transport == "rdma":
+        return _rdma().RdmaRingHost(ring_bytes)
+    raise ConfigError(f"transport {transport!r}: unknown (choose shm, tcp or rdma)")
 
 
 def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
@@ -28,4 +30,25 @@ def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], rin
     if transport == "tcp":
         from bridge.transport.tcp import TcpRemoteRing
         return TcpRemoteRing(params, replica_addr, ring_bytes, secret)
-    raise ConfigError(f"transport {transport!r}: not available in this build (choose shm or tcp)")
+    if transport == "rdma":
+        return _rdma().RdmaRemoteRing(params, replica_addr, ring_bytes, secret)
+    raise ConfigError(f"transport {transport!r}: unknown (choose shm, tcp or rdma)")
+
+
+def _rdma():
+    """pyverbs only when rdma is chosen; a clear error where it is missing."""
+    try:
+        from bridge.transport import rdma
+    except ImportError as exc:
+        raise ConfigError(f"transport 'rdma': pyverbs is not importable ({exc}); `make rdma-deps` installs "
+                          "Debian's python3-pyverbs into the venv, or use --transport tcp/shm") from exc
+    return rdma
+
+
+def rdma_available() -> bool:
+    """pyverbs imports and lists at least one device."""
+    try:
+        from bridge.transport import rdma
+    except ImportError:
+        return False
+    return rdma.devices_present()

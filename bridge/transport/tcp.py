@@ -30,7 +30,7 @@ class TcpRingHost:
     def reset(self) -> None:
         init_region(self.region, self.ring_bytes)
 
-    def accept(self, conn: ControlConnection, auth: str = "") -> None:
+    def accept(self, conn: ControlConnection, auth: str = "", msg: dict | None = None) -> None:
         """Take over a data connection after its (authenticated) hello. The primary sends
         no placement before ``ready``, so nothing it sends is left in the reader's buffer."""
         conn.send({"type": "ready", "auth": auth})

@@ -9,7 +9,7 @@ import pytest
 from bridge.errors import RingFull, TransportError
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.producer import RingProducer
-from bridge.transport import make_host, open_remote
+from bridge.transport import make_host, open_remote, rdma_available
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.frame import FrameKind
@@ -35,8 +35,8 @@ class HostedRing:
                 return
             conn = ControlConnection(sock)
             conn.send(control.challenge())
-            conn.recv()  # the data hello
-            threading.Thread(target=self.host.accept, args=(conn,), daemon=True).start()
+            hello = conn.recv()  # the data hello (rdma: with the primary's queue pair)
+            threading.Thread(target=self.host.accept, args=(conn, "", hello), daemon=True).start()
 
     def remote(self):
         return open_remote(self.transport, self.host.params(), self.addr, RING)
@@ -46,7 +46,11 @@ class HostedRing:
         self.host.close()
 
 
-@pytest.fixture(params=["shm", "tcp"])
+# rdma joins where a verbs device exists: `make test-rdma` runs this suite in a Soft-RoCE guest
+TRANSPORTS = ["shm", "tcp"] + (["rdma"] if rdma_available() else [])
+
+
+@pytest.fixture(params=TRANSPORTS)
 def hosted(request):
     ring = HostedRing(request.param)
     yield ring

@@ -1,0 +1,93 @@
+"""RDMA placement latency (inside the Soft-RoCE guest, `make bench-rdma`): the rdma
+transport placing one small frame (RDMA WRITE of the frame, then of the header, and
+waiting for the completions) next to perftest's `ib_write_lat` on the same device, in
+the same run.
+
+    python3 -m bench.rdma_lat [--iterations 5000] [--size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import subprocess
+import threading
+import time
+
+from bridge.ring.producer import RingProducer
+from bridge.transport import make_host, open_remote
+from bridge.transport.sockets import ControlConnection
+from bridge.wire import control
+from bridge.wire.frame import FrameKind
+from bridge.workload import percentile
+
+RING = 1 << 20
+
+
+def bridge_placement(iterations: int, size: int) -> dict:
+    host = make_host("rdma", RING)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        sock, _ = listener.accept()
+        conn = ControlConnection(sock)
+        conn.send(control.challenge())
+        host.accept(conn, "", conn.recv())
+
+    threading.Thread(target=serve, daemon=True).start()
+    remote = open_remote("rdma", host.params(), listener.getsockname()[:2], RING)
+    producer, payload, samples = RingProducer(RING), b"x" * size, []
+    for i in range(iterations):
+        t0 = time.perf_counter()
+        for p in producer.append(FrameKind.TXN, payload):
+            remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+        remote.publish(producer.write_seq, producer.head)  # waits for the completions
+        samples.append(time.perf_counter() - t0)
+        producer.acknowledge(producer.write_seq)  # nobody consumes here: pretend applied
+    remote.close()
+    listener.close()
+    host.close()
+    return _summary(samples)
+
+
+def _summary(samples: list[float]) -> dict:
+    return {"p50_us": round(percentile(samples, 50) * 1e6, 1), "p99_us": round(percentile(samples, 99) * 1e6, 1),
+            "samples": len(samples)}
+
+
+def perftest(iterations: int, size: int) -> dict:
+    """ib_write_lat server and client on this host's rxe device (one-way latency is half
+    the round trip it measures; we report its 'typical' and 99% columns as given)."""
+    server = subprocess.Popen(["ib_write_lat", "-s", str(size), "-n", str(iterations)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    time.sleep(1.0)
+    client = subprocess.run(["ib_write_lat", "-s", str(size), "-n", str(iterations), "127.0.0.1"],
+                            capture_output=True, text=True, timeout=300)
+    server.wait(timeout=30)
+    out = client.stdout
+    row = re.search(rf"^\s*{size}\s+{iterations}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+                    rf"\s+([\d.]+)", out, re.M)
+    if not row:
+        return {"error": "could not parse ib_write_lat output", "output": out[-800:]}
+    t_min, t_max, typical, avg, stdev, p99, p999 = map(float, row.groups())
+    return {"typical_us": typical, "p99_us": p99, "p999_us": p999}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=5000)
+    ap.add_argument("--size", type=int, default=64)
+    args = ap.parse_args()
+    ours = bridge_placement(args.iterations, args.size)
+    theirs = perftest(args.iterations, args.size)
+    result = {"benchmark": "rdma placement latency (Soft-RoCE guest)", "size": args.size,
+              "bridge_placement": ours, "ib_write_lat": theirs}
+    if "typical_us" in theirs:
+        result["ratio_p50_bridge_over_ib_write_lat"] = round(ours["p50_us"] / theirs["typical_us"], 2)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
