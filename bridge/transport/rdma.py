@@ -22,6 +22,7 @@ import ctypes
 import logging
 import random
 import time
+from pathlib import Path
 
 from bridge.errors import TransportError
 from bridge.ring.layout import ACK_SEQ_AT, HEAD_AT, WRITE_SEQ_AT, init_region, region_bytes
@@ -50,6 +51,13 @@ COMPLETION_TIMEOUT_S = 10.0
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 
 
+def _firmware(device: str) -> str:
+    try:
+        return Path(f"/sys/class/infiniband/{device}/fw_ver").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
 def devices_present() -> bool:
     try:
         return bool(get_device_list())
@@ -76,6 +84,7 @@ class _Device:
         if port.state != e.IBV_PORT_ACTIVE:
             raise TransportError(f"rdma transport: {self.name} port {PORT} is not ACTIVE")
         self.mtu = int(port.active_mtu)
+        self.fw = _firmware(self.name)
         self.gid_index = self._roce_v2_gid(port.gid_tbl_len)
         self.gid = str(self.ctx.query_gid(PORT, self.gid_index))
 
@@ -102,6 +111,14 @@ class _Device:
         return QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
 
     def to_rts(self, qp: QP, psn: int, peer: dict) -> None:
+        """Connect ``qp`` to the peer's; differences of MTU and firmware (pitfalls 2 and 6)
+        are said in the log: the path uses the smaller MTU."""
+        if int(peer["mtu"]) != self.mtu:
+            log.warning("rdma transport: MTU differs (%s here, %s at the peer): using the smaller; make them equal "
+                        "on both ends and along the path", self.mtu, peer["mtu"])
+        if peer.get("fw") not in (None, self.fw):
+            log.warning("rdma transport: firmware differs (%s here, %s at the peer): run the same driver and "
+                        "firmware on both ends", self.fw, peer.get("fw"))
         attr = QPAttr(port_num=PORT)
         attr.qp_access_flags = ACCESS
         attr.path_mtu = min(self.mtu, int(peer["mtu"]))
@@ -118,7 +135,7 @@ class _Device:
         qp.to_rts(attr)
 
     def facts(self, qp: QP, psn: int) -> dict:
-        return {"qpn": qp.qp_num, "psn": psn, "gid": self.gid, "mtu": self.mtu}
+        return {"qpn": qp.qp_num, "psn": psn, "gid": self.gid, "mtu": self.mtu, "fw": self.fw, "device": self.name}
 
     def close(self) -> None:
         for part in (self.cq, self.pd, self.ctx):
