@@ -125,3 +125,22 @@ def test_injected_divergence_is_found_exactly_repaired_and_clean(urls, fresh_sch
 
 def _url(u) -> str:
     return f"mysql://{u.user}:{u.password}@{u.host}:{u.port}"
+
+
+def test_the_md5_hash_for_servers_without_crc32c_finds_divergence_too(urls, fresh_schema):
+    s = fresh_schema("md5")
+    pair = BridgePair(urls, "shm").start()
+    try:
+        setup_tables(pair, s)
+        with pair.replica.cursor() as cur:
+            cur.execute(f"INSERT INTO {s}.bag VALUES (1, 'a')")  # a duplicate: sums differ, XOR would not
+        pair.replica.commit()
+        c = checker(urls, pair)
+        c.crc = False  # as against MySQL, which has no CRC32C()
+        try:
+            run = c.run([s])
+        finally:
+            c.close()
+        assert [(m.tbl, m.master_cnt, m.this_cnt) for m in run.mismatches] == [("bag", 3, 4)]
+    finally:
+        pair.stop()
