@@ -141,10 +141,13 @@ SECRET_FILE = click.option(
 @click.option("--spin-us", type=click.IntRange(min=0), default=5000, show_default=True, metavar="MICROSECONDS",
               help="After a frame, poll the ring without sleeping this long (lowest pickup latency while "
                    "transactions flow; costs a CPU core meanwhile); then poll every 200 µs. 0: never spin.")
+@click.option("--pin-near-nic", is_flag=True,
+              help="Run on the CPUs of the RDMA NIC's NUMA node (the seed's pitfall 5: a poller on the far "
+                   "node doubles its memory latency). Said in the log; no effect without NUMA information.")
 @metrics_option(REPLICA_METRICS_PORT)
 @SECRET_FILE
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
-                  spin_us: int, metrics, secret_file: str) -> None:
+                  spin_us: int, pin_near_nic: bool, metrics, secret_file: str) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -156,6 +159,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
     """
     from bridge.node.replica import ReplicaNode
 
+    _pin(pin_near_nic)
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
                         transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
                         spin_s=spin_us / 1e6, metrics=metrics, secret=read_secret(secret_file))
@@ -197,11 +201,14 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                    "received: ACK once the transaction is placed in the replica's ring; applied: ACK once "
                    "the replica committed it, so a client whose commit returned reads its write on the "
                    "replica. The form (sync/async), degradations and their reasons show in `status`.")
+@click.option("--pin-near-nic", is_flag=True,
+              help="Run on the CPUs of the RDMA NIC's NUMA node (the seed's pitfall 5: a poller on the far "
+                   "node doubles its memory latency). Said in the log; no effect without NUMA information.")
 @metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
 def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str,
                   backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
-                  metrics, secret_file: str) -> None:
+                  pin_near_nic: bool, metrics, secret_file: str) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -213,6 +220,7 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
     """
     from bridge.node.primary import PrimaryNode
 
+    _pin(pin_near_nic)
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
     cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
@@ -226,6 +234,13 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
     finally:
         node.close()
     log.info("primary side stopped after shipping %d transactions (last %s)", node.shipped, node.last_gtid or "-")
+
+
+def _pin(wanted: bool) -> None:
+    if wanted:
+        from bridge.doctor import pin_near_nic
+
+        log.info("cpu affinity: %s", pin_near_nic())
 
 
 def _resolve_start(start_gtid: str, url: MysqlUrl) -> str:

@@ -50,6 +50,32 @@ def _cpus(cpulist: str) -> set[int]:
     return out
 
 
+def nic_cpus(sysfs: Path = SYSFS, nodes: Path = NODES) -> tuple[str, set[int]] | None:
+    """(NUMA node, its CPUs) of the first RDMA device, or None when unknown."""
+    devices = sorted(p.name for p in sysfs.iterdir()) if sysfs.is_dir() else []
+    for dev in devices:
+        node = _read(sysfs / dev / "device" / "numa_node")
+        if node and node != "-1":
+            cpus = _cpus(_read(nodes / f"node{node}" / "cpulist"))
+            if cpus:
+                return node, cpus
+    return None
+
+
+def pin_near_nic(sysfs: Path = SYSFS, nodes: Path = NODES) -> str:
+    """Restrict this process to the CPUs of the RDMA NIC's NUMA node (pitfall 5); says
+    what it did."""
+    found = nic_cpus(sysfs, nodes)
+    if found is None:
+        return "not pinned: no RDMA device with a NUMA node here"
+    node, cpus = found
+    usable = cpus & os.sched_getaffinity(0)
+    if not usable:
+        return f"not pinned: none of node {node}'s cpus {sorted(cpus)} is allowed to this process"
+    os.sched_setaffinity(0, usable)
+    return f"pinned to node {node}, cpus {sorted(usable)}"
+
+
 def rdma_checks(transport: str, ring_bytes: int, sysfs: Path = SYSFS) -> list[Check]:
     need = transport == "rdma"
     devices = sorted(p.name for p in sysfs.iterdir()) if sysfs.is_dir() else []

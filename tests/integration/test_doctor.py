@@ -67,3 +67,22 @@ def test_a_reader_without_replication_grants_fails_with_the_fix(urls):
             cur.execute("SET SESSION sql_log_bin=0")
             cur.execute("DROP USER 'doc_nogrant'@'127.0.0.1'")
         admin.close()
+
+
+def test_pinning_near_the_nic_uses_its_numa_node(tmp_path):
+    import os
+
+    sysfs, nodes = tmp_path / "ib", tmp_path / "nodes"
+    (sysfs / "mlx5_0" / "device").mkdir(parents=True)
+    (sysfs / "mlx5_0" / "device" / "numa_node").write_text("1\n")
+    (nodes / "node1").mkdir(parents=True)
+    allowed = sorted(os.sched_getaffinity(0))
+    (nodes / "node1" / "cpulist").write_text(f"{allowed[-1]}\n")
+    assert doctor.nic_cpus(sysfs, nodes) == ("1", {allowed[-1]})
+    before = os.sched_getaffinity(0)
+    try:
+        assert doctor.pin_near_nic(sysfs, nodes) == f"pinned to node 1, cpus [{allowed[-1]}]"
+        assert os.sched_getaffinity(0) == {allowed[-1]}
+    finally:
+        os.sched_setaffinity(0, before)
+    assert doctor.pin_near_nic(tmp_path / "absent", nodes).startswith("not pinned")
