@@ -42,6 +42,7 @@ class ParallelStats:
     segments: int = 0
     conflicts: int = 0  # segments that waited for an earlier one to commit
     fallbacks: int = 0  # windows finished serially after a segment failed
+    serial_windows: int = 0  # windows whose segments all chained: applied as one transaction
     busy_s: float = 0.0  # time segments spent executing and committing
     wall_s: float = 0.0  # time parallel windows took
 
@@ -147,7 +148,10 @@ class ParallelApplier:
             return  # already applied before a reconnect: exactly once
         self.stats.windows += 1
         segments = scheduler.plan(items, self.workers, self.main.unique_keys)
-        if len(segments) == 1:
+        if len(segments) == 1 or all(seg.waits_for == seg.index - 1 for seg in segments[1:]):
+            # one segment, or a chain where each waits for the one before: nothing can run
+            # at once, so one replica transaction (one commit) does it cheaper
+            self.stats.serial_windows += len(segments) > 1
             self._apply_serially(items)
             return
         first = self.position.applied_seq + 1
