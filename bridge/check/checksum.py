@@ -192,6 +192,36 @@ def _text(values: tuple | None) -> str | None:
     return None if values is None else ",".join(str(v) for v in values)
 
 
+def primary_position(conn) -> GtidSet:
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        return GtidSet.parse(cur.fetchone()[0])
+
+
+def replica_position(conn, url: MysqlUrl, channel: str) -> GtidSet:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (channel,))
+        row = cur.fetchone()
+    if row is None:
+        raise ConfigError(f"the replica {url} has no bridge channel {channel!r} (is the bridge running? "
+                          "--channel names it; checksum --offline checks two quiet servers)")
+    return GtidSet.parse(row[0])
+
+
+def wait_for_replica(conn, url: MysqlUrl, channel: str, target: GtidSet, timeout_s: float,
+                     on_wait: Callable[[], None] = lambda: None) -> None:
+    """Until the bridge has applied ``target`` on the replica (``on_wait`` once if it must wait)."""
+    deadline, waited = time.monotonic() + timeout_s, False
+    while not replica_position(conn, url, channel).contains_all(target):
+        if not waited:
+            on_wait()
+            waited = True
+        if time.monotonic() > deadline:
+            raise ApplyError(f"the replica {url} did not reach {target} within {timeout_s:.0f}s; is the bridge "
+                             f"running on channel {channel!r}?")
+        time.sleep(0.05)
+
+
 class Checksummer:
     """Runs the in-band checksum (or ``offline``) over the chosen tables."""
 
@@ -307,33 +337,11 @@ class Checksummer:
             self._offline_results.append(chunk)
         return int(p_cnt)
 
-    def _primary_pos(self) -> GtidSet:
-        with self.primary.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            return GtidSet.parse(cur.fetchone()[0])
-
-    def _replica_pos(self) -> GtidSet:
-        with self.replica.cursor() as cur:
-            cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (self.channel,))
-            row = cur.fetchone()
-        if row is None:
-            raise ConfigError(f"checksum: the replica {self.replica_url} has no bridge channel {self.channel!r} "
-                              "(is the bridge running? --channel names it; --offline checks two quiet servers)")
-        return GtidSet.parse(row[0])
-
     def _throttle(self) -> None:
         """Wait while the replica is behind the chunks just written."""
-        target = self._primary_pos()
-        deadline = time.monotonic() + self.replica_wait_s
-        said = False
-        while not self._replica_pos().contains_all(target):
-            if not said:
-                self.progress("waiting for the replica to catch up before the next chunks")
-                said = True
-            if time.monotonic() > deadline:
-                raise ApplyError(f"checksum: the replica did not reach {target} within {self.replica_wait_s:.0f}s; "
-                                 "is the bridge running?")
-            time.sleep(0.05)
+        wait_for_replica(self.replica, self.replica_url, self.channel, primary_position(self.primary),
+                         self.replica_wait_s, lambda: self.progress("waiting for the replica to catch up before "
+                                                                    "the next chunks"))
 
     def _collect(self, plans: list[TablePlan], only: list[ChunkResult] | None) -> list[ChunkResult]:
         self._throttle()  # everything written so far is on the replica

@@ -18,14 +18,13 @@ as the primary's read of the range: concurrent writes stay in order.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from bridge.sqlnames import quote_name
-from bridge.check.checksum import SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect
+from bridge.check.checksum import (SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect, primary_position,
+                                   wait_for_replica)
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError
-from bridge.model import REPAIR_MARKER_TABLE, GtidSet
+from bridge.model import REPAIR_MARKER_TABLE
 
 log = logging.getLogger(__name__)
 REPAIRS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.{REPAIR_MARKER_TABLE[1]} (
@@ -90,22 +89,7 @@ class Repairer:
             cur.execute(f"INSERT INTO {copy_name} SELECT * FROM {target} WHERE {chunk.where_sql}")
             cur.execute("COMMIT")
             cur.execute(f"DROP TABLE {copy_name}")
-            cur.execute("SELECT @@gtid_binlog_pos")
-            target_pos = GtidSet.parse(cur.fetchone()[0])
-        self._wait_replica(target_pos)
+        wait_for_replica(self.replica, self.replica_url, self.channel, primary_position(self.primary), 300.0)
         with self.replica.cursor() as cur:
             cur.execute(f"UPDATE {SCHEMA}.checksum_diffs SET repaired_at=CURRENT_TIMESTAMP(6) WHERE db=%s AND tbl=%s "
                         "AND chunk=%s AND repaired_at IS NULL", (chunk.db, chunk.tbl, chunk.chunk))
-
-    def _wait_replica(self, target: GtidSet, timeout_s: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self.replica.cursor() as cur:
-                cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (self.channel,))
-                row = cur.fetchone()
-            if row and GtidSet.parse(row[0]).contains_all(target):
-                return
-            if time.monotonic() > deadline:
-                raise ApplyError(f"repair: the replica did not reach {target} within {timeout_s:.0f}s; is the "
-                                 f"bridge running on channel {self.channel!r}?")
-            time.sleep(0.05)

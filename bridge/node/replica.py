@@ -130,12 +130,15 @@ class ReplicaNode:
             if ship_ns:
                 self.stages.record("deliver", (picked - ship_ns) / 1000)
                 self.stages.record("bridge", (now - read_ns) / 1000)
-            for change in item.changes:
-                if getattr(change, "table", None) == HEARTBEAT_TABLE and change.schema == HEARTBEAT_SCHEMA \
-                        and change.after is not None and "ts_us" in change.columns:
-                    lag_us = now / 1000 - change.after[change.columns.index("ts_us")]
-                    self.stages.record("lag", lag_us)
-                    self.last_lag_s = lag_us / 1e6
+            if len(item.changes) == 1:  # a heartbeat is one row; larger transactions are not looked into
+                self._heartbeat_lag(item.changes[0], now)
+
+    def _heartbeat_lag(self, change, now_ns: int) -> None:
+        if getattr(change, "table", None) == HEARTBEAT_TABLE and change.schema == HEARTBEAT_SCHEMA \
+                and change.after is not None and "ts_us" in change.columns:
+            lag_us = now_ns / 1000 - change.after[change.columns.index("ts_us")]
+            self.stages.record("lag", lag_us)
+            self.last_lag_s = lag_us / 1e6
 
     def _parallel_summary(self) -> str:
         stats = getattr(self.applier, "stats", None)
