@@ -117,6 +117,7 @@ def metrics_option(default_port: int):
 
 
 PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT = 9401, 9402
+RDMA_SPIN_US = 5000
 SECRET_FILE = click.option(
     "--secret-file", type=click.Path(dir_okay=False), default=None,
     help=f"File whose first line is the control channel's shared secret (else ${SECRET_ENV}). Both sides "
@@ -138,9 +139,11 @@ SECRET_FILE = click.option(
               help="Replica connections applying in parallel. Transactions whose rows (primary and unique "
                    "keys) do not overlap run at once; commits stay in primary order, so the replica only "
                    "ever shows a prefix of the primary's history. DDL and large transactions run alone.")
-@click.option("--spin-us", type=click.IntRange(min=0), default=5000, show_default=True, metavar="MICROSECONDS",
-              help="After a frame, poll the ring without sleeping this long (lowest pickup latency while "
-                   "transactions flow; costs a CPU core meanwhile); then poll every 200 µs. 0: never spin.")
+@click.option("--spin-us", type=click.IntRange(min=0), default=None, metavar="MICROSECONDS",
+              help="After a frame, poll the ring without sleeping this long (costs a CPU core meanwhile). "
+                   "Then shm and tcp sleep until the primary rings the ring's doorbell, rdma polls every "
+                   f"200 µs. Default: 0 for shm and tcp (spinning only took CPU from the servers in our "
+                   f"benchmarks), {RDMA_SPIN_US} for rdma (a one-sided write wakes nobody).")
 @click.option("--pin-near-nic", is_flag=True,
               help="Run on the CPUs of the RDMA NIC's NUMA node (the seed's pitfall 5: a poller on the far "
                    "node doubles its memory latency). Said in the log; no effect without NUMA information.")
@@ -162,7 +165,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
     _pin(pin_near_nic)
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
                         transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
-                        spin_s=spin_us / 1e6, metrics=metrics, secret=read_secret(secret_file))
+                        spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
+                        metrics=metrics, secret=read_secret(secret_file))
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:

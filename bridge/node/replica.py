@@ -23,6 +23,7 @@ from bridge.model import GtidSet
 from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
+from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.codec import decode_chunk, decode_transaction
@@ -86,9 +87,18 @@ class ReplicaNode:
                 continue
             now = time.monotonic()
             idle_since = idle_since or now
-            # Yield-spin for a while after the last frame (lowest pickup latency while
-            # traffic flows), then back off to short sleeps so an idle replica costs little.
-            time.sleep(0 if now - idle_since < self.cfg.spin_s else self.cfg.poll_idle_s)
+            if now - idle_since < self.cfg.spin_s:
+                time.sleep(0)  # optional spin after the last frame (--spin-us)
+            else:
+                self._idle_wait()
+
+    def _idle_wait(self) -> None:
+        """Sleep until the primary rings the ring's doorbell (shm, tcp), or poll (rdma)."""
+        consumer, fd = self.consumer, self.host.doorbell_fd
+        if consumer is None or fd is None:
+            time.sleep(self.cfg.poll_idle_s)
+            return
+        wait_for_doorbell(self.host.region, fd, lambda: consumer.published or bool(self._pending or self._stash))
 
     def _report_progress(self) -> None:
         report = self._progress.due(self.applied_count)

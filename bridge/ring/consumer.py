@@ -25,6 +25,11 @@ class RingConsumer:
         self.acked_seq, self.acked_tail = expected_seq - 1, tail
 
     @property
+    def published(self) -> bool:
+        """A frame this consumer has not taken yet is published."""
+        return read_u64(self.region, WRITE_SEQ_AT) >= self.expected_seq
+
+    @property
     def backlog_frames(self) -> int:
         """Frames published but not yet acknowledged (applied)."""
         return max(0, read_u64(self.region, WRITE_SEQ_AT) - self.acked_seq)

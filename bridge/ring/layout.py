@@ -1,8 +1,12 @@
 """Ring header layout (both ends must agree; see DESIGN.md "The ring").
 
 Offset 0, little-endian: magic u64 | write_seq u64 | ack_seq u64 | head u32 |
-tail u32 | size u32 | reserved u32. The data area starts at DATA_OFFSET and is
+tail u32 | size u32 | waiting u32. The data area starts at DATA_OFFSET and is
 ``size`` bytes, a power of two.
+
+``waiting`` (once "reserved", always 0 there, so an older peer still works): the
+consumer sets it to 1 while it sleeps on its transport's doorbell; a producer that
+sees it after publishing rings the doorbell (transport/doorbell.py).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ RING_LAYOUT_VERSION = 1
 RING_MAGIC = int.from_bytes(b"RDMABRG", "little") << 8 | RING_LAYOUT_VERSION
 HEADER = struct.Struct("<QQQIIII")
 DATA_OFFSET = 64
-WRITE_SEQ_AT, ACK_SEQ_AT, HEAD_AT, TAIL_AT = 8, 16, 24, 28
+WRITE_SEQ_AT, ACK_SEQ_AT, HEAD_AT, TAIL_AT, WAITING_AT = 8, 16, 24, 28, 36
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 MIN_RING_BYTES = 4096
@@ -67,6 +71,14 @@ def read_u32(region, at: int) -> int:
 def write_ack(region, ack_seq: int, tail: int) -> None:
     _U64.pack_into(region, ACK_SEQ_AT, ack_seq)
     _U32.pack_into(region, TAIL_AT, tail)
+
+
+def consumer_waiting(region) -> bool:
+    return _U32.unpack_from(region, WAITING_AT)[0] != 0
+
+
+def set_waiting(region, waiting: bool) -> None:
+    _U32.pack_into(region, WAITING_AT, int(waiting))
 
 
 def write_publish(region, write_seq: int, head: int) -> None:

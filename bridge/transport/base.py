@@ -3,7 +3,8 @@
 Primary side, ``RemoteRing``: place bytes at a region offset, publish progress,
 wait until placed, read the replica's ack_seq. The replica never answers a write.
 Replica side, ``RingHost``: owns the registered/shared/placed region and tells the
-primary (handshake ``params``) how to reach it.
+primary (handshake ``params``) how to reach it, and offers a ``doorbell_fd`` the
+idle consumer may sleep on (None: poll; see doorbell.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class RemoteRing(Protocol):
 
 class RingHost(Protocol):
     region: memoryview
+    doorbell_fd: int | None
 
     def params(self) -> dict: ...
     def reset(self) -> None: ...

@@ -147,6 +147,8 @@ def _view(mr: MR, size: int) -> memoryview:
 
 
 class RdmaRingHost:
+    doorbell_fd = None  # a one-sided write wakes nobody: the consumer polls
+
     def __init__(self, ring_bytes: int, device: str | None = None) -> None:
         self.ring_bytes = ring_bytes
         self.dev = _Device(device)

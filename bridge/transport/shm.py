@@ -1,5 +1,6 @@
 """Same-host transport: the replica's ring is a file in /dev/shm that the primary
-maps and writes directly (stores are visible to the consumer without a syscall)."""
+maps and writes directly (stores are visible to the consumer without a syscall).
+A FIFO beside it is the doorbell that wakes a sleeping consumer (doorbell.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from bridge.errors import TransportError
 from bridge.ring.layout import ACK_SEQ_AT, init_region, read_u64, region_bytes, write_publish
+from bridge.transport.doorbell import Doorbell
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
 
@@ -37,10 +39,16 @@ class ShmRingHost:
         finally:
             os.close(fd)
         self.region = memoryview(self._mm)
+        self.bell_path = self.path.with_name(self.path.name + "-bell")
+        self.doorbell = Doorbell.fifo(self.bell_path, create=True)
         self.reset()
 
+    @property
+    def doorbell_fd(self) -> int:
+        return self.doorbell.fd
+
     def params(self) -> dict:
-        return {"path": str(self.path)}
+        return {"path": str(self.path), "doorbell": str(self.bell_path)}
 
     def reset(self) -> None:
         init_region(self.region, self.ring_bytes)
@@ -49,6 +57,8 @@ class ShmRingHost:
         self.region.release()
         self._mm.close()
         self.path.unlink(missing_ok=True)
+        self.doorbell.close()
+        self.bell_path.unlink(missing_ok=True)
 
 
 class ShmRemoteRing:
@@ -67,12 +77,15 @@ class ShmRemoteRing:
         finally:
             os.close(fd)
         self._view = memoryview(self._mm)
+        self._bell = _open_doorbell(str(params.get("doorbell", "")), str(path))
 
     def write(self, offset: int, data) -> None:
         self._view[offset:offset + len(data)] = data
 
     def publish(self, write_seq: int, head: int) -> None:
         write_publish(self._view, write_seq, head)
+        if self._bell is not None:
+            self._bell.ring(self._view)
 
     def flush(self) -> None:
         """Stores to a shared mapping are visible at once (x86 TSO keeps their order)."""
@@ -83,3 +96,17 @@ class ShmRemoteRing:
     def close(self) -> None:
         self._view.release()
         self._mm.close()
+        if self._bell is not None:
+            self._bell.close()
+
+
+def _open_doorbell(bell: str, ring_path: str) -> Doorbell | None:
+    """The replica's FIFO; a replica that offers none (older) polls instead."""
+    if not bell:
+        return None
+    if bell != ring_path + "-bell":
+        raise TransportError(f"shm transport: replica offered an unexpected doorbell {bell!r}")
+    try:
+        return Doorbell.fifo(bell)
+    except OSError as exc:
+        raise TransportError(f"shm transport: open doorbell {bell}: {exc.strerror}") from exc

@@ -10,6 +10,7 @@ import socket
 
 from bridge.errors import BridgeError, TransportError
 from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes, write_publish
+from bridge.transport.doorbell import Doorbell
 from bridge.transport.sockets import ControlConnection, connect, recv_exact, recv_into_exact
 from bridge.wire import control, placement
 from bridge.wire.placement import Op
@@ -22,7 +23,12 @@ class TcpRingHost:
         self.ring_bytes = ring_bytes
         self._buf = bytearray(region_bytes(ring_bytes))
         self.region = memoryview(self._buf)
+        self.doorbell = Doorbell.eventfd()  # rung by our own receiver thread
         self.reset()
+
+    @property
+    def doorbell_fd(self) -> int:
+        return self.doorbell.fd
 
     def params(self) -> dict:
         return {}
@@ -47,6 +53,7 @@ class TcpRingHost:
                     recv_into_exact(sock, self.region[offset:offset + length])
                 elif op == Op.PUBLISH:
                     write_publish(self.region, placement.SEQ.unpack(recv_exact(sock, body))[0], offset)
+                    self.doorbell.ring(self.region)
                 elif op == Op.READ:
                     sock.sendall(self.region[offset:offset + length])
                 else:
@@ -58,6 +65,7 @@ class TcpRingHost:
 
     def close(self) -> None:
         self.region.release()
+        self.doorbell.close()
 
 
 class TcpRemoteRing:

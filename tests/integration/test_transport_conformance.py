@@ -1,15 +1,19 @@
 """One conformance suite for every one-sided transport: the replica's ring as
 remote memory. Real shared memory and real sockets; no database needed."""
 
+import select
 import socket
 import threading
+import time
 
 import pytest
 
 from bridge.errors import RingFull, TransportError
 from bridge.ring.consumer import RingConsumer
+from bridge.ring.layout import consumer_waiting, set_waiting
 from bridge.ring.producer import RingProducer
 from bridge.transport import make_host, open_remote, rdma_available
+from bridge.transport.doorbell import drain, wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.frame import FrameKind
@@ -124,3 +128,85 @@ def test_unreachable_replica_is_a_transport_error_naming_it():
     with pytest.raises(TransportError, match="unexpected path"):
         open_remote("shm", {"path": "/etc/passwd"}, ("127.0.0.1", 1), RING)
 
+
+
+# --- doorbell: an idle replica sleeps until the primary rings (shm: FIFO, tcp: eventfd) ---
+
+DOORBELL_TRANSPORTS = ["shm", "tcp"]  # rdma has none: a one-sided write wakes nobody
+
+
+@pytest.fixture(params=DOORBELL_TRANSPORTS)
+def belled(request):
+    ring = HostedRing(request.param)
+    yield ring
+    ring.close()
+
+
+def _rung(fd) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_publish_rings_only_while_the_consumer_waits(belled):
+    remote, producer = belled.remote(), RingProducer(RING)
+    region, fd = belled.host.region, belled.host.doorbell_fd
+    ship(producer, remote, b"busy consumer")
+    remote.flush()  # tcp: the receiver thread has carried out the publish
+    assert not _rung(fd), "rang although nobody waited: a syscall per frame during bursts"
+    set_waiting(region, True)
+    ship(producer, remote, b"sleeping consumer")
+    remote.flush()
+    assert _rung(fd)
+    drain(fd)
+    assert not _rung(fd)
+    set_waiting(region, False)
+    remote.close()
+
+
+def test_a_sleeping_consumer_is_woken_by_the_next_frame(belled):
+    remote, producer = belled.remote(), RingProducer(RING)
+    consumer = RingConsumer(belled.host.region)
+    woke = threading.Event()
+
+    def sleeper():
+        wait_for_doorbell(belled.host.region, belled.host.doorbell_fd, lambda: consumer.published, timeout_s=60)
+        woke.set()
+
+    thread = threading.Thread(target=sleeper, daemon=True)
+    thread.start()
+    while not consumer_waiting(belled.host.region):
+        time.sleep(0.001)
+    ship(producer, remote, b"wake up")
+    assert woke.wait(30), "the consumer slept through the doorbell"
+    assert not consumer_waiting(belled.host.region)
+    assert consumer.poll().payload == b"wake up"
+    remote.close()
+
+
+def test_wait_returns_at_once_when_a_frame_came_while_the_flag_went_up(belled):
+    remote, producer = belled.remote(), RingProducer(RING)
+    consumer = RingConsumer(belled.host.region)
+    ship(producer, remote, b"already there")  # published before the consumer raised its flag: no ring
+    remote.flush()
+    assert not _rung(belled.host.doorbell_fd)
+    done = threading.Event()
+    threading.Thread(target=lambda: (wait_for_doorbell(belled.host.region, belled.host.doorbell_fd,
+                                                       lambda: consumer.published, timeout_s=600), done.set()),
+                     daemon=True).start()
+    assert done.wait(30), "waited for a doorbell although a frame was published"
+    remote.close()
+
+
+def test_shm_without_a_doorbell_still_places_and_a_foreign_doorbell_is_refused():
+    ring = HostedRing("shm")
+    try:
+        params = {k: v for k, v in ring.host.params().items() if k != "doorbell"}  # an older replica
+        remote = open_remote("shm", params, ring.addr, RING)
+        set_waiting(ring.host.region, True)
+        ship(RingProducer(RING), remote, b"no bell")
+        assert RingConsumer(ring.host.region).poll().payload == b"no bell"
+        assert not _rung(ring.host.doorbell_fd)
+        remote.close()
+        with pytest.raises(TransportError, match="unexpected doorbell"):
+            open_remote("shm", {**params, "doorbell": "/tmp/some-fifo"}, ring.addr, RING)
+    finally:
+        ring.close()

@@ -1,0 +1,75 @@
+"""Doorbell: lets an idle replica sleep in the kernel instead of spinning on its ring.
+
+The consumer sets the ring header's ``waiting`` word, looks at the ring once more,
+then blocks on the host's doorbell fd; a producer that finds ``waiting`` set right
+after it published rings the doorbell (one byte). shm: a FIFO next to the ring
+file, written by the primary process. tcp: an eventfd, written by the replica's
+own receiver thread. rdma: none (a one-sided write wakes nobody), the consumer
+polls as before.
+
+The flag and the published seq are plain stores on two sides (x86 may let each
+side's load pass its own store), so a wakeup can be missed: the wait is bounded
+(``DOORBELL_WAIT_S``), which bounds the cost of that rare miss.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from collections.abc import Callable
+
+from bridge.ring.layout import consumer_waiting, set_waiting
+
+DOORBELL_WAIT_S = 0.01
+
+
+def wait_for_doorbell(region, fd: int, has_work: Callable[[], bool], timeout_s: float = DOORBELL_WAIT_S) -> None:
+    """Block until the producer rings, at most ``timeout_s``; returns at once when
+    ``has_work`` says a frame arrived while the flag was going up."""
+    set_waiting(region, True)
+    try:
+        if not has_work():
+            select.select([fd], [], [], timeout_s)
+        drain(fd)
+    finally:
+        set_waiting(region, False)
+
+
+def drain(fd: int) -> None:
+    try:
+        os.read(fd, 4096)  # FIFO: every byte rung; eventfd: the 8-byte counter
+    except BlockingIOError:
+        pass
+
+
+class Doorbell:
+    """One doorbell fd and what ringing writes to it."""
+
+    def __init__(self, fd: int, token: bytes) -> None:
+        self.fd, self._token = fd, token
+
+    @classmethod
+    def eventfd(cls) -> "Doorbell":
+        return cls(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC), (1).to_bytes(8, "little"))
+
+    @classmethod
+    def fifo(cls, path, create: bool = False) -> "Doorbell":
+        """The replica creates the FIFO and holds it open for reading (and writing, so
+        a primary can open it at any time); the primary opens it for writing."""
+        if create:
+            os.mkfifo(path, 0o600)
+        return cls(os.open(path, (os.O_RDWR if create else os.O_WRONLY) | os.O_NONBLOCK | os.O_CLOEXEC), b"\x01")
+
+    def ring(self, region) -> None:
+        """Producer side, after publishing: wake the consumer if it sleeps."""
+        if consumer_waiting(region):
+            try:
+                os.write(self.fd, self._token)
+            except BlockingIOError:
+                pass  # a full FIFO already holds wakeups the consumer has not read
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
