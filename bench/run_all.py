@@ -64,7 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--transactions", type=int, default=200_000)
     ap.add_argument("--decode-transactions", type=int, default=100_000)
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--seconds", type=float, default=6.0, help="lag: per rate and side")
     ap.add_argument("--sweep-transactions", type=int, default=20_000)
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()
