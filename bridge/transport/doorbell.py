@@ -18,6 +18,7 @@ import os
 import select
 from collections.abc import Callable
 
+from bridge.errors import TransportError
 from bridge.ring.layout import consumer_waiting, set_waiting
 
 DOORBELL_WAIT_S = 0.01
@@ -67,9 +68,10 @@ class Doorbell:
                 os.write(self.fd, self._token)
             except BlockingIOError:
                 pass  # a full FIFO already holds wakeups the consumer has not read
+            except OSError as exc:  # EPIPE: the replica process is gone
+                raise TransportError(f"ring the replica's doorbell: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)

@@ -210,3 +210,16 @@ def test_shm_without_a_doorbell_still_places_and_a_foreign_doorbell_is_refused()
             open_remote("shm", {**params, "doorbell": "/tmp/some-fifo"}, ring.addr, RING)
     finally:
         ring.close()
+
+
+def test_a_doorbell_whose_replica_is_gone_is_a_transport_error():
+    """kill -9 of a sleeping replica: the next publish must take the usual resume
+    path (TransportError), not crash the primary side."""
+    ring = HostedRing("shm")
+    remote = ring.remote()
+    set_waiting(ring.host.region, True)  # it died asleep
+    ring.host.doorbell.close()  # its end of the FIFO goes with it
+    with pytest.raises(TransportError, match="doorbell"):
+        ship(RingProducer(RING), remote, b"nobody reads this")
+    remote.close()
+    ring.close()
