@@ -146,7 +146,8 @@ class PrimaryNode:
     def _handshake(self) -> dict:
         self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
         welcome = control.check_hello(control.client_handshake(
-            self._control, self.cfg.secret, "control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid),
+            self._control, self.cfg.secret, "control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid,
+            doorbell=True),  # this side rings the ring's doorbell (older ones did not: the replica polls)
             expect_type="welcome")
         self._control.sock.settimeout(None)
         self._link_down.clear()

@@ -66,6 +66,7 @@ class ReplicaNode:
         self.address = self._listener.getsockname()[:2]
         self._accept_thread = threading.Thread(target=self._accept_loop, name="replica-accept", daemon=True)
         self._control: ControlConnection | None = None
+        self._rung = False  # the current session's producer rings the doorbell
 
     # --- lifecycle -------------------------------------------------------
 
@@ -95,7 +96,7 @@ class ReplicaNode:
     def _idle_wait(self) -> None:
         """Sleep until the primary rings the ring's doorbell (shm, tcp), or poll (rdma)."""
         consumer, fd = self.consumer, self.host.doorbell_fd
-        if consumer is None or fd is None:
+        if consumer is None or fd is None or not self._rung:
             time.sleep(self.cfg.poll_idle_s)
             return
         wait_for_doorbell(self.host.region, fd, lambda: consumer.published or bool(self._pending or self._stash))
@@ -346,6 +347,8 @@ class ReplicaNode:
             self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1)
             self.session = secrets.token_hex(8)
             self._control = conn
+            # tcp: our own receiver thread rings; shm: the primary, if it says it does
+            self._rung = self.cfg.transport == "tcp" or msg.get("doorbell") is True
             return {"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
                     "auth": self._proof_for(msg),
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
