@@ -128,7 +128,7 @@ class ReplicaConfig:
     ring_bytes: int = DEFAULT_RING_BYTES
     channel: str = "default"
     poll_idle_s: float = 0.0002
-    spin_s: float = 0.0  # spin this long after the last frame before sleeping on the doorbell (or polling)
+    spin_s: float = 0.0  # keep polling this long after the last frame before the doorbell (or 200 µs polls)
     group_max_txns: int = 1000  # consecutive small transactions applied as one replica transaction
     group_max_rows: int = 5000
     workers: int = 1  # replica connections; above 1 a window of workers x the group bounds is split

@@ -140,9 +140,9 @@ SECRET_FILE = click.option(
                    "keys) do not overlap run at once; commits stay in primary order, so the replica only "
                    "ever shows a prefix of the primary's history. DDL and large transactions run alone.")
 @click.option("--spin-us", type=click.IntRange(min=0), default=None, metavar="MICROSECONDS",
-              help="After a frame, poll the ring without sleeping this long (costs a CPU core meanwhile). "
-                   "Then shm and tcp sleep until the primary rings the ring's doorbell, rdma polls every "
-                   f"200 µs. Default: 0 for shm and tcp (spinning only took CPU from the servers in our "
+              help="After a frame, keep polling the ring this long with zero sleeps (~70 µs apart: "
+                   "Linux's timer slack; about a quarter of a core meanwhile). Then shm and tcp sleep until "
+                   f"the primary rings the ring's doorbell, rdma polls every 200 µs. Default: 0 for shm and tcp (polling only took CPU from the servers in our "
                    f"benchmarks), {RDMA_SPIN_US} for rdma (a one-sided write wakes nobody).")
 @click.option("--pin-near-nic", is_flag=True,
               help="Run on the CPUs of the RDMA NIC's NUMA node (the seed's pitfall 5: a poller on the far "

@@ -89,7 +89,7 @@ class ReplicaNode:
             now = time.monotonic()
             idle_since = idle_since or now
             if now - idle_since < self.cfg.spin_s:
-                time.sleep(0)  # optional spin after the last frame (--spin-us)
+                time.sleep(0)  # --spin-us: on Linux a zero sleep lasts the timer slack, ~50-70 µs
             else:
                 self._idle_wait()
 
