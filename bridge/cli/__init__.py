@@ -142,8 +142,9 @@ SECRET_FILE = click.option(
 @click.option("--spin-us", type=click.IntRange(min=0), default=None, metavar="MICROSECONDS",
               help="After a frame, keep polling the ring this long with zero sleeps (~70 µs apart: "
                    "Linux's timer slack; about a quarter of a core meanwhile). Then shm and tcp sleep until "
-                   f"the primary rings the ring's doorbell, rdma polls every 200 µs. Default: 0 for shm and tcp (polling only took CPU from the servers in our "
-                   f"benchmarks), {RDMA_SPIN_US} for rdma (a one-sided write wakes nobody).")
+                   f"the primary rings the ring's doorbell, rdma polls every 200 µs. Default: 0 for shm and "
+                   f"tcp (polling only took CPU from the servers in our benchmarks), {RDMA_SPIN_US} for rdma "
+                   "(a one-sided write wakes nobody).")
 @click.option("--pin-near-nic", is_flag=True,
               help="Run on the CPUs of the RDMA NIC's NUMA node (the seed's pitfall 5: a poller on the far "
                    "node doubles its memory latency). Said in the log; no effect without NUMA information.")
