@@ -77,7 +77,9 @@ def measure(bench: Bench, replica_args: dict, rate: int, seconds: float, first_i
 
 
 def summary(rate: int, lags: list, achieved: list, offered: int) -> dict:
-    return {"rate": rate, "achieved_rate": round(min(achieved)), "samples": len(lags), "lost_samples": offered - len(lags),
+    """``lost_samples``: commits the watcher never saw (it gives up after two minutes)."""
+    return {"rate": rate, "achieved_rate": round(min(achieved)), "samples": len(lags),
+            "lost_samples": offered - len(lags),
             "p50_us": round(percentile(lags, 50) * 1e6), "p99_us": round(percentile(lags, 99) * 1e6),
             "p999_us": round(percentile(lags, 99.9) * 1e6), "max_us": round(max(lags) * 1e6)}
 
