@@ -131,6 +131,7 @@ class ReplicaConfig:
     spin_s: float = 0.0  # keep polling this long after the last frame before the doorbell (or 200 µs polls)
     group_max_txns: int = 1000  # consecutive small transactions applied as one replica transaction
     group_max_rows: int = 5000
+    group_max_bytes: int = 8 << 20  # payload bytes; a group never waits for more frames (no time bound needed)
     workers: int = 1  # replica connections; above 1 a window of workers x the group bounds is split
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1

@@ -190,10 +190,13 @@ class ReplicaNode:
             return True
 
     def _take(self) -> list:
-        """[(frame, decoded)], grouping row-only transactions up to the configured bounds."""
-        work, rows = [], 0
-        max_txns, max_rows = self.cfg.group_max_txns * self.cfg.workers, self.cfg.group_max_rows * self.cfg.workers
-        while len(work) < max_txns and rows < max_rows:
+        """[(frame, decoded)], grouping row-only transactions up to the configured bounds
+        (transactions, rows, payload bytes). Only frames already in the ring join: a
+        group never waits for more."""
+        work, rows, size = [], 0, 0
+        cfg, workers = self.cfg, self.cfg.workers
+        while len(work) < cfg.group_max_txns * workers and rows < cfg.group_max_rows * workers \
+                and size < cfg.group_max_bytes * workers:
             entry, self._stash = self._stash or self._next_decoded(), None
             if entry is None:
                 break
@@ -205,6 +208,7 @@ class ReplicaNode:
                 return [entry]
             work.append(entry)
             rows += entry[1].row_count
+            size += len(entry[0].payload)
         return work
 
     def _next_decoded(self):
