@@ -56,6 +56,12 @@ def run(rows: int, row_bytes: int, ring_bytes: int, transport: str, state_dir: s
         cur.execute("DROP DATABASE IF EXISTS bench_large")
         cur.execute("CREATE DATABASE bench_large")
         cur.execute("CREATE TABLE bench_large.t (id INT PRIMARY KEY, pad VARCHAR(2000), k INT)")
+        cur.execute("SELECT @@gtid_binlog_pos")
+        created = GtidSet.parse(cur.fetchone()[0])
+    while not GtidSet.parse(applied_gtid(rconn, channel)).contains_all(created):  # both ends up and streaming
+        pri.check_alive()
+        rep.check_alive()
+        time.sleep(0.05)
     base_rss = {"primary": peak_rss_mb(pri.proc.pid), "replica": peak_rss_mb(rep.proc.pid)}
     before = binlog_bytes(pconn)
     t0 = time.perf_counter()

@@ -133,6 +133,7 @@ class ReplicaConfig:
     group_max_rows: int = 5000
     group_max_bytes: int = 8 << 20  # payload bytes; a group never waits for more frames (no time bound needed)
     workers: int = 1  # replica connections; above 1 a window of workers x the group bounds is split
+    apply_mode: str = "auto"  # auto | binlog (row events applied by the server) | sql (rows as statements)
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0

@@ -68,7 +68,11 @@ class PreflightError(SourceError):
 
 
 class ApplyError(BridgeError):
-    """The replica refused a transaction."""
+    """The replica refused a transaction. ``code``: the server's error number, 0 when none."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class TargetConnectionLost(ApplyError):

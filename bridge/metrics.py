@@ -55,7 +55,11 @@ METRICS = {
     "ring_backlog_bytes": ("rdma_bridge_ring_backlog_bytes", "gauge", "Ring bytes not yet applied."),
     "transactions_applied": ("rdma_bridge_transactions_applied_total", "counter",
                              "Transactions committed on the replica."),
-    "rows_applied": ("rdma_bridge_rows_applied_total", "counter", "Row changes committed on the replica."),
+    "rows_applied": ("rdma_bridge_rows_applied_total", "counter",
+                     "Row changes committed on the replica (apply mode sql)."),
+    "row_events_applied": ("rdma_bridge_row_events_applied_total", "counter",
+                           "Binlog row events committed on the replica (apply mode binlog; each holds one or more "
+                           "rows of one statement)."),
     "groups_applied": ("rdma_bridge_groups_applied_total", "counter",
                        "Replica transactions that applied groups of source transactions."),
     "corrupt_frames": ("rdma_bridge_corrupt_frames_total", "counter",

@@ -162,14 +162,30 @@ class RowChange:
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """A statement replayed as text (DDL): ``schema`` is the default database it
-    ran in on the primary ('' for none)."""
+    """A statement replayed as text (DDL, statement-format DML): ``schema`` is the
+    default database it ran in on the primary ('' for none). ``raw``: the QUERY event
+    as the binlog holds it, after the INTVAR/RAND/USER_VAR events that preceded it;
+    the replica replays it in the session it ran in on the primary (sql_mode,
+    character set, time zone, timestamp...). Without it only ``sql`` is run."""
 
     schema: str
     sql: str
+    raw: bytes = field(default=b"", repr=False)
 
 
-Change = RowChange | Statement
+@dataclass(frozen=True, slots=True)
+class RowEvents:
+    """Row changes as the binlog holds them (binlog apply mode): TABLE_MAP events, then
+    the row events that use them, each event whole. The replica's server applies them
+    itself (``BINLOG``). ``tables``: (schema, table) of each TABLE_MAP event, in order;
+    ``events``: how many row events (a size for grouping, not a row count)."""
+
+    data: bytes = field(repr=False)
+    tables: tuple[tuple[str, str], ...]
+    events: int
+
+
+Change = RowChange | Statement | RowEvents
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +196,9 @@ class Transaction:
     changes: tuple[Change, ...] = field(default_factory=tuple)
     # (commit read from the binlog, ship start), wall-clock ns on the primary side: stage timing only
     stamps: tuple[int, int] | tuple[()] = field(default=(), compare=False)
+    # the binlog's FORMAT_DESCRIPTION event, on the first frame of a stream and when it
+    # changes: the replica needs it to read raw events (and its server, for BINLOG)
+    format_event: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def is_ddl(self) -> bool:
@@ -187,12 +206,14 @@ class Transaction:
 
     @property
     def row_count(self) -> int:
-        return sum(1 for c in self.changes if isinstance(c, RowChange))
+        return row_count(self.changes)
 
     @property
     def is_repair(self) -> bool:
         """A `rdma-bridge repair` transaction: it starts with its marker row."""
         first = self.changes[0] if self.changes else None
+        if isinstance(first, RowEvents):
+            return bool(first.tables) and first.tables[0] == REPAIR_MARKER_TABLE
         return isinstance(first, RowChange) and first.kind == "insert" and \
             (first.schema, first.table) == REPAIR_MARKER_TABLE
 
@@ -205,6 +226,11 @@ class Transaction:
 REPAIR_MARKER_TABLE = ("rdma_bridge", "repairs")
 
 
+def row_count(changes) -> int:
+    """Row changes, counting each raw row event as one (its rows are not counted)."""
+    return sum(1 if isinstance(c, RowChange) else c.events if isinstance(c, RowEvents) else 0 for c in changes)
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """Part of a transaction too large for one frame, shipped while it is read.
@@ -215,8 +241,9 @@ class Chunk:
     index: int
     last: bool
     changes: tuple[Change, ...] = ()
+    format_event: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def row_count(self) -> int:
-        return sum(1 for c in self.changes if isinstance(c, RowChange))
+        return row_count(self.changes)
 

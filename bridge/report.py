@@ -44,7 +44,7 @@ def _us(v: float) -> str:
 
 COUNTER_LABELS = {
     "transactions_shipped": "transactions shipped", "transactions_applied": "transactions applied",
-    "rows_applied": "rows applied", "groups_applied": "replica commits (groups)", "applied_seq": "applied seq",
+    "rows_applied": "rows applied (sql mode)", "row_events_applied": "row events applied (binlog mode)", "groups_applied": "replica commits (groups)", "applied_seq": "applied seq",
     "ring_backlog_frames": "ring backlog (frames)", "ring_backlog_bytes": "ring backlog (bytes)",
     "frames_resent": "frames resent after a link loss", "binlog_reopens": "binlog stream (re)opened",
     "reconnects": "reconnects", "corrupt_frames": "corrupt frames refused",

@@ -10,3 +10,8 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.bridge_meta (
   pending_ddl_seq  BIGINT UNSIGNED NOT NULL DEFAULT 0,
   updated_at       TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB;
+-- One row is written here, and rolled back, when a connection first applies row
+-- events with BINLOG: it shows whether the server goes on after a BINLOG statement.
+CREATE TABLE IF NOT EXISTS rdma_bridge.bridge_probe (
+  id INT NOT NULL
+) ENGINE=InnoDB;

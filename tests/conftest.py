@@ -43,9 +43,10 @@ class BridgePair:
     primary's current position. ``sync()`` waits until the replica holds everything
     the primary committed; ``assert_same()`` compares the schemas row by row."""
 
-    def __init__(self, urls, transport, ring_bytes=1 << 20, secret="", workers=1, metrics=False, heartbeat_s=0.0):
+    def __init__(self, urls, transport, ring_bytes=1 << 20, secret="", workers=1, metrics=False, heartbeat_s=0.0,
+                 apply_mode="auto"):
         self.urls, self.transport, self.ring_bytes, self.secret = urls, transport, ring_bytes, secret
-        self.workers, self.heartbeat_s = workers, heartbeat_s
+        self.workers, self.heartbeat_s, self.apply_mode = workers, heartbeat_s, apply_mode
         self.metrics = ("127.0.0.1", 0) if metrics else None
         n = next(_channels)
         self.channel, self.server_id = f"t{n}_{int(time.time())}", 5000 + n
@@ -58,7 +59,7 @@ class BridgePair:
     def start_replica(self, port=0, target=None):
         cfg = ReplicaConfig(target=target or self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
                             ring_bytes=self.ring_bytes, channel=self.channel, secret=self.secret,
-                            workers=self.workers, metrics=self.metrics)
+                            workers=self.workers, metrics=self.metrics, apply_mode=self.apply_mode)
         self.replica_node = ReplicaNode(cfg)
         self.replica_node.start()
         self._thread(self.replica_node.run, "replica")

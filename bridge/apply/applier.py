@@ -2,42 +2,47 @@
 
 The channel's position (applied seq, executed GTID set) lives in
 ``rdma_bridge.bridge_meta`` and is updated in the same replica transaction as the
-rows, so after any crash the replica says exactly what it holds. A whole
-transaction goes to the server in one round trip (multi-statement), and every
-UPDATE/DELETE must match exactly one row: anything else is divergence and raises.
+rows, so after any crash the replica says exactly what it holds.
 
-DDL cannot share a transaction with the position row (it commits implicitly), so
-it is applied as: mark ``pending_ddl_seq`` (commit) → DDL → position (commit). On
-replay of a marked seq, "already exists / already gone" errors mean the DDL ran
-before the crash, and are accepted: that makes DDL replay idempotent.
+Two ways to apply rows (``mode``, chosen per session, see bridge.apply.modes):
+- ``binlog``: the row events as the primary logged them go to the replica's server
+  in ``BINLOG`` statements (bridge.apply.binlog_sql): cascades, triggers (not fired
+  for replicated rows), generated columns and types behave as in native replication.
+  Position, BINLOG and COMMIT travel in one round trip.
+- ``sql``: decoded rows become INSERT/UPDATE/DELETE (bridge.apply.sql), every
+  UPDATE/DELETE must match exactly one row (anything else is divergence and raises).
+
+Statements (DDL, statement-format DML) are replayed in the session they ran in on
+the primary (bridge.apply.replay). DDL cannot share a transaction with the position
+row (it commits implicitly), so it is applied as: mark ``pending_ddl_seq`` (commit)
+→ DDL → position (commit). On replay of a marked seq, "already exists / already
+gone" errors mean the DDL ran before the crash, and are accepted: that makes DDL
+replay idempotent.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 from dataclasses import dataclass
 
 import pymysql
-from pymysql.constants import CLIENT
 
-from bridge.apply import sql
+from bridge.apply import binlog_sql, modes, replay, sql
+from bridge.apply.connection import (apply_error, connect, current_grants, rollback, run_script, session_setup,
+                                     trigger_names)
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
-from bridge.model import Chunk, GtidSet, RowChange, Statement, Transaction
+from bridge.errors import ApplyError, ConfigError, RemoteProtocolError, TargetConnectionLost
+from bridge.model import Chunk, GtidSet, RowChange, RowEvents, Statement, Transaction
 from bridge.sqlfiles import sql_statements
+from bridge.wire import binlog, tablemap
 
 log = logging.getLogger(__name__)
-SESSION_SETUP = ("SET SESSION time_zone='+00:00', sql_mode='STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO,"
-                 "NO_ENGINE_SUBSTITUTION', foreign_key_checks=0, autocommit=0")
 # Errors that mean a replayed DDL already took effect before a crash.
 DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176}
 UNKNOWN_DATABASE = 1049
-# Can't connect, server gone away, lost connection, server shutdown in progress, killed.
-CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
-LOCK_CONFLICT = {1205, 1213}  # lock wait timeout, deadlock
 BATCH_SQL_BYTES = 4 << 20
-CONNECT_TIMEOUT_S = 10
+PACKET_MARGIN = 4096  # room next to the BINLOG statements for the position and COMMIT
+PROBE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,33 +57,56 @@ class Applier:
     """One replica connection. ``lock_wait_timeout_s`` shortens InnoDB's lock wait
     (parallel workers: a wait on a later worker's lock must end soon, see ParallelApplier)."""
 
-    def __init__(self, url: MysqlUrl, channel: str = "default", lock_wait_timeout_s: int = 0) -> None:
+    def __init__(self, url: MysqlUrl, channel: str = "default", lock_wait_timeout_s: int = 0,
+                 mode: str = "sql") -> None:
         self.url = url
         self.channel = channel
         self.lock_wait_timeout_s = lock_wait_timeout_s
-        self.conn = self._connect()
-        self.position = self._load_position()
+        self.mode = mode
+        self.same_flavor = True  # the primary is of the replica's flavor (sql_mode, collations replay as they are)
+        self.format: binlog.FormatDescription | None = None  # the primary's, as of the applied position
+        self.binlog_goes_on: bool | None = None  # the server runs statements after a BINLOG (probed once)
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
+        self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
         self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
+        self._collations: dict[int, tuple[str, str]] | None = None
+        self._connect()
+        self.position = self._load_position()
 
-    def _connect(self) -> pymysql.Connection:
+    def _connect(self) -> None:
+        self.conn, self.server = connect(self.url, self.lock_wait_timeout_s)
+        self._conn_format = b""  # the FORMAT_DESCRIPTION this connection's BINLOG statements use
+        self._setup_session()
+
+    def _setup_session(self) -> None:
         try:
-            conn = pymysql.connect(**self.url.connect_args(), charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S,
-                                   read_timeout=CONNECT_TIMEOUT_S,  # a server that never greets must not hang us
-                                   client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.FOUND_ROWS)
+            with self.conn.cursor() as cur:
+                cur.execute(session_setup(self.mode == "sql"))
         except pymysql.MySQLError as exc:
-            raise apply_error(f"connect to replica {self.url}", exc) from exc
-        # A DDL may legitimately run for hours: no read timeout once connected; TCP
-        # keepalive finds a dead peer instead. (PyMySQL has no public setter for this.)
-        conn._read_timeout = None
-        _keepalive(conn._sock)
-        conn.encoders = {**conn.encoders, **sql.LITERAL_ENCODERS}
-        with conn.cursor() as cur:
-            cur.execute(SESSION_SETUP)
-            if self.lock_wait_timeout_s:
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")  # MariaDB and MySQL
-                cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (self.lock_wait_timeout_s,))
-        return conn
+            raise apply_error(f"set up the session on replica {self.url}", exc) from exc
+
+    def preflight(self, mode: str) -> None:
+        """Refuse to apply in ``mode`` what this replica user cannot: the GRANT to run
+        is in the message. In sql mode, replica triggers would fire for replicated rows
+        (native replication does not fire them): refused, naming them."""
+        grants, user, host = current_grants(self.conn, self.url)
+        lacking = modes.missing(grants, mode, self.server.flavor)
+        if lacking:
+            raise ConfigError(f"apply mode {mode} on replica {self.url}: {user} lacks "
+                              + "; ".join(f"{p} ({modes.why(p)})" for p in lacking)
+                              + f". Run on the replica: {modes.grant_statement(lacking, user, host)}")
+        if mode == "sql":
+            triggers = trigger_names(self.conn, self.url)
+            if triggers:
+                raise ConfigError(f"apply mode sql on replica {self.url}: these triggers would fire for replicated "
+                                  f"rows, which native replication never does: {', '.join(triggers[:10])}; use "
+                                  "--apply-mode binlog (same flavor) or drop them on the replica")
+
+    def set_mode(self, mode: str, same_flavor: bool) -> None:
+        """The apply mode of a new session (nothing may be in flight)."""
+        if (mode, same_flavor) != (self.mode, self.same_flavor):
+            self.mode, self.same_flavor = mode, same_flavor
+            self._setup_session()
 
     def _load_position(self) -> Position:
         with self.conn.cursor() as cur:
@@ -104,6 +132,21 @@ class Applier:
         self.position = self._load_position()
         return self.position
 
+    # --- what the primary's format is ----------------------------------------
+
+    def format_for(self, item: Transaction | Chunk) -> binlog.FormatDescription | None:
+        """The FORMAT_DESCRIPTION ``item`` is in: its own, or the one in force."""
+        if item.format_event:
+            return binlog.parse_format_description(item.format_event)
+        return self._open_format if isinstance(item, Chunk) and item.index else self.format
+
+    def _checksum_bytes(self, fmt: binlog.FormatDescription | None, context: str) -> int:
+        if fmt is None:
+            raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
+        return fmt.checksum_bytes
+
+    # --- transactions ------------------------------------------------------------
+
     def apply(self, seq: int, txn: Transaction) -> None:
         if seq <= self.position.applied_seq:
             return  # already applied before a reconnect: exactly once
@@ -115,18 +158,20 @@ class Applier:
         if not txn.is_ddl:
             self.apply_group([(seq, txn)])
             return
+        fmt = self.format_for(txn)
         gtids = self.position.gtid_set.add_text(txn.gtid)
         try:
-            self._apply_ddl(seq, txn, gtids)
+            self._apply_ddl(seq, txn, gtids, fmt)
         except pymysql.MySQLError as exc:  # commit and bookkeeping statements
             raise apply_error(f"apply seq {seq} ({txn.gtid})", exc) from exc
-        self.position = Position(seq, gtids)
+        self.position, self.format = Position(seq, gtids), fmt
         self.forget_keys()
 
     def apply_group(self, items: list[tuple[int, Transaction]]) -> None:
         """Consecutive row-only transactions as ONE replica transaction with one
         position update: the replica still only shows a prefix of the primary's
-        history, and the whole group is retried or skipped as a unit."""
+        history, and the whole group is retried or skipped as a unit. Only the first
+        may carry a FORMAT_DESCRIPTION (the replica node starts a group there)."""
         items = [(seq, txn) for seq, txn in items if seq > self.position.applied_seq]
         if not items:
             return  # already applied before a reconnect: exactly once
@@ -139,32 +184,26 @@ class Applier:
             gtids = gtids.add_text(txn.gtid)
         context = f"apply seq {first} ({items[0][1].gtid})" if len(items) == 1 else \
             f"apply seq {first}..{last} ({items[0][1].gtid}..{items[-1][1].gtid})"
-        try:
-            self._apply_rows(context, last, [c for _, txn in items for c in txn.changes], gtids)
-        except pymysql.MySQLError as exc:  # the commit
-            raise apply_error(context, exc) from exc
-        self.position = Position(last, gtids)
+        fmt = self.format_for(items[0][1])
+        self._apply_rows(context, last, [c for _, txn in items for c in txn.changes], gtids, fmt)
+        self.position, self.format = Position(last, gtids), fmt
 
-    def execute_rows(self, context: str, changes) -> None:
+    def execute_rows(self, context: str, changes, fmt: binlog.FormatDescription | None) -> None:
         """Row statements inside an open replica transaction, not committed (a
         parallel worker's segment: ``commit_at`` commits it when its turn comes)."""
-        try:
-            self._apply_rows(context, 0, changes, None)
-        except pymysql.MySQLError as exc:
-            raise apply_error(context, exc) from exc
+        self._apply_rows(context, 0, changes, None, fmt)
 
-    def commit_at(self, context: str, seq: int, gtids: GtidSet) -> None:
+    def commit_at(self, context: str, seq: int, gtids: GtidSet, fmt: binlog.FormatDescription | None) -> None:
         """The position and COMMIT in one round trip, for rows ``execute_rows`` ran."""
         try:
-            self._run_batched(context, [(sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION),
-                                        ("COMMIT", None, _COMMIT)])
+            run_script(self.conn, context, [self._position_statement(seq, gtids), b"COMMIT"])
         except BaseException:
-            self._rollback()
+            self.rollback()
             raise
-        self.position = Position(seq, gtids)
+        self.position, self.format = Position(seq, gtids), fmt
 
     def rollback(self) -> None:
-        self._rollback()
+        rollback(self.conn, self.url)
 
     def unique_keys(self, schema: str, table: str) -> tuple[tuple[str, ...], ...]:
         """The primary and unique keys of a replica table, as column tuples (cached;
@@ -189,30 +228,32 @@ class Applier:
         in the same replica transaction as the position, the replica's rows of the
         range are replaced by that copy: missing, extra, changed and duplicated rows
         all end as the primary had them at this point of the stream."""
-        marker = txn.changes[0]
-        fields = dict(zip(marker.columns, marker.after))
+        fmt = self.format_for(txn)
+        fields = self._marker_fields(txn.changes[0], fmt)
         db, tbl, copy, where = fields["db"], fields["tbl"], fields["copy_table"], fields["where_sql"]
         if not str(copy).startswith("repair_copy_"):
             raise ApplyError(f"apply seq {seq} ({txn.gtid}): repair marker names copy table {copy!r}")
         context = f"apply seq {seq} ({txn.gtid}): repair of {db}.{tbl}"
         gtids = self.position.gtid_set.add_text(txn.gtid)
-        rows = [c for c in txn.changes if isinstance(c, RowChange)]
-        statements = [(p.text, p.params, (p.change, p.expect)) for p in sql.grouped_statements(rows)]
-        statements += [(f"{sql.TAG}DELETE FROM {sql.table_name(db, tbl)} WHERE {where}", None, (marker, None)),
-                       (f"{sql.TAG}INSERT INTO {sql.table_name(db, tbl)} SELECT * FROM "
-                        f"{sql.table_name('rdma_bridge', copy)}", None, (marker, None)),
-                       (sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION)]
+        replace = [f"{sql.TAG}DELETE FROM {sql.table_name(db, tbl)} WHERE {where}".encode(),
+                   f"{sql.TAG}INSERT INTO {sql.table_name(db, tbl)} SELECT * FROM "
+                   f"{sql.table_name('rdma_bridge', copy)}".encode(),
+                   self._position_statement(seq, gtids), b"COMMIT"]
         try:
-            self._run_batched(context, statements)
-            self.conn.commit()
-        except pymysql.MySQLError as exc:
-            self._rollback()
-            raise apply_error(context, exc) from exc
+            self._apply_rows(context, 0, txn.changes, None, fmt)
+            run_script(self.conn, context, replace, lambda i: " (replacing the range)" if i < 2 else "")
         except BaseException:
-            self._rollback()
+            self.rollback()
             raise
         log.warning("%s: replaced the rows of %s with the primary's", context, where[:200])
-        self.position = Position(seq, gtids)
+        self.position, self.format = Position(seq, gtids), fmt
+
+    def _marker_fields(self, first, fmt) -> dict:
+        if isinstance(first, RowEvents):
+            table, _, _, after = next(tablemap.rows_of(first.data, self._checksum_bytes(fmt, "repair marker")))
+            return {name: tablemap.as_text(v, table.collations[i]) for i, (name, v) in enumerate(zip(table.names,
+                                                                                                     after))}
+        return dict(zip(first.columns, first.after))
 
     def reload_position(self) -> Position:
         self.abort_open()
@@ -224,29 +265,120 @@ class Applier:
         OK was lost may have happened: the position row says)."""
         self.close()
         self._open = None  # the server rolled it back with the lost connection
-        self.conn = self._connect()
+        self._connect()
         self.position = self._load_position()
         return self.position
 
-    def _apply_rows(self, context: str, seq: int, changes, gtids: GtidSet | None) -> None:
-        """Row statements (+ the position and COMMIT when ``gtids`` is given).
+    # --- rows ----------------------------------------------------------------------
 
-        UPDATE/DELETE row counts are checked here, after the server ran the batch, so
-        their COMMIT must wait for the check. INSERT-only work fails with an SQL error
-        that stops the batch, so its COMMIT can travel in the same round trip."""
+    def _apply_rows(self, context: str, seq: int, changes, gtids: GtidSet | None, fmt) -> None:
+        """Row changes (+ the position and COMMIT when ``gtids`` is given); rolled back
+        on any failure."""
+        try:
+            if self.mode == "binlog":
+                self._binlog_rows(context, changes, self._tail(seq, gtids), fmt)
+            else:
+                self._sql_rows(context, seq, changes, gtids)
+        except BaseException:
+            self.rollback()
+            raise
+
+    def _tail(self, seq: int, gtids: GtidSet | None) -> list[bytes]:
+        return [] if gtids is None else [self._position_statement(seq, gtids), b"COMMIT"]
+
+    def _position_statement(self, seq: int, gtids: GtidSet) -> bytes:
+        return (sql.POSITION_WRITE % tuple(self.conn.escape(v) for v in (self.channel, seq, str(gtids)))).encode()
+
+    def _binlog_rows(self, context: str, changes, tail: list[bytes], fmt) -> None:
+        """The row events in BINLOG statements, then ``tail`` (position, COMMIT), in as
+        few round trips as the replica's max_allowed_packet allows."""
+        rows = [c for c in changes if isinstance(c, RowEvents)]
+        if len(rows) != len(changes):
+            raise RemoteProtocolError(f"{context}: decoded rows in a binlog-mode session")
+        self._ensure_format(fmt, context)
+        limit = self.server.max_allowed_packet - PACKET_MARGIN
+        statements = []
+        for batch in binlog_sql.batches([c.data for c in rows], limit):
+            if binlog_sql.statement_bytes(len(batch)) <= limit:
+                statements.append(binlog_sql.binlog_statement(batch))
+            elif binlog_sql.statement_bytes(len(batch)) // 2 <= limit:
+                statements += binlog_sql.fragment_statements(batch)
+            else:
+                raise ApplyError(f"{context}: a binlog event of {len(batch)} bytes does not fit the replica's "
+                                 f"max_allowed_packet ({self.server.max_allowed_packet}); raise it to at least "
+                                 f"{binlog_sql.statement_bytes(len(batch)) // 2 + PACKET_MARGIN}")
+        tables = sorted({f"{s}.{t}" for c in rows for s, t in c.tables})
+        what = f" (row events on {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''})"
+        for trip in self._trips(statements + tail, limit):
+            run_script(self.conn, context, trip, lambda i, trip=trip: what if trip[i].startswith(b"BINLOG") else "")
+
+    def _trips(self, statements: list[bytes], limit: int) -> list[list[bytes]]:
+        """Statements packed into round trips of at most ``limit`` bytes; on a server
+        that stops after a BINLOG, each BINLOG ends its round trip."""
+        trips: list[list[bytes]] = []
+        size = 0
+        for statement in statements:
+            if trips and size + len(statement) < limit and \
+                    (self.binlog_goes_on or not trips[-1][-1].startswith(b"BINLOG")):
+                trips[-1].append(statement)
+                size += len(statement) + 1
+            else:
+                trips.append([statement])
+                size = len(statement)
+        return trips
+
+    def _ensure_format(self, fmt: binlog.FormatDescription | None, context: str) -> None:
+        """This connection's BINLOG statements read events in ``fmt``: tell the server
+        once per connection (and when it changes); probe the server once."""
+        self._checksum_bytes(fmt, context)
+        if self._conn_format == fmt.event:
+            return
+        try:
+            run_script(self.conn, "apply the primary's FORMAT_DESCRIPTION event",
+                       [binlog_sql.binlog_statement(fmt.event)])
+        except ApplyError as exc:
+            if exc.code in (1227, 1044, 1045, 1142):
+                raise ApplyError(f"{context}: {self.url.user} may not run BINLOG on the replica ({exc}): "
+                                 f"GRANT BINLOG REPLAY ON *.* TO '{self.url.user}'@'<host>' (MariaDB; MySQL: "
+                                 "BINLOG_ADMIN), or start-replica --apply-mode sql", exc.code) from exc
+            raise
+        self._conn_format = fmt.event
+        if self.binlog_goes_on is None:
+            self.binlog_goes_on = self._probe(fmt)
+
+    def _probe(self, fmt: binlog.FormatDescription) -> bool:
+        """Does this server run the statements after a BINLOG of row events? One row
+        into rdma_bridge.bridge_probe and a SELECT, rolled back. If the SELECT's answer
+        never comes, BINLOG ends every round trip from now on."""
+        self.conn._sock.settimeout(PROBE_TIMEOUT_S)
+        try:
+            run_script(self.conn, "probe BINLOG", [binlog_sql.binlog_statement(binlog_sql.probe_events(fmt)),
+                                                   b"SELECT 1"])
+            self.rollback()
+            return True
+        except TargetConnectionLost:
+            log.warning("replica %s stops after a BINLOG statement: COMMIT takes a round trip of its own", self.url)
+            self._connect()
+            return False
+        finally:
+            if self.conn._sock is not None:
+                self.conn._sock.settimeout(None)
+
+    def _sql_rows(self, context: str, seq: int, changes, gtids: GtidSet | None) -> None:
+        """UPDATE/DELETE row counts are checked after the server ran the batch, so their
+        COMMIT must wait for the check. INSERT-only work fails with an SQL error that
+        stops the batch, so its COMMIT can travel in the same round trip."""
+        if any(not isinstance(c, RowChange) for c in changes):
+            raise RemoteProtocolError(f"{context}: raw row events in an sql-mode session")
         statements = [(p.text, p.params, (p.change, p.expect)) for p in sql.grouped_statements(changes)]
         commit_in_batch = gtids is not None and all(c.kind == "insert" for c in changes)
         if gtids is not None:
             statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION))
         if commit_in_batch:
             statements.append(("COMMIT", None, _COMMIT))
-        try:
-            self._run_batched(context, statements)
-            if gtids is not None and not commit_in_batch:
-                self.conn.commit()
-        except BaseException:
-            self._rollback()
-            raise
+        self._run_batched(context, statements)
+        if gtids is not None and not commit_in_batch:
+            self.conn.commit()
 
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         """Chunks of one transaction share one replica transaction; the last commits
@@ -258,22 +390,21 @@ class Applier:
                              f"(expected seq {expected}, open transaction {self._open})")
         if any(isinstance(c, Statement) for c in chunk.changes):
             raise ApplyError(f"apply chunk {chunk.index} of {chunk.gtid}: a chunked transaction holds DDL")
+        fmt = self.format_for(chunk)
         gtids = self.position.gtid_set.add_text(chunk.gtid) if chunk.last else None
         self._open = (chunk.gtid, seq - 1)
         try:
             # rolls the whole transaction back on failure
-            self._apply_rows(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}", seq, chunk.changes, gtids)
-        except pymysql.MySQLError as exc:
-            self._open = None
-            raise apply_error(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}", exc) from exc
+            self._apply_rows(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}", seq, chunk.changes, gtids,
+                             fmt)
         except BaseException:
             self._open = None
             raise
         if chunk.last:
-            self.position = Position(seq, gtids)
+            self.position, self.format = Position(seq, gtids), fmt
             self._open = None
         else:
-            self._open = (chunk.gtid, seq)
+            self._open, self._open_format = (chunk.gtid, seq), fmt
 
     @property
     def in_transaction(self) -> bool:
@@ -284,7 +415,7 @@ class Applier:
         if self._open is not None:
             log.warning("rolling back the partly applied transaction %s (chunks through seq %d)", *self._open)
             self._open = None
-            self._rollback()
+            self.rollback()
 
     def _run_batched(self, context: str, statements: list) -> None:
         with self.conn.cursor() as cur:
@@ -315,70 +446,94 @@ class Applier:
             where = f" on {change.schema}.{change.table}" if isinstance(change, RowChange) else ""
             raise apply_error(f"{context}{where}", exc) from exc
 
-    def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet) -> None:
-        replay = self.position.pending_ddl_seq == seq
+    # --- statements (DDL) ------------------------------------------------------------
+
+    def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet, fmt) -> None:
+        try:
+            self._run_ddl(seq, txn, gtids, fmt)
+        except BaseException:
+            self.rollback()
+            raise
+
+    def _run_ddl(self, seq: int, txn: Transaction, gtids: GtidSet, fmt) -> None:
+        replay_pending = self.position.pending_ddl_seq == seq
+        context = f"apply seq {seq} ({txn.gtid})"
         with self.conn.cursor() as cur:
             cur.execute(sql.DDL_PENDING, (seq, self.channel))
             self.conn.commit()
             for change in txn.changes:
                 if isinstance(change, Statement):
-                    self._run_statement(cur, seq, txn, change, replay)
+                    self._run_statement(cur, seq, txn, change, replay_pending, fmt)
+                elif isinstance(change, RowEvents):
+                    self._binlog_rows(context, [change], [], fmt)
                 else:
-                    self._run(cur, f"apply seq {seq} ({txn.gtid})",
-                              [(cur.mogrify(*sql.row_statement(change)), (change, None if change.kind == "insert" else 1))])
+                    self._run(cur, context, [(cur.mogrify(*sql.row_statement(change)),
+                                              (change, None if change.kind == "insert" else 1))])
             cur.execute(sql.POSITION_WRITE, (self.channel, seq, str(gtids)))
         self.conn.commit()
 
-    def _run_statement(self, cur, seq: int, txn: Transaction, st: Statement, replay: bool) -> None:
+    def _run_statement(self, cur, seq: int, txn: Transaction, st: Statement, replay_pending: bool, fmt) -> None:
         if not sql.is_replayed(st.sql):
             log.info("apply seq %d (%s): account/flush statement not replayed on the replica: %.60s",
                      seq, txn.gtid, st.sql)
             return
-        if st.schema:
+        plan = replay.statements(st.raw, self._checksum_bytes(fmt, f"apply seq {seq}"), self.same_flavor,
+                                 self._collation) if st.raw else replay.Replay(st.schema, (), st.sql.encode(), st.sql)
+        if plan.session:
+            run_script(self.conn, f"apply seq {seq} ({txn.gtid}): session of the statement", list(plan.session))
+        if plan.schema:
             try:
-                cur.execute(f"USE {sql.quote_name(st.schema)}")
+                cur.execute(f"USE {sql.quote_name(plan.schema)}")
             except pymysql.MySQLError as exc:
                 if exc.args[0] != UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
-                    raise apply_error(f"apply seq {seq} ({txn.gtid}): USE {st.schema}", exc) from exc
+                    raise apply_error(f"apply seq {seq} ({txn.gtid}): USE {plan.schema}", exc) from exc
         try:
-            cur.execute(sql.TAG + st.sql)
+            cur.execute(sql.TAG.encode() + plan.sql)
         except pymysql.MySQLError as exc:
-            if replay and exc.args[0] in DDL_ALREADY_DONE:
+            if replay_pending and exc.args[0] in DDL_ALREADY_DONE:
                 log.warning("apply seq %d (%s): DDL already applied before a restart (%s); continuing",
                             seq, txn.gtid, exc.args[-1])
                 return
-            raise apply_error(f"apply seq {seq} ({txn.gtid}) DDL in schema '{st.schema}' ({st.sql[:200]})",
+            raise apply_error(f"apply seq {seq} ({txn.gtid}) DDL in schema '{plan.schema}' ({plan.text[:200]})",
+                              exc) from exc
+        finally:
+            if plan.session:
+                run_script(self.conn, f"apply seq {seq}: restore the session",
+                           [replay.RESET_REPLAYED, session_setup(self.mode == "sql").encode()])
+        self._disable_event(cur, seq, replay.event_to_disable(plan.text, plan.schema))
+
+    def _disable_event(self, cur, seq: int, name: str | None) -> None:
+        """As a native replica does: an event the primary created or altered does not
+        run on the replica (DISABLE ON SLAVE), its definer kept."""
+        if name is None:
+            return
+        schema, event = [part.strip("`").replace("``", "`") for part in name.split("`.`")]
+        cur.execute("SELECT DEFINER FROM information_schema.EVENTS WHERE EVENT_SCHEMA=%s AND EVENT_NAME=%s",
+                    (schema, event))
+        row = cur.fetchone()
+        if row is None:
+            return
+        user, _, host = row[0].rpartition("@")
+        try:
+            cur.execute(f"{sql.TAG}ALTER DEFINER={self.conn.escape(user)}@{self.conn.escape(host)} EVENT {name} "
+                        "DISABLE ON SLAVE")
+        except pymysql.MySQLError as exc:
+            raise apply_error(f"apply seq {seq}: disable event {name} on the replica as a native replica does",
                               exc) from exc
 
-    def _rollback(self) -> None:
-        try:
-            self.conn.rollback()
-        except pymysql.MySQLError as exc:
-            log.warning("rollback on replica %s failed: %s", self.url, exc)
+    def _collation(self, collation_id: int) -> tuple[str, str] | None:
+        """(collation, character set) of a collation id on the replica (cached)."""
+        if self._collations is None:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT ID, COLLATION_NAME, CHARACTER_SET_NAME FROM information_schema.COLLATIONS")
+                self._collations = {int(i): (name, charset) for i, name, charset in cur.fetchall()}
+        return self._collations.get(collation_id)
 
     def close(self) -> None:
         try:
             self.conn.close()
         except pymysql.MySQLError as exc:
             log.debug("closing replica connection: %s", exc)
-
-
-def _keepalive(sock: socket.socket, idle_s: int = 30, interval_s: int = 10, probes: int = 3) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle_s)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval_s)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
-
-
-def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
-    """Our error for a server error: a lost connection is retryable, the rest is not."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    detail = exc.args[-1] if exc.args else type(exc).__name__
-    if code in CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
-        return TargetConnectionLost(f"{context}: connection to the replica lost: {detail}")
-    if code in LOCK_CONFLICT:
-        return LockConflict(f"{context}: {detail}")
-    return ApplyError(f"{context}: {detail}")
 
 
 # Batch entries without a row count to check: the position upsert and the COMMIT.

@@ -85,12 +85,12 @@ class ParallelApplier:
     """The Applier interface over ``workers`` connections (the first one is also the
     serial applier for barriers)."""
 
-    def __init__(self, url: MysqlUrl, channel: str = "default", workers: int = 2) -> None:
+    def __init__(self, url: MysqlUrl, channel: str = "default", workers: int = 2, mode: str = "sql") -> None:
         if workers < 2:
             raise ValueError("ParallelApplier needs at least 2 workers; use Applier")
         self.url, self.channel, self.workers = url, channel, workers
-        self.main = Applier(url, channel, lock_wait_timeout_s=LOCK_WAIT_TIMEOUT_S)
-        self.others = [Applier(url, channel, lock_wait_timeout_s=LOCK_WAIT_TIMEOUT_S) for _ in range(workers - 1)]
+        self.main = Applier(url, channel, lock_wait_timeout_s=LOCK_WAIT_TIMEOUT_S, mode=mode)
+        self.others = self._workers()
         self.stats = ParallelStats()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply-worker")
 
@@ -103,6 +103,39 @@ class ParallelApplier:
     @property
     def has_position(self) -> bool:
         return self.main.has_position
+
+    @property
+    def format(self):
+        return self.main.format
+
+    @property
+    def server(self):
+        return self.main.server
+
+    @property
+    def mode(self) -> str:
+        return self.main.mode
+
+    def set_mode(self, mode: str, same_flavor: bool) -> None:
+        for applier in (self.main, *self.others):
+            applier.set_mode(mode, same_flavor)
+
+    def preflight(self, mode: str) -> None:
+        self.main.preflight(mode)
+
+    def format_for(self, item):
+        return self.main.format_for(item)
+
+    def unique_keys(self, schema: str, table: str):
+        return self.main.unique_keys(schema, table)
+
+    def _workers(self) -> list[Applier]:
+        others = [Applier(self.url, self.channel, lock_wait_timeout_s=LOCK_WAIT_TIMEOUT_S, mode=self.main.mode)
+                  for _ in range(self.workers - 1)]
+        for worker in others:
+            worker.set_mode(self.main.mode, self.main.same_flavor)
+            worker.binlog_goes_on = self.main.binlog_goes_on
+        return others
 
     @property
     def in_transaction(self) -> bool:
@@ -131,8 +164,7 @@ class ParallelApplier:
             worker.close()
         self.others = []
         pos = self.main.reconnect()
-        self.others = [Applier(self.url, self.channel, lock_wait_timeout_s=LOCK_WAIT_TIMEOUT_S)
-                       for _ in range(self.workers - 1)]
+        self.others = self._workers()
         return pos
 
     def close(self) -> None:
@@ -147,7 +179,8 @@ class ParallelApplier:
         if not items:
             return  # already applied before a reconnect: exactly once
         self.stats.windows += 1
-        segments = scheduler.plan(items, self.workers, self.main.unique_keys)
+        fmt = self.main.format_for(items[0][1])
+        segments = scheduler.plan(items, self.workers, self.main.unique_keys, fmt.checksum_bytes if fmt else 0)
         if len(segments) == 1 or all(seg.waits_for == seg.index - 1 for seg in segments[1:]):
             # one segment, or a chain where each waits for the one before: nothing can run
             # at once, so one replica transaction (one commit) does it cheaper
@@ -157,9 +190,9 @@ class ParallelApplier:
         first = self.position.applied_seq + 1
         if items[0][0] != first or items[-1][0] - first + 1 != len(items):
             raise ApplyError(f"apply seq {items[0][0]}..{items[-1][0]}: expected seq {first}, consecutive")
-        self._run_window(segments)
+        self._run_window(segments, fmt)
 
-    def _run_window(self, segments: list[scheduler.Segment]) -> None:
+    def _run_window(self, segments: list[scheduler.Segment], fmt) -> None:
         start_position = self.position
         gtids, after = start_position.gtid_set, []
         for seg in segments:
@@ -168,7 +201,7 @@ class ParallelApplier:
             after.append(gtids)
         window, started = _Window(), time.perf_counter()
         appliers = [self.main, *self.others]
-        futures = [self._pool.submit(self._run_segment, appliers[seg.index], seg, after[seg.index], window)
+        futures = [self._pool.submit(self._run_segment, appliers[seg.index], seg, after[seg.index], window, fmt)
                    for seg in segments]
         for future in futures:
             future.result()  # _run_segment records its failures in the window instead of raising
@@ -179,7 +212,7 @@ class ParallelApplier:
         self.stats.wall_s += time.perf_counter() - started
         if window.committed >= 0:
             last = segments[window.committed]
-            self.main.position = Position(last.last_seq, after[window.committed])
+            self.main.position, self.main.format = Position(last.last_seq, after[window.committed]), fmt
         if window.failed_at is None:
             return
         if isinstance(window.error, TargetConnectionLost):
@@ -190,19 +223,20 @@ class ParallelApplier:
         for seg in segments[window.failed_at:]:
             self._apply_serially(list(seg.items))
 
-    def _run_segment(self, applier: Applier, seg: scheduler.Segment, gtids: GtidSet, window: _Window) -> None:
+    def _run_segment(self, applier: Applier, seg: scheduler.Segment, gtids: GtidSet, window: _Window,
+                     fmt) -> None:
         window.wait_until(lambda: window.committed >= seg.waits_for or window.aborted_before(seg.index))
         if window.aborted_before(seg.index):
             return
         started = time.perf_counter()
         context = f"apply seq {seg.first_seq}..{seg.last_seq} (segment {seg.index})"
         try:
-            applier.execute_rows(context, [c for _, txn in seg.items for c in txn.changes])
+            applier.execute_rows(context, [c for _, txn in seg.items for c in txn.changes], fmt)
             window.wait_until(lambda: window.committed == seg.index - 1 or window.aborted_before(seg.index))
             if window.aborted_before(seg.index):
                 applier.rollback()
                 return
-            applier.commit_at(context, seg.last_seq, gtids)
+            applier.commit_at(context, seg.last_seq, gtids, fmt)
         except BaseException as exc:  # noqa: BLE001 - recorded; the coordinator decides
             applier.rollback()
             window.fail(seg.index, exc)

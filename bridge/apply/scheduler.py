@@ -20,7 +20,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bridge.model import RowChange, Transaction
+from bridge.model import RowChange, RowEvents, Transaction
+from bridge.wire import tablemap
 
 # (schema, table) -> the column tuples of its primary and unique keys
 UniqueKeys = Callable[[str, str], tuple[tuple[str, ...], ...]]
@@ -52,35 +53,48 @@ def fold(value):
     return value
 
 
-def writeset(txn: Transaction, unique_keys: UniqueKeys) -> frozenset:
+def writeset(txn: Transaction, unique_keys: UniqueKeys, checksum_bytes: int = 0) -> frozenset:
+    """``checksum_bytes``: the stream's CRC32 trailer size, to read raw row events."""
     entries = set()
     for change in txn.changes:
         if isinstance(change, RowChange):
-            entries.update(_row_entries(change, unique_keys))
+            entries.update(_row_entries(change.schema, change.table, change.columns, change.key,
+                                        (change.before, change.after), unique_keys))
+        elif isinstance(change, RowEvents):
+            for table, _, before, after in tablemap.rows_of(change.data, checksum_bytes):
+                key = tuple(table.names[i] for i in table.primary_key)
+                images = tuple(None if image is None else _key_values(table, image) for image in (before, after))
+                entries.update(_row_entries(table.schema, table.table, table.names, key, images, unique_keys))
     return frozenset(entries)
 
 
-def _row_entries(c: RowChange, unique_keys: UniqueKeys):
-    keys = unique_keys(c.schema, c.table) or ((c.key,) if c.key else ())
+def _key_values(table: tablemap.TableMap, image: tuple) -> tuple:
+    """A raw row image as comparable values: text of character columns (to be folded),
+    the bytes of everything else (the same value is always the same bytes)."""
+    return tuple(tablemap.as_text(v, c) if c is not None else v for v, c in zip(image, table.collations))
+
+
+def _row_entries(schema: str, table: str, columns, own_key, images, unique_keys: UniqueKeys):
+    keys = unique_keys(schema, table) or ((own_key,) if own_key else ())
     if not keys:
-        yield hash((c.schema, c.table))
+        yield hash((schema, table))
         return
-    index = {col: i for i, col in enumerate(c.columns)}
-    for image in (c.before, c.after):
+    index = {col: i for i, col in enumerate(columns)}
+    for image in images:
         if image is None:
             continue
         for key in keys:
             try:
                 values = tuple(fold(image[index[col]]) for col in key)
             except KeyError:  # a key column the row image lacks: be safe, whole table
-                yield hash((c.schema, c.table))
+                yield hash((schema, table))
                 continue
-            if None in values and key != c.key:
+            if None in values and key != own_key:
                 continue  # NULLs never collide in a unique index
-            yield hash((c.schema, c.table, key, values))
+            yield hash((schema, table, key, values))
 
 
-def plan(items: Sequence[Item], segments: int, unique_keys: UniqueKeys) -> list[Segment]:
+def plan(items: Sequence[Item], segments: int, unique_keys: UniqueKeys, checksum_bytes: int = 0) -> list[Segment]:
     """Cut ``items`` (consecutive row-only transactions) into at most ``segments``
     consecutive parts of about equal row counts, each with the earlier segment it
     must wait for."""
@@ -99,7 +113,7 @@ def plan(items: Sequence[Item], segments: int, unique_keys: UniqueKeys) -> list[
     out: list[Segment] = []
     for index, part in enumerate(parts):
         chosen = tuple(items[i] for i in part)
-        ws = frozenset().union(*(writeset(txn, unique_keys) for _, txn in chosen))
+        ws = frozenset().union(*(writeset(txn, unique_keys, checksum_bytes) for _, txn in chosen))
         waits_for = next((s.index for s in reversed(out) if s.writeset & ws), -1)
         out.append(Segment(index, chosen, ws, waits_for, sum(rows[i] for i in part)))
     return out

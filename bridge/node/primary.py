@@ -16,6 +16,7 @@ so a restart resumes from the replica's position and nothing is lost.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from bridge.source.assembler import TransactionAssembler
 from bridge.source.reader import BinlogReader
 from bridge.transport import open_remote
 from bridge.transport.sockets import ControlConnection, connect
-from bridge.wire import control
+from bridge.wire import binlog, control
 from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 
@@ -41,6 +42,10 @@ log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
 ACK_REFRESH_S = 0.2  # how often the ring backlog (status, metrics) learns the replica's ack
 BACKPRESSURE_LOG_S = 5.0
+
+
+def _event_of(fmt: binlog.FormatDescription | None) -> bytes:
+    return fmt.event if fmt is not None else b""
 
 
 class PrimaryNode:
@@ -71,6 +76,8 @@ class PrimaryNode:
         self._bad_frame_at: int | None = None  # applied seq when the replica last refused a frame
         self.semi_sync = SemiSyncMonitor(cfg.source, self._degradation_reason) if cfg.semi_sync != "off" else None
         self.semi_sync_timeout_s = 10.0
+        self.apply_mode = ""  # the replica's choice for this session: binlog (raw row events) or sql
+        self._format_sent: binlog.FormatDescription | None = None  # the last one that went into the ring
         self.acks_sent = 0
         self.acks_skipped = 0  # applied mode: the replica did not commit within the primary's timeout
     @property
@@ -117,19 +124,21 @@ class PrimaryNode:
 
     def connect(self) -> None:
         settings = self._preflight()
-        welcome = self._handshake()
+        welcome = self._handshake(settings["version"])
         resume = GtidSet.parse(welcome["gtid_set"])
         preflight.check_position(settings, resume, self.cfg.source)
         self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1)
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"],
                                   self.cfg.secret)
+        self.apply_mode, self._format_sent = welcome["apply_mode"], None
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
-                                   mariadb="mariadb" in settings["version"].lower(), report_as=self.report_as,
-                                   semi_sync=self.cfg.semi_sync != "off")
+                                   mariadb=binlog.flavor_of(settings["version"]) == "mariadb", report_as=self.report_as,
+                                   semi_sync=self.cfg.semi_sync != "off", raw_rows=self.apply_mode == "binlog")
         self.binlog_reopens += 1
-        log.info("streaming %s from %s after seq %d to replica %s:%d over %s", self.cfg.source,
-                 resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport)
+        log.info("streaming %s from %s after seq %d to replica %s:%d over %s, apply mode %s", self.cfg.source,
+                 resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport,
+                 self.apply_mode)
 
     def _preflight(self) -> dict:
         conn = preflight.connect(self.cfg.source, "primary")
@@ -143,12 +152,14 @@ class PrimaryNode:
             conn.close()
         return settings
 
-    def _handshake(self) -> dict:
+    def _handshake(self, version: str) -> dict:
         self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
         welcome = control.check_hello(control.client_handshake(
             self._control, self.cfg.secret, "control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid,
-            doorbell=True),  # this side rings the ring's doorbell (older ones did not: the replica polls)
+            doorbell=True,  # this side rings the ring's doorbell (older ones did not: the replica polls)
+            flavor=binlog.flavor_of(version), server_version=version),  # the replica picks the apply mode from these
             expect_type="welcome")
+        self._server_version = version
         self._control.sock.settimeout(None)
         self._link_down.clear()
         self._link_reason = ""
@@ -172,14 +183,19 @@ class PrimaryNode:
         """A new session on a kept binlog stream: resend what the replica lacks from
         the ring, or fall back to re-reading the binlog."""
         bad_frame = "bad frame" in self._link_reason
-        welcome = self._handshake()
+        welcome = self._handshake(self._server_version)
         applied = welcome["applied_seq"]
         frames = self.producer.unacked(applied) if welcome["ring_bytes"] == self.producer.size else None
         repeated = bad_frame and self._bad_frame_at == applied  # the ring's own copy was refused again
         self._bad_frame_at = applied if bad_frame else None
-        if frames is None or repeated:
+        # the ring's frames name their FORMAT_DESCRIPTION only where it changed: a replica
+        # that lost the one in force, or changed its apply mode, needs the binlog again
+        stale = welcome["format"] != (self._format_sent.id if self._format_sent else "") or \
+            welcome["apply_mode"] != self.apply_mode
+        if frames is None or repeated or stale:
             log.info("%s after seq %d: re-reading the binlog", "the replica refused the resent frame again"
-                     if repeated else "the ring no longer holds every frame", applied)
+                     if repeated else "the replica's apply mode or binlog format differs" if stale else
+                     "the ring no longer holds every frame", applied)
             self.disconnect()
             self.connect()
             return
@@ -248,6 +264,10 @@ class PrimaryNode:
         reader = self.reader  # close() from another thread may drop it mid-step
         event = reader.next_event()
         item = self.assembler.feed(event) if event is not None else None
+        if item is not None and (isinstance(item, Transaction) or item.index == 0) and \
+                _event_of(reader.format) != _event_of(self._format_sent):
+            item = dataclasses.replace(item, format_event=_event_of(reader.format))
+            self._format_sent = reader.format
         if isinstance(item, Chunk):
             self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid)
             self.shipped += item.last
@@ -285,8 +305,9 @@ class PrimaryNode:
             raise
         if placements is None:
             return  # stopping: not shipped; the replica's position says where to resume
-        for p in placements:
-            self.remote.write(p.offset, self.producer.region[p.offset:p.offset + p.length])
+        with memoryview(self.producer.region) as region:  # no copy of a megabyte chunk
+            for p in placements:
+                self.remote.write(p.offset, region[p.offset:p.offset + p.length])
         self.remote.publish(self.producer.write_seq, self.producer.head)
         self.last_gtid = gtid
 

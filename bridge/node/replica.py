@@ -14,8 +14,10 @@ import socket
 import threading
 import time
 
+from bridge.apply import modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
+from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
 from bridge.metrics import STAGES, MetricsServer, Stages
 from bridge.errors import BridgeError, ConfigError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
@@ -31,7 +33,6 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0
-HEARTBEAT_SCHEMA, HEARTBEAT_TABLE = "rdma_bridge", "heartbeat"  # written by bridge.source.heartbeat
 
 
 class ReplicaNode:
@@ -42,6 +43,11 @@ class ReplicaNode:
         self.cfg = cfg
         self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
             ParallelApplier(cfg.target, cfg.channel, cfg.workers)
+        if cfg.apply_mode != "auto":
+            modes.choose(cfg.apply_mode, self.applier.server.flavor, self.applier.server.flavor)
+            self.applier.preflight(cfg.apply_mode)
+        self.apply_mode = ""  # the current session's
+        self._has_format = False  # a FORMAT_DESCRIPTION is known for the frames taken in this session
         self.host = make_host(cfg.transport, cfg.ring_bytes)
         self.consumer: RingConsumer | None = None
         self.session = ""
@@ -55,6 +61,7 @@ class ReplicaNode:
         self._progress = Progress()
         self._reported_groups = 0
         self.rows_applied = 0
+        self.row_events_applied = 0
         self.last_lag_s: float | None = None
         self.stages = Stages(STAGES["replica"])
         self.metrics = MetricsServer(cfg.metrics, "replica", self.status) if cfg.metrics else None
@@ -117,6 +124,7 @@ class ReplicaNode:
         stats = getattr(self.applier, "stats", None)
         consumer = self.consumer
         counters = {"transactions_applied": self.applied_count, "rows_applied": self.rows_applied,
+                    "row_events_applied": self.row_events_applied,
                     "groups_applied": self.groups, "corrupt_frames": self.corrupt_frames,
                     "reconnects": self.target_reconnects, "applied_seq": pos.applied_seq,
                     "ring_backlog_frames": consumer.backlog_frames if consumer else 0,
@@ -127,7 +135,8 @@ class ReplicaNode:
             counters["last_lag_seconds"] = self.last_lag_s
         return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
-                "workers": self.cfg.workers, "session": bool(self.session), "gtid_set": str(pos.gtid_set),
+                "workers": self.cfg.workers, "apply_mode": self.apply_mode or self.cfg.apply_mode,
+                "session": bool(self.session), "gtid_set": str(pos.gtid_set),
                 "counters": counters, "stages": self.stages.summary()}
 
     def _record_stages(self, work: list) -> None:
@@ -145,9 +154,9 @@ class ReplicaNode:
                 self._heartbeat_lag(item.changes[0], now)
 
     def _heartbeat_lag(self, change, now_ns: int) -> None:
-        if getattr(change, "table", None) == HEARTBEAT_TABLE and change.schema == HEARTBEAT_SCHEMA \
-                and change.after is not None and "ts_us" in change.columns:
-            lag_us = now_ns / 1000 - change.after[change.columns.index("ts_us")]
+        written_us = heartbeat_written_us(change, self.applier.format)
+        if written_us is not None:
+            lag_us = now_ns / 1000 - written_us
             self.stages.record("lag", lag_us)
             self.last_lag_s = lag_us / 1e6
 
@@ -200,7 +209,8 @@ class ReplicaNode:
             entry, self._stash = self._stash or self._next_decoded(), None
             if entry is None:
                 break
-            groupable = entry[0].kind == FrameKind.TXN and not entry[1].is_barrier
+            groupable = entry[0].kind == FrameKind.TXN and not entry[1].is_barrier and \
+                not (work and entry[1].format_event)  # a new format starts a group: the group has one format
             if not groupable:
                 if work:
                     self._stash = entry  # a barrier: it goes alone, next
@@ -217,10 +227,13 @@ class ReplicaNode:
         if frame is None:
             return None
         if frame.kind == FrameKind.TXN:
-            return frame, decode_transaction(frame.payload), time.time_ns()
-        if frame.kind == FrameKind.CHUNK:
-            return frame, decode_chunk(frame.payload), time.time_ns()
-        raise RemoteProtocolError(f"frame seq {frame.seq}: kind {frame.kind.name} is not expected in the ring")
+            item = decode_transaction(frame.payload)
+        elif frame.kind == FrameKind.CHUNK:
+            item = decode_chunk(frame.payload)
+        else:
+            raise RemoteProtocolError(f"frame seq {frame.seq}: kind {frame.kind.name} is not expected in the ring")
+        self._has_format = check_payload(frame.seq, item, self.apply_mode, self._has_format)
+        return frame, item, time.time_ns()
 
     def _apply(self, work: list) -> None:
         frame, item, _ = work[0]
@@ -235,7 +248,10 @@ class ReplicaNode:
             self.applied_count += len(work)
             self.groups += 1
             self.largest_group = max(self.largest_group, len(work))
-        self.rows_applied += sum(item.row_count for _, item, _ in work)
+        for _, item, _ in work:
+            rows, events = rows_and_events(item.changes)
+            self.rows_applied += rows
+            self.row_events_applied += events
         self._record_stages(work)
 
     def _reconnect_target(self, cause: TargetConnectionLost) -> None:
@@ -343,9 +359,13 @@ class ReplicaNode:
         with self._lock:
             if self._control is not None:
                 self._control.close()
+            mode = modes.choose(self.cfg.apply_mode, str(msg.get("flavor", "")), self.applier.server.flavor)
+            self.applier.preflight(mode)
             pos = self.applier.reload_position()  # the database, not memory, says where we are
             if not self.applier.has_position:
                 pos = self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")))
+            self.applier.set_mode(mode, msg.get("flavor") == self.applier.server.flavor)
+            self.apply_mode, self._has_format = mode, self.applier.format is not None
             self.host.reset()
             self._pending, self._stash = [], None
             self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1)
@@ -357,7 +377,8 @@ class ReplicaNode:
                     "auth": self._proof_for(msg),
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
                     "params": {**self.host.params(), "session": self.session},
-                    "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel}
+                    "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel,
+                    "apply_mode": mode, "format": self.applier.format.id if self.applier.format else ""}
 
     def _end_session(self, reason: str) -> None:
         log.error("session %s ended: %s", self.session, reason)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bridge.errors import LocalProtocolError, RingFull
 from bridge.ring.layout import DATA_OFFSET, check_ring_bytes
-from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, encode_frame, frame_bytes
+from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, encode_frame, encode_header, frame_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +71,16 @@ class RingProducer:
         return self._copy(at, data)
 
     def _place(self, frame: Frame) -> Placement:
-        data = encode_frame(frame)
-        at = self.head
-        self.head = (self.head + len(data)) % self.size
-        return self._copy(at, data)
+        """Header and payload straight into the mirror (no whole-frame copy first: a
+        chunk's payload may be a megabyte). The padding bytes are left as they are:
+        the crc covers only header and payload."""
+        head, n = encode_header(frame), len(frame.payload)
+        at, start = self.head, DATA_OFFSET + self.head
+        self.region[start:start + HEADER_BYTES] = head
+        self.region[start + HEADER_BYTES:start + HEADER_BYTES + n] = frame.payload
+        size = frame_bytes(n)
+        self.head = (self.head + size) % self.size
+        return Placement(start, size)
 
     def _copy(self, at: int, data: bytes) -> Placement:
         start = DATA_OFFSET + at

@@ -27,9 +27,26 @@ class RowsRead:
 
 
 @dataclass(frozen=True, slots=True)
+class RawRowEvent:
+    """A TABLE_MAP or row event kept whole, as the binlog holds it (binlog apply mode)."""
+
+    event: bytes
+    table: tuple[str, str] | None  # TABLE_MAP: (schema, table); a row event: None
+    statement_end: bool = False  # a row event with STMT_END_F: its TABLE_MAPs are no longer needed
+
+
+@dataclass(frozen=True, slots=True)
 class QueryRead:
     schema: str
     sql: str
+    raw: bytes = b""  # the QUERY event whole, for a replay in its own session context
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRead:
+    """INTVAR, RAND or USER_VAR: session context of the statement-format QUERY after it."""
+
+    event: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,4 +59,4 @@ class HeartbeatRead:
     """The primary is idle; lets loops check for stop requests."""
 
 
-SourceEvent = GtidStart | RowsRead | QueryRead | CommitRead | HeartbeatRead
+SourceEvent = GtidStart | RowsRead | RawRowEvent | QueryRead | ContextRead | CommitRead | HeartbeatRead

@@ -23,14 +23,16 @@ import logging
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.model import BitValue, InvalidTemporal
 from bridge.source import rowimage
-from bridge.source.events import CommitRead, GtidStart, HeartbeatRead, QueryRead, RowsRead, SourceEvent
+from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
+                                  SourceEvent)
+from bridge.wire import binlog
 
 log = logging.getLogger(__name__)
 LOST_CONNECTION_CODES = (2006, 2013)
@@ -53,17 +55,20 @@ _SEMI_SYNC_MAGIC, _SEMI_SYNC_ACK_REQUESTED = b"\x00\xef", 0x01
 
 class _StreamConnection(pymysql.connections.Connection):
     """Raises our error on a lost connection so the library cannot silently replay.
-    Once the dump runs, ``fast_path`` sees each event packet first and may decode it
-    itself (see ``BinlogReader._fast_event``)."""
+    Once the dump runs, ``fast_path`` (set per reader) sees each event packet first
+    and may take it itself (see ``BinlogReader._fast_event``)."""
 
     fast_path = None
     semi_sync = False  # announce a semi-sync replica; strip the 0xEF header; note ACK requests
     ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
+    dumping = False  # the dump command was sent: every packet from here is an event
 
     def _write_bytes(self, data) -> None:
-        if self.semi_sync and len(data) > 4 and data[4] in _DUMP_COMMANDS:
-            self.query("SET @rpl_semi_sync_slave=1")  # before the dump, or the server sends no header
-            self._next_seq_id = 0
+        if len(data) > 4 and data[4] in _DUMP_COMMANDS:
+            if self.semi_sync:
+                self.query("SET @rpl_semi_sync_slave=1")  # before the dump, or the server sends no header
+                self._next_seq_id = 0
+            self.dumping = True
         super()._write_bytes(data)
 
     def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
@@ -80,7 +85,7 @@ class _StreamConnection(pymysql.connections.Connection):
             if flag & _SEMI_SYNC_ACK_REQUESTED:
                 self.ack_wanted = int.from_bytes(packet._data[14:18], "little")  # header log_pos
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
-        if self.fast_path is not None:
+        if self.dumping and self.fast_path is not None:
             event = self.fast_path(packet._data)
             if event is not _LIBRARY:
                 raise _Handled(event)
@@ -93,23 +98,25 @@ class BinlogReader:
 
     def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
                  mariadb: bool = True, report_as: str = "rdma-bridge", fast_rows: bool = True,
-                 semi_sync: bool = False) -> None:
+                 semi_sync: bool = False, raw_rows: bool = False) -> None:
         self.url = url
-        wrapper = type("_SemiSyncStream", (_StreamConnection,), {"semi_sync": True}) if semi_sync \
-            else _StreamConnection
+        wrapper = type("_Stream", (_StreamConnection,), {"semi_sync": semi_sync,
+                                                         "fast_path": staticmethod(self._fast_event)})
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
             # heartbeats arrive every heartbeat_s, so silence past a few of them is a stalled link
             connection_settings={**url.connect_args(), "connect_timeout": 10,
                                  "read_timeout": max(2.0, 4 * heartbeat_s)},
             server_id=server_id, blocking=True, is_mariadb=mariadb, slave_heartbeat=heartbeat_s,
-            only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent,
-                         UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
+            only_events=[MariadbGtidEvent, GtidEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent,
+                         HeartbeatLogEvent],
             pymysql_wrapper=wrapper, enable_logging=False,
             report_slave=report_as,  # shown by SHOW SLAVE HOSTS, which the server_id check reads
             **position)
         self._converters: dict[int, tuple] = {}
         self.fast_rows = fast_rows  # our row-image decoder where it covers the table (tests compare both)
+        self.raw_rows = raw_rows  # binlog apply mode: TABLE_MAP and row events kept whole, not decoded
+        self.format: binlog.FormatDescription | None = None  # the stream's FORMAT_DESCRIPTION event
         self._tables: dict[int, tuple] = {}  # id(library Table) -> (table, readers, key, column names)
 
     def next_event(self) -> SourceEvent | None:
@@ -123,27 +130,35 @@ class BinlogReader:
             raise error(f"binlog stream from {self.url}: {exc}") from exc
         if event is None:
             raise SourceConnectionLost(f"binlog stream from {self.url}: server ended the stream")
-        conn = getattr(self._stream, "_stream_connection", None)
-        if self.fast_rows and conn is not None and conn.fast_path is None:
-            conn.fast_path = self._fast_event  # the dump is running: event packets only from here
         return self._translate(event)
 
+    @property
+    def _checksum_bytes(self) -> int:
+        if self.format is not None:
+            return self.format.checksum_bytes
+        return 4 if self._stream._BinLogStreamReader__use_checksum else 0
+
     def _fast_event(self, data: bytes):
-        """The hot events straight from the packet, without the library's wrapper:
-        GTID, XID, a TableMap seen before (same bytes), and rows of tables our
-        decoder covers. Anything else: ``_LIBRARY``."""
+        """Events straight from the packet (byte 0 is the OK marker, the event follows),
+        without the library's wrapper: GTID, XID, QUERY and its context events, the
+        FORMAT_DESCRIPTION (noted, then left to the library too); in binlog apply mode
+        TABLE_MAP and row events whole; else a TableMap seen before (same bytes) and
+        rows of tables our decoder covers. Anything else: ``_LIBRARY``."""
         if len(data) < 20 or data[0] != 0:
             return _LIBRARY
         etype = data[5]
         if etype == _XID_EVENT:
             return _COMMIT
+        if etype in _GTID_EVENTS:
+            return GtidStart(*binlog.parse_gtid(data[1:]))
+        if etype in _WHOLE_EVENTS:
+            return self._whole_event(etype, bytes(data[1:1 + binlog.event_size(data, 1)]))
+        if etype in _UNSUPPORTED:
+            raise SourceError(f"binlog stream from {self.url}: {_UNSUPPORTED[etype]}")
+        if not self.fast_rows:
+            return _LIBRARY
         stream = self._stream
-        checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
-        body_end = 20 + int.from_bytes(data[10:14], "little") - 19 - checksum
-        if etype == _MARIADB_GTID_EVENT:
-            seq, domain, flags = int.from_bytes(data[20:28], "little"), int.from_bytes(data[28:32], "little"), data[32]
-            return GtidStart(f"{domain}-{int.from_bytes(data[6:10], 'little')}-{seq}",
-                             standalone=bool(flags & MARIADB_FL_STANDALONE))
+        body_end = 20 + int.from_bytes(data[10:14], "little") - 19 - self._checksum_bytes
         if etype == _TABLE_MAP_EVENT:
             hit = _TABLE_MAP_CACHE.get(bytes(data[20:body_end]))
             if hit is None:
@@ -183,6 +198,21 @@ class BinlogReader:
         rows = tuple((r[0], r[1]) if kind == "update" else (None, r[0]) if kind == "insert" else (r[0], None)
                      for r in images)
         return RowsRead(kind, table.schema, table.table, columns, key, rows, end - 20)
+
+    def _whole_event(self, etype: int, event: bytes):
+        if etype == binlog.QUERY:
+            query = binlog.parse_query(event, self._checksum_bytes)
+            return QueryRead(query.schema, query.text, event)
+        if etype in binlog.CONTEXT_EVENTS:
+            return ContextRead(event)
+        if etype == binlog.FORMAT_DESCRIPTION:
+            self.format = binlog.parse_format_description(event)
+            return _LIBRARY  # the library reads it too (post-header lengths)
+        if not self.raw_rows:
+            return _LIBRARY
+        if etype == binlog.TABLE_MAP:
+            return RawRowEvent(event, binlog.table_map_names(event))
+        return RawRowEvent(event, None, bool(binlog.rows_flags(event) & binlog.STMT_END_F))
 
     def take_ack_request(self) -> tuple[int, str] | None:
         """(next-event position, binlog file) of the last event the primary asked a
@@ -235,7 +265,14 @@ class BinlogReader:
 
 
 _LIBRARY = object()  # "let the library decode this packet"
-_XID_EVENT, _TABLE_MAP_EVENT, _MARIADB_GTID_EVENT = BINLOG.XID_EVENT, BINLOG.TABLE_MAP_EVENT, BINLOG.MARIADB_GTID_EVENT
+_XID_EVENT, _TABLE_MAP_EVENT = BINLOG.XID_EVENT, BINLOG.TABLE_MAP_EVENT
+_GTID_EVENTS = (binlog.MARIADB_GTID, binlog.MYSQL_GTID)
+_WHOLE_EVENTS = frozenset({binlog.QUERY, binlog.FORMAT_DESCRIPTION, binlog.TABLE_MAP, *binlog.CONTEXT_EVENTS,
+                           *binlog.ROW_EVENTS})
+_UNSUPPORTED = {**{t: "compressed binlog events (log_bin_compress=ON) are not supported; set it OFF"
+                   for t in (binlog.QUERY_COMPRESSED, *binlog.ROWS_COMPRESSED)},
+                binlog.TRANSACTION_PAYLOAD: "compressed transactions (binlog_transaction_compression=ON) are not "
+                                            "supported; set it OFF"}
 _FAST_ROW_KINDS = {BINLOG.WRITE_ROWS_EVENT_V1: "insert", BINLOG.UPDATE_ROWS_EVENT_V1: "update",
                    BINLOG.DELETE_ROWS_EVENT_V1: "delete", BINLOG.WRITE_ROWS_EVENT_V2: "insert",
                    BINLOG.UPDATE_ROWS_EVENT_V2: "update", BINLOG.DELETE_ROWS_EVENT_V2: "delete"}
@@ -264,18 +301,12 @@ def _table_key(table) -> tuple[str, ...]:
     return (pk,) if isinstance(pk, str) and pk else tuple(pk or ())
 
 
-def _query(_reader, ev) -> QueryRead:
-    schema = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
-    return QueryRead(schema=schema, sql=ev.query)
-
-
 _COMMIT, _HEARTBEAT = CommitRead(), HeartbeatRead()
 # One dict lookup per event instead of an isinstance chain (decode is the hot path).
 _TRANSLATE = {
     MariadbGtidEvent: lambda _r, ev: GtidStart(ev.gtid, standalone=bool(ev.flags & MARIADB_FL_STANDALONE)),
     GtidEvent: lambda _r, ev: GtidStart(ev.gtid, standalone=False),
     XidEvent: lambda _r, ev: _COMMIT,
-    QueryEvent: _query,
     HeartbeatLogEvent: lambda _r, ev: _HEARTBEAT,
     WriteRowsEvent: BinlogReader._rows,
     UpdateRowsEvent: BinlogReader._rows,

@@ -15,7 +15,7 @@ import struct
 from decimal import Decimal, InvalidOperation
 
 from bridge.errors import LocalProtocolError, RemoteProtocolError
-from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, Statement, Transaction
+from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction
 
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
@@ -36,7 +36,7 @@ def encode_value(value, out: bytearray, depth: int = 0) -> None:
     elif t is str:
         _encode_blob(b"s", value.encode("utf-8", "surrogatepass"), out)
     elif t is bytes or t is bytearray:
-        _encode_blob(b"b", bytes(value), out)
+        _encode_blob(b"b", value, out)
     elif t is float:
         out += b"f" + _F64.pack(value)
     elif t is Decimal:
@@ -68,8 +68,10 @@ def _encode_int(v: int, out: bytearray) -> None:
         raise LocalProtocolError(f"encode value: integer {v} does not fit 64 bits")
 
 
-def _encode_blob(tag: bytes, data: bytes, out: bytearray) -> None:
-    out += tag + _U32.pack(len(data)) + data
+def _encode_blob(tag: bytes, data, out: bytearray) -> None:
+    out += tag
+    out += _U32.pack(len(data))
+    out += data  # no temporary: a blob may be a megabyte of row events
 
 
 def _encode_sequence(value, out: bytearray, depth: int) -> None:
@@ -180,53 +182,56 @@ def decode_value(payload):
     return _decode_whole(payload, "value")
 
 
-def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> bytes:
+def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> bytearray:
     """``stamps``: (commit read, ship start) in wall-clock ns, for the replica's stage times."""
     out = bytearray()
     tables, changes = _tables_and_changes(txn.changes)
-    encode_value((txn.gtid, tables, changes, stamps), out)
-    return bytes(out)
+    encode_value((txn.gtid, tables, changes, stamps, txn.format_event), out)
+    return out
 
 
-def encode_chunk(chunk: Chunk) -> bytes:
+def encode_chunk(chunk: Chunk) -> bytearray:
     out = bytearray()
     tables, changes = _tables_and_changes(chunk.changes)
-    encode_value((chunk.gtid, chunk.index, int(chunk.last), tables, changes), out)
-    return bytes(out)
+    encode_value((chunk.gtid, chunk.index, int(chunk.last), tables, changes, chunk.format_event), out)
+    return out
 
 
 def _tables_and_changes(changes) -> tuple[tuple, tuple]:
     """Each table's names (schema, table, columns, key) once per payload; a row change
     refers to them by index: ("r", kind, table index, before, after). A statement is
-    ("q", schema, sql)."""
+    ("q", schema, sql, raw event); raw row events are ("e", events, tables, count)."""
     index: dict[tuple, int] = {}
     out = []
     for c in changes:
-        if isinstance(c, Statement):
-            out.append(("q", c.schema, c.sql))
-            continue
-        meta = (c.schema, c.table, c.columns, c.key)
-        i = index.setdefault(meta, len(index))
-        out.append(("r", c.kind, i, c.before, c.after))
+        if isinstance(c, RowEvents):
+            out.append(("e", c.data, c.tables, c.events))
+        elif isinstance(c, Statement):
+            out.append(("q", c.schema, c.sql, c.raw))
+        else:
+            meta = (c.schema, c.table, c.columns, c.key)
+            i = index.setdefault(meta, len(index))
+            out.append(("r", c.kind, i, c.before, c.after))
     return tuple(index), tuple(out)
 
 
 def decode_transaction(payload) -> Transaction:
     try:
-        gtid, tables, changes, stamps = _decode_whole(payload, "transaction")
+        gtid, tables, changes, stamps, fmt = _decode_whole(payload, "transaction")
         if type(stamps) is not tuple or len(stamps) != 2 or not all(type(t) is int for t in stamps):
             raise ValueError(f"bad stamps {stamps!r}")
-        return Transaction(gtid=_text(gtid), changes=_changes_from(tables, changes), stamps=stamps)
+        return Transaction(gtid=_text(gtid), changes=_changes_from(tables, changes), stamps=stamps,
+                           format_event=_bytes(fmt))
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"decode transaction: malformed structure: {exc}") from exc
 
 
 def decode_chunk(payload) -> Chunk:
     try:
-        gtid, index, last, tables, changes = _decode_whole(payload, "chunk")
+        gtid, index, last, tables, changes, fmt = _decode_whole(payload, "chunk")
         if type(index) is not int or index < 0 or last not in (0, 1):
             raise ValueError(f"bad chunk index {index!r} or last flag {last!r}")
-        return Chunk(_text(gtid), index, bool(last), _changes_from(tables, changes))
+        return Chunk(_text(gtid), index, bool(last), _changes_from(tables, changes), _bytes(fmt))
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"decode chunk: malformed structure: {exc}") from exc
 
@@ -273,12 +278,23 @@ def _change_from(c, metas: tuple):
             if image is not None and (type(image) is not tuple or len(image) != len(names)):
                 raise ValueError(f"row image does not match {len(names)} columns")
         return RowChange(kind, schema, table, names, key, before, after)
-    if c[0] == "q" and len(c) == 3:
-        return Statement(schema=_text(c[1]), sql=_text(c[2]))
+    if c[0] == "e" and len(c) == 4 and type(c[3]) is int and c[3] >= 0:
+        names = tuple((_text(t[0]), _text(t[1])) for t in c[2] if type(t) is tuple and len(t) == 2)
+        if type(c[2]) is not tuple or len(names) != len(c[2]):
+            raise ValueError("raw row events must name their tables as (schema, table) pairs")
+        return RowEvents(_bytes(c[1]), names, c[3])
+    if c[0] == "q" and len(c) == 4:
+        return Statement(schema=_text(c[1]), sql=_text(c[2]), raw=_bytes(c[3]))
     raise ValueError(f"unknown change {c[:2]!r}")
 
 
 def _text(v) -> str:
     if type(v) is not str:
         raise TypeError(f"expected text, got {type(v).__name__}")
+    return v
+
+
+def _bytes(v) -> bytes:
+    if type(v) is not bytes:
+        raise TypeError(f"expected bytes, got {type(v).__name__}")
     return v

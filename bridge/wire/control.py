@@ -17,7 +17,7 @@ import struct
 from bridge.errors import AuthenticationError, RemoteProtocolError, VersionSkew
 
 PROTOCOL_MAGIC = "rdma-bridge"
-PROTOCOL_VERSION = 2  # 2: transaction payloads name each table once
+PROTOCOL_VERSION = 3  # 2: payloads name each table once; 3: raw binlog events, apply modes
 MAX_MESSAGE_BYTES = 1 << 20
 _LEN = struct.Struct("<I")
 

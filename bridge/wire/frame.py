@@ -53,13 +53,18 @@ def frame_crc(kind: int, flags: int, length: int, seq: int, payload) -> int:
     return crc32c.crc32c(payload, crc32c.crc32c(head))
 
 
-def encode_frame(frame: Frame) -> bytes:
+def encode_header(frame: Frame) -> bytes:
+    """The frame's header, crc included; the payload and padding follow it."""
     n = len(frame.payload)
     if n > MAX_PAYLOAD_BYTES:
         raise LocalProtocolError(f"encode frame: seq {frame.seq} payload {n} bytes over {MAX_PAYLOAD_BYTES}")
     crc = frame_crc(frame.kind, frame.flags, n, frame.seq, frame.payload)
-    head = HEADER.pack(frame.kind, frame.flags, 0, n, frame.seq, crc, 0)
-    return head + frame.payload + bytes(frame_bytes(n) - HEADER_BYTES - n)
+    return HEADER.pack(frame.kind, frame.flags, 0, n, frame.seq, crc, 0)
+
+
+def encode_frame(frame: Frame) -> bytes:
+    n = len(frame.payload)
+    return encode_header(frame) + frame.payload + bytes(frame_bytes(n) - HEADER_BYTES - n)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,8 @@ def test_cut_in_the_middle_of_a_chunked_transaction_replays_it_whole(urls, fresh
 
 
 def test_100mb_transaction_through_an_8mib_ring_is_never_held_whole(sandbox):
-    """Real bridge processes; each one's peak RSS stays below the transaction's size."""
+    """Real bridge processes; while the transaction passes, each one's RSS grows by no
+    more than its ring (which fills) plus a tenth of the transaction (chunks in flight)."""
     from bench.large_txn import run
 
     box, _ = sandbox
@@ -71,4 +72,5 @@ def test_100mb_transaction_through_an_8mib_ring_is_never_held_whole(sandbox):
     assert result["identical"], result
     assert result["transaction_binlog_mb"] >= 100, result
     for side, peak in result["peak_rss_mb"].items():
-        assert peak < result["transaction_binlog_mb"] / 2, (side, result)
+        growth = peak - result["idle_rss_mb"][side]
+        assert growth < result["ring_mb"] + result["transaction_binlog_mb"] / 10, (side, result)

@@ -1,0 +1,110 @@
+"""Row events as ``BINLOG`` statements (pure).
+
+``BINLOG '<base64>'`` (what ``mariadb-binlog | mariadb`` runs) makes the replica's
+server apply row events with its own replication code: cascades, generated columns,
+every type and character set as in native replication, and no replica trigger fires
+for the rows (MariaDB ``sql_binlog.cc``). Its rules, measured on MariaDB 10.11:
+- the session must first have run a FORMAT_DESCRIPTION event through ``BINLOG``;
+- the TABLE_MAP events a row event uses must be in the same statement (the server
+  forgets them when the statement ends);
+- a statement (with its base64) must fit the replica's ``max_allowed_packet``; one
+  event too large for that goes as two user-variable fragments
+  (``BINLOG @binlog_fragment_0, @binlog_fragment_1``, MariaDB 10.2+);
+- after a ``BINLOG`` that applied row events, the OK packet lacks
+  SERVER_MORE_RESULTS_EXISTS although the server goes on with the rest of a
+  multi-statement: the applier reads as many results as it sent statements
+  (``probe_events`` checks this once per connection).
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+from bridge.wire import binlog
+
+BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
+PROBE_SCHEMA, PROBE_TABLE = "rdma_bridge", "bridge_probe"  # created by sql/bridge_schema.sql
+_PROBE_TABLE_ID = (1 << 48) - 2  # any id: it only has to match within the one statement
+
+
+def binlog_statement(data: bytes) -> bytes:
+    return BINLOG_PREFIX + base64.b64encode(data) + BINLOG_SUFFIX
+
+
+def statement_bytes(raw_bytes: int) -> int:
+    """Size of the BINLOG statement for ``raw_bytes`` of events."""
+    return len(BINLOG_PREFIX) + 4 * ((raw_bytes + 2) // 3) + len(BINLOG_SUFFIX)
+
+
+def fragment_statements(data: bytes) -> list[bytes]:
+    """One event too large for a single statement, as two variables and a BINLOG of them."""
+    encoded = base64.b64encode(data)
+    half = len(encoded) // 2 // 4 * 4
+    return [b"SET @binlog_fragment_0='" + encoded[:half] + b"'", b"SET @binlog_fragment_1='" + encoded[half:] + b"'",
+            b"BINLOG @binlog_fragment_0, @binlog_fragment_1"]
+
+
+def batches(chunks: list[bytes], limit: int) -> list[bytes]:
+    """Concatenations of ``chunks`` (each whole TABLE_MAP + row events) whose BINLOG
+    statements stay within ``limit`` bytes. A chunk too large is cut between row
+    events, the next part starting with the TABLE_MAPs of the statement it is in; an
+    event too large alone stays alone (``fragment_statements``)."""
+    out: list[bytes] = []
+    current = bytearray()
+    for chunk in chunks:
+        if statement_bytes(len(current) + len(chunk)) <= limit:
+            current += chunk
+            continue
+        if current:
+            out.append(bytes(current))
+            current = bytearray()
+        if statement_bytes(len(chunk)) <= limit:
+            current += chunk
+        else:
+            parts = _cut(chunk, limit)
+            out += parts[:-1]
+            current += parts[-1]
+    if current:
+        out.append(bytes(current))
+    return out
+
+
+def _cut(data: bytes, limit: int) -> list[bytes]:
+    parts: list[bytes] = []
+    current, maps = bytearray(), []
+    for ev in binlog.split_events(data):
+        is_map = binlog.event_type(ev) == binlog.TABLE_MAP
+        if current and not is_map and statement_bytes(len(current) + len(ev)) > limit and \
+                len(current) > sum(map(len, maps)):
+            parts.append(bytes(current))
+            current = bytearray(b"".join(maps))
+        current += ev
+        if is_map:
+            maps.append(ev)
+        elif binlog.rows_flags(ev) & binlog.STMT_END_F:
+            maps = []
+    parts.append(bytes(current))
+    return parts
+
+
+def probe_events(fmt: binlog.FormatDescription) -> bytes:
+    """A TABLE_MAP and a WRITE_ROWS (v1) event inserting one row into
+    rdma_bridge.bridge_probe (id INT NOT NULL), in the stream's format (CRC32 or not):
+    run inside a transaction that is rolled back, it shows whether this server goes on
+    with the statements after a BINLOG and whether the user may run BINLOG at all."""
+    server_id = int.from_bytes(fmt.event[5:9], "little")
+    names = b"".join(bytes([len(n)]) + n + b"\0" for n in (PROBE_SCHEMA.encode(), PROBE_TABLE.encode()))
+    table_id = _PROBE_TABLE_ID.to_bytes(6, "little")
+    table_map = table_id + b"\x01\x00" + names + b"\x01" + bytes([3]) + b"\x00" + b"\x00"  # 1 column, LONG, no meta
+    rows = table_id + struct.pack("<H", binlog.STMT_END_F) + b"\x01\x01" + b"\x00" + struct.pack("<i", 1)
+    return _event(binlog.TABLE_MAP, table_map, server_id, fmt) + _event(binlog.WRITE_ROWS_V1, rows, server_id, fmt)
+
+
+def _event(kind: int, body: bytes, server_id: int, fmt: binlog.FormatDescription) -> bytes:
+    size = binlog.HEADER_BYTES + len(body) + fmt.checksum_bytes
+    event = struct.pack("<IBIIIH", 0, kind, server_id, size, 0, 0) + body
+    if fmt.checksum_bytes:
+        event += struct.pack("<I", zlib.crc32(event) & 0xFFFFFFFF)
+    return event

@@ -1,0 +1,135 @@
+"""One connection to the replica server: connect, the applier's session, scripts.
+
+A script is a list of statements sent as ONE multi-statement round trip; one result
+is read per statement, whatever the server's "more results" flag says (MariaDB's
+``BINLOG`` clears it although the statements after it run: see
+``bridge.apply.binlog_sql``). The server stops at the first error, so a failed
+script leaves its transaction open with the earlier statements' work: callers roll
+back. Server errors become our ApplyError family here, named by the statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from bridge.apply import sql
+from bridge.config import MysqlUrl
+from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
+from bridge.wire.binlog import flavor_of
+
+log = logging.getLogger(__name__)
+# Can't connect, server gone away, lost connection, server shutdown in progress, killed.
+CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
+LOCK_CONFLICT = {1205, 1213}  # lock wait timeout, deadlock
+CONNECT_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    version: str
+    flavor: str  # mariadb | mysql
+    max_allowed_packet: int
+
+
+def session_setup(foreign_key_checks: bool) -> str:
+    """The applier's session. ``foreign_key_checks``: on where rows are replayed as SQL
+    (cascades must happen on the replica), off in binlog mode, where each row event
+    carries the primary's own setting and our own statements (repair) must not cascade."""
+    return ("SET SESSION time_zone='+00:00', sql_mode='STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO,"
+            f"NO_ENGINE_SUBSTITUTION', foreign_key_checks={int(foreign_key_checks)}, autocommit=0, "
+            "character_set_client=utf8mb4, collation_connection=utf8mb4_general_ci")
+
+
+def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connection, ServerInfo]:
+    try:
+        conn = pymysql.connect(**url.connect_args(), charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S,
+                               read_timeout=CONNECT_TIMEOUT_S,  # a server that never greets must not hang us
+                               client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.FOUND_ROWS)
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"connect to replica {url}", exc) from exc
+    # A DDL may legitimately run for hours: no read timeout once connected; TCP
+    # keepalive finds a dead peer instead. (PyMySQL has no public setter for this.)
+    conn._read_timeout = None
+    _keepalive(conn._sock)
+    conn.encoders = {**conn.encoders, **sql.LITERAL_ENCODERS}
+    try:
+        with conn.cursor() as cur:
+            if lock_wait_timeout_s:
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")  # MariaDB and MySQL
+                cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (lock_wait_timeout_s,))
+            cur.execute("SELECT VERSION(), @@max_allowed_packet")
+            version, packet = cur.fetchone()
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"set up the session on replica {url}", exc) from exc
+    return conn, ServerInfo(version, flavor_of(version), int(packet))
+
+
+def run_script(conn: pymysql.Connection, context: str, statements: list[bytes],
+               describe: Callable[[int], str] = lambda _i: "") -> list[int]:
+    """The statements in one round trip; the affected-row count of each."""
+    counts: list[int] = []
+    try:
+        conn.query(b";".join(statements))
+        counts.append(conn.affected_rows())
+        for _ in statements[1:]:
+            conn.next_result()
+            counts.append(conn.affected_rows())
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"{context}{describe(len(counts))}", exc) from exc
+    return counts
+
+
+def rollback(conn: pymysql.Connection, url: MysqlUrl) -> None:
+    try:
+        conn.rollback()
+    except pymysql.MySQLError as exc:
+        log.warning("rollback on replica %s failed: %s", url, exc)
+
+
+def _keepalive(sock: socket.socket, idle_s: int = 30, interval_s: int = 10, probes: int = 3) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
+
+
+def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
+    """Our error for a server error: a lost connection is retryable, the rest is not."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    detail = exc.args[-1] if exc.args else type(exc).__name__
+    if code in CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
+        return TargetConnectionLost(f"{context}: connection to the replica lost: {detail}", code)
+    if code in LOCK_CONFLICT:
+        return LockConflict(f"{context}: {detail}", code)
+    return ApplyError(f"{context}: {detail}", code)
+
+
+def current_grants(conn: pymysql.Connection, url: MysqlUrl) -> tuple[str, str, str]:
+    """(SHOW GRANTS joined, user, host) of the connected account."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CURRENT_USER()")
+            user, _, host = cur.fetchone()[0].rpartition("@")
+            cur.execute("SHOW GRANTS")
+            grants = " ".join(row[0] for row in cur.fetchall())
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"read the grants of {url.user} on replica {url}", exc) from exc
+    return grants, user, host
+
+
+def trigger_names(conn: pymysql.Connection, url: MysqlUrl) -> list[str]:
+    """Triggers on the replica outside the system schemas, as schema.table.trigger."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT TRIGGER_SCHEMA, EVENT_OBJECT_TABLE, TRIGGER_NAME FROM information_schema.TRIGGERS "
+                        "WHERE TRIGGER_SCHEMA NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema', "
+                        "'rdma_bridge') ORDER BY 1, 2, 3")
+            return [".".join(row) for row in cur.fetchall()]
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"list the triggers on replica {url}", exc) from exc

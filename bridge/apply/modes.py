@@ -1,0 +1,62 @@
+"""Apply modes (pure): which one a session uses, and what the replica user needs for it.
+
+- ``binlog``: the primary's row events are applied by the replica's own server
+  (``BINLOG``): native row-based semantics by construction. Needs both servers of
+  one flavor (MariaDB or MySQL) and the privilege to run BINLOG.
+- ``sql``: decoded rows replayed as INSERT/UPDATE/DELETE; for a primary of the other
+  flavor (and, later, filters and renames).
+- ``auto`` (the default): ``binlog`` when the flavors match, else ``sql``.
+
+Both replay DDL with the primary's DEFINER clauses, which needs the privilege to name
+another user as definer (MariaDB ``SET USER``, MySQL ``SET_USER_ID`` /
+``SET_ANY_DEFINER``).
+"""
+
+from __future__ import annotations
+
+from bridge.errors import ConfigError
+
+MODES = ("auto", "binlog", "sql")
+# privilege -> its alternatives in SHOW GRANTS, per flavor
+_BINLOG = {"mariadb": ("BINLOG REPLAY", "SUPER"), "mysql": ("BINLOG_ADMIN", "REPLICATION_APPLIER", "SUPER")}
+_DEFINER = {"mariadb": ("SET USER", "SUPER"), "mysql": ("SET_USER_ID", "SET_ANY_DEFINER", "SUPER")}
+
+
+def choose(requested: str, primary_flavor: str, replica_flavor: str) -> str:
+    """The mode of a session; refuses ``binlog`` across flavors."""
+    if requested not in MODES:
+        raise ConfigError(f"apply mode: {requested!r} is not one of {', '.join(MODES)}")
+    same = primary_flavor == replica_flavor
+    if requested == "binlog" and not same:
+        raise ConfigError(f"apply mode binlog: the primary is {primary_flavor} and the replica {replica_flavor}; "
+                          "their row events only apply between servers of one flavor: use --apply-mode auto or sql")
+    if requested == "sql":
+        return "sql"
+    return "binlog" if same else "sql"
+
+
+def _granted(grants: str, alternatives: tuple[str, ...]) -> bool:
+    text = grants.upper()
+    return "ALL PRIVILEGES ON *.*" in text or any(a in text for a in alternatives)
+
+
+def missing(grants: str, mode: str, flavor: str) -> list[str]:
+    """Privileges the mode needs that ``grants`` (SHOW GRANTS, joined) lacks: the
+    first alternative of each, as a GRANT names it."""
+    out = []
+    if mode == "binlog" and not _granted(grants, _BINLOG[flavor]):
+        out.append(_BINLOG[flavor][0])
+    if not _granted(grants, _DEFINER[flavor]):
+        out.append(_DEFINER[flavor][0])
+    return out
+
+
+def grant_statement(privileges: list[str], user: str, host: str) -> str:
+    return f"GRANT {', '.join(privileges)} ON *.* TO '{user}'@'{host}'"
+
+
+def why(privilege: str) -> str:
+    return {"BINLOG REPLAY": "to apply row events in the server (--apply-mode binlog)",
+            "BINLOG_ADMIN": "to apply row events in the server (--apply-mode binlog)",
+            "SET USER": "to replay triggers, routines, views and events with the primary's DEFINER",
+            "SET_USER_ID": "to replay triggers, routines, views and events with the primary's DEFINER"}[privilege]

@@ -1,0 +1,152 @@
+"""Replaying a QUERY event as the primary ran it (pure): the session first, then the statement.
+
+A statement in the binlog (DDL, or DML logged as a statement) depends on the session
+it ran in: sql_mode, character set, time zone, the statement's timestamp (NOW()),
+auto-increment settings, foreign_key_checks, and for statement-format DML the
+INTVAR/RAND/USER_VAR events logged before it. A native replica's SQL thread sets all
+of that from the event before executing it; ``statements`` renders the same as SQL,
+the way ``mariadb-binlog`` prints a QUERY event, ending with the statement's own
+bytes in its own character_set_client. ``RESET_REPLAYED`` (with the applier's own
+session setup) puts the session back afterwards.
+
+Native replication also disables, on the replica, every scheduled event it creates
+or alters (``DISABLE ON SLAVE``): ``event_to_disable`` finds the event a statement
+creates or alters, so the applier can do the same right after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bridge.errors import RemoteProtocolError
+from bridge.sqlnames import quote_name
+from bridge.wire import binlog
+
+# What a replayed statement's session settings leave behind that the applier's own
+# session setup (bridge.apply.connection) does not set again.
+RESET_REPLAYED = (b"SET SESSION timestamp=DEFAULT, auto_increment_increment=DEFAULT, auto_increment_offset=DEFAULT, "
+                  b"insert_id=0, collation_database=DEFAULT, lc_time_names=DEFAULT, unique_checks=1, "
+                  b"sql_auto_is_null=0, explicit_defaults_for_timestamp=DEFAULT")
+# sql_mode bits both flavors give the same meaning (MySQL 5.7 numbering, which MariaDB
+# and MySQL 8 keep); only these are replayed when the primary is of the other flavor.
+PORTABLE_SQL_MODE = (1 << 31) - 1
+# Collation ids 255 and up are MySQL 8's utf8mb4_0900_* family (and newer), which MariaDB
+# before 11.4 does not know: across flavors they are replayed as utf8mb4.
+FIRST_MYSQL8_COLLATION = 255
+
+Collations = Callable[[int], "tuple[str, str] | None"]  # collation id -> (collation, charset) on the replica
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What to run for one QUERY event: ``session`` then ``sql`` (its own bytes)."""
+
+    schema: str
+    session: tuple[bytes, ...]
+    sql: bytes
+    text: str  # for messages
+
+
+def split_raw(raw: bytes) -> tuple[list[bytes], bytes]:
+    """(context events, the QUERY event) of a ``Statement.raw``."""
+    events = list(binlog.split_events(raw))
+    if not events or binlog.event_type(events[-1]) != binlog.QUERY:
+        raise RemoteProtocolError("statement: the raw events do not end with a QUERY event")
+    return events[:-1], events[-1]
+
+
+def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: Collations) -> Replay:
+    context, query_event = split_raw(raw)
+    q = binlog.parse_query(query_event, checksum_bytes)
+    session = [*_session(q, same_flavor, collations)]
+    session += [_context(binlog.parse_context(ev, checksum_bytes), collations) for ev in context]
+    return Replay(q.schema, tuple(session), q.sql, q.text)
+
+
+def _session(q: binlog.QueryEvent, same_flavor: bool, collations: Collations):
+    if q.flags2 is not None:
+        yield (b"SET @@session.foreign_key_checks=%d, @@session.sql_auto_is_null=%d, @@session.unique_checks=%d"
+               % (not q.flags2 & binlog.OPTION_NO_FOREIGN_KEY_CHECKS, bool(q.flags2 & binlog.OPTION_AUTO_IS_NULL),
+                  not q.flags2 & binlog.OPTION_RELAXED_UNIQUE_CHECKS))
+    if q.sql_mode is not None:
+        yield b"SET @@session.sql_mode=%d" % (q.sql_mode if same_flavor else q.sql_mode & PORTABLE_SQL_MODE)
+    status = q.status
+    if binlog.Q_AUTO_INCREMENT in status:
+        yield b"SET @@session.auto_increment_increment=%d, @@session.auto_increment_offset=%d" % \
+            status[binlog.Q_AUTO_INCREMENT]
+    if q.charset is not None:
+        yield _charset(q.charset, same_flavor, collations)
+    if binlog.Q_TIME_ZONE in status:
+        yield b"SET @@session.time_zone=" + _string(status[binlog.Q_TIME_ZONE])
+    if binlog.Q_LC_TIME_NAMES in status:
+        yield b"SET @@session.lc_time_names=%d" % status[binlog.Q_LC_TIME_NAMES]
+    if binlog.Q_CHARSET_DATABASE in status and (same_flavor or collations(status[binlog.Q_CHARSET_DATABASE])):
+        yield b"SET @@session.collation_database=%d" % status[binlog.Q_CHARSET_DATABASE]
+    if same_flavor and binlog.Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP in status:
+        yield b"SET @@session.explicit_defaults_for_timestamp=%d" % status[binlog.Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP]
+    yield b"SET TIMESTAMP=%d.%06d" % (q.timestamp, q.microseconds)
+
+
+def _charset(ids: tuple[int, int, int], same_flavor: bool, collations: Collations) -> bytes:
+    if not same_flavor and any(not collations(i) for i in ids):
+        # a MySQL 8 collation MariaDB lacks: the bytes are utf8mb4 (all of the 0900 family are)
+        known = [collations(i) for i in ids]
+        charset = (known[0] or ("", "utf8mb4"))[1]
+        return b"SET NAMES " + charset.encode()
+    return (b"SET @@session.character_set_client=%d, @@session.collation_connection=%d, "
+            b"@@session.collation_server=%d" % ids)
+
+
+def _context(parsed: tuple[str, object], collations: Collations) -> bytes:
+    kind, value = parsed
+    if kind == "intvar":
+        which, number = value
+        return b"SET %s=%d" % (b"LAST_INSERT_ID" if which == 1 else b"INSERT_ID", number)
+    if kind == "rand":
+        return b"SET @@RAND_SEED1=%d, @@RAND_SEED2=%d" % value
+    return b"SET @" + quote_name(value.name).encode() + b":=" + _user_value(value, collations)
+
+
+def _user_value(v: binlog.UserVar, collations: Collations) -> bytes:
+    if v.kind == "null":
+        return b"NULL"
+    if v.kind == "string":
+        names = collations(v.collation)
+        if names is None:
+            return b"X'" + v.value.hex().encode() + b"'"
+        collation, charset = names
+        return b"_%s X'%s' COLLATE %s" % (charset.encode(), v.value.hex().encode(), quote_name(collation).encode())
+    if v.kind == "real":
+        return repr(v.value).encode()
+    return str(v.value).encode()
+
+
+def _string(text: str) -> bytes:
+    return b"'" + text.replace("\\", "\\\\").replace("'", "''").encode() + b"'"
+
+
+_EVENT_DDL = re.compile(
+    r"^\s*(?:/\*.*?\*/\s*)*(CREATE|ALTER)\s+(?:OR\s+REPLACE\s+)?(?:DEFINER\s*=\s*(?:`[^`]*`|'[^']*'|\S+?)"
+    r"(?:@(?:`[^`]*`|'[^']*'|\S+?))?\s+)?EVENT\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?P<name>(?:`(?:[^`]|``)*`|\w+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|\w+))?)"
+    r"(?:.*\bRENAME\s+TO\s+(?P<renamed>(?:`(?:[^`]|``)*`|\w+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|\w+))?))?",
+    re.IGNORECASE | re.DOTALL)
+_DISABLED_ON_SLAVE = re.compile(r"\bDISABLE\s+ON\s+(?:SLAVE|REPLICA)\b", re.IGNORECASE)
+
+
+def event_to_disable(sql: str, schema: str) -> str | None:
+    """The qualified name of the scheduled event a CREATE/ALTER EVENT statement leaves
+    behind (its new name after RENAME TO), or None for any other statement."""
+    m = _EVENT_DDL.match(sql)
+    if m is None or _DISABLED_ON_SLAVE.search(sql):
+        return None
+    name = m.group("renamed") or m.group("name")
+    parts = [p.strip() for p in re.split(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)", name)]
+    unquoted = [p[1:-1].replace("``", "`") if p.startswith("`") else p for p in parts]
+    if len(unquoted) == 1:
+        if not schema:
+            return None
+        unquoted.insert(0, schema)
+    return ".".join(quote_name(p) for p in unquoted)
