@@ -158,6 +158,11 @@ class RowChange:
     key: tuple[str, ...]
     before: tuple | None
     after: tuple | None
+    flags: int = 0  # of its row event: 0x2 = the primary ran it with foreign_key_checks=0
+
+    @property
+    def foreign_key_checks(self) -> bool:
+        return not self.flags & 0x2
 
 
 @dataclass(frozen=True, slots=True)

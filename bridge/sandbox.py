@@ -146,6 +146,7 @@ class Sandbox:
         }
         if "native" in state["ports"]:
             info["native_socket"] = str(self.dir / "native" / "mysqld.sock")
+            info["native_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports']['native']}"
         return info
 
     def native_connection(self) -> pymysql.Connection:
@@ -165,6 +166,9 @@ class Sandbox:
         primary.close()
         native = _root(self._server(state, "native"))
         with native.cursor() as cur:
+            cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s",
+                        (state["passwords"]["admin"],))
+            cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
             cur.execute("SET GLOBAL gtid_slave_pos=%s", (position,))
             cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='rdma_native', "
                         "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos",

@@ -121,9 +121,11 @@ class BridgePair:
         self.replica.close()
 
 
-@pytest.fixture(params=["shm", "tcp"])
+@pytest.fixture(params=[("shm", "binlog"), ("tcp", "binlog"), ("shm", "sql")], ids=lambda p: "-".join(p))
 def pair(request, urls):
-    p = BridgePair(urls, request.param).start()
+    """A running pair over each transport in binlog apply mode, and over shm in sql mode."""
+    transport, mode = request.param
+    p = BridgePair(urls, transport, apply_mode=mode).start()
     yield p
     p.stop()
     assert not p.errors, p.errors

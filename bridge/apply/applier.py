@@ -69,6 +69,7 @@ class Applier:
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
         self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
         self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
+        self._table_traits: dict[tuple[str, str], tuple[frozenset[str], bool]] = {}
         self._collations: dict[int, tuple[str, str]] | None = None
         self._connect()
         self.position = self._load_position()
@@ -221,6 +222,7 @@ class Applier:
 
     def forget_keys(self) -> None:
         self._unique_keys.clear()
+        self._table_traits.clear()
 
     def _apply_repair(self, seq: int, txn: Transaction) -> None:
         """A `rdma-bridge repair` transaction: its rows (the marker, and the primary's
@@ -235,13 +237,16 @@ class Applier:
             raise ApplyError(f"apply seq {seq} ({txn.gtid}): repair marker names copy table {copy!r}")
         context = f"apply seq {seq} ({txn.gtid}): repair of {db}.{tbl}"
         gtids = self.position.gtid_set.add_text(txn.gtid)
-        replace = [f"{sql.TAG}DELETE FROM {sql.table_name(db, tbl)} WHERE {where}".encode(),
+        # no cascade: the replica's rows of the range are replaced, not deleted
+        replace = [b"SET SESSION foreign_key_checks=0",
+                   f"{sql.TAG}DELETE FROM {sql.table_name(db, tbl)} WHERE {where}".encode(),
                    f"{sql.TAG}INSERT INTO {sql.table_name(db, tbl)} SELECT * FROM "
                    f"{sql.table_name('rdma_bridge', copy)}".encode(),
-                   self._position_statement(seq, gtids), b"COMMIT"]
+                   self._position_statement(seq, gtids), b"COMMIT",
+                   b"SET SESSION foreign_key_checks=%d" % (self.mode == "sql")]
         try:
             self._apply_rows(context, 0, txn.changes, None, fmt)
-            run_script(self.conn, context, replace, lambda i: " (replacing the range)" if i < 2 else "")
+            run_script(self.conn, context, replace, lambda i: " (replacing the range)" if i < 3 else "")
         except BaseException:
             self.rollback()
             raise
@@ -370,15 +375,41 @@ class Applier:
         stops the batch, so its COMMIT can travel in the same round trip."""
         if any(not isinstance(c, RowChange) for c in changes):
             raise RemoteProtocolError(f"{context}: raw row events in an sql-mode session")
-        statements = [(p.text, p.params, (p.change, p.expect)) for p in sql.grouped_statements(changes)]
+        statements = self._sql_statements(changes)
         commit_in_batch = gtids is not None and all(c.kind == "insert" for c in changes)
         if gtids is not None:
-            statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _POSITION))
+            statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _UNCHECKED))
         if commit_in_batch:
-            statements.append(("COMMIT", None, _COMMIT))
+            statements.append(("COMMIT", None, _UNCHECKED))
         self._run_batched(context, statements)
         if gtids is not None and not commit_in_batch:
             self.conn.commit()
+
+    def _sql_statements(self, changes: list[RowChange]) -> list:
+        """(text, params, what to check) for the rows: generated columns left to the
+        replica, foreign_key_checks off around rows the primary wrote with it off."""
+        changes = [sql.without_columns(c, self._traits(c.schema, c.table)[0]) for c in changes]
+        out, checks = [], True
+        for p in sql.grouped_statements(changes, lambda schema, table: self._traits(schema, table)[1]):
+            if p.change.foreign_key_checks != checks:
+                checks = p.change.foreign_key_checks
+                out.append((f"SET SESSION foreign_key_checks={int(checks)}", None, _UNCHECKED))
+            out.append((p.text, p.params, (p.change, p.expect)))
+        if not checks:
+            out.append(("SET SESSION foreign_key_checks=1", None, _UNCHECKED))
+        return out
+
+    def _traits(self, schema: str, table: str) -> tuple[frozenset[str], bool]:
+        """(generated columns, referenced by a foreign key) of a replica table (cached;
+        ``forget_keys`` after DDL)."""
+        cached = self._table_traits.get((schema, table))
+        if cached is None:
+            with self.conn.cursor() as cur:
+                cur.execute(sql.TRAITS_SELECT, (schema, table, schema, table))
+                generated, referenced = cur.fetchone()
+            cached = (frozenset(generated.split("\0")) if generated else frozenset(), bool(referenced))
+            self._table_traits[(schema, table)] = cached
+        return cached
 
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         """Chunks of one transaction share one replica transaction; the last commits
@@ -467,8 +498,8 @@ class Applier:
                 elif isinstance(change, RowEvents):
                     self._binlog_rows(context, [change], [], fmt)
                 else:
-                    self._run(cur, context, [(cur.mogrify(*sql.row_statement(change)),
-                                              (change, None if change.kind == "insert" else 1))])
+                    self._run(cur, context, [(cur.mogrify(text, params), check)
+                                             for text, params, check in self._sql_statements([change])])
             cur.execute(sql.POSITION_WRITE, (self.channel, seq, str(gtids)))
         self.conn.commit()
 
@@ -479,6 +510,11 @@ class Applier:
             return
         plan = replay.statements(st.raw, self._checksum_bytes(fmt, f"apply seq {seq}"), self.same_flavor,
                                  self._collation) if st.raw else replay.Replay(st.schema, (), st.sql.encode(), st.sql)
+        trigger = replay.created_trigger(plan.text) if self.mode == "sql" else None
+        if trigger:
+            raise ApplyError(f"apply seq {seq} ({txn.gtid}): the primary created trigger {trigger}; apply mode sql "
+                             "cannot keep it from firing for replicated rows (native replication never fires it): "
+                             "restart the replica side with --apply-mode binlog (same flavor on both sides)")
         if plan.session:
             run_script(self.conn, f"apply seq {seq} ({txn.gtid}): session of the statement", list(plan.session))
         if plan.schema:
@@ -489,6 +525,9 @@ class Applier:
                     raise apply_error(f"apply seq {seq} ({txn.gtid}): USE {plan.schema}", exc) from exc
         try:
             cur.execute(sql.TAG.encode() + plan.sql)
+            # still in the statement's session: ALTER EVENT records the sql_mode it runs in
+            self._disable_event(cur, replay.event_to_disable(plan.text, plan.schema),
+                                None if replay.names_definer(plan.text) else plan.invoker)
         except pymysql.MySQLError as exc:
             if replay_pending and exc.args[0] in DDL_ALREADY_DONE:
                 log.warning("apply seq %d (%s): DDL already applied before a restart (%s); continuing",
@@ -500,11 +539,12 @@ class Applier:
             if plan.session:
                 run_script(self.conn, f"apply seq {seq}: restore the session",
                            [replay.RESET_REPLAYED, session_setup(self.mode == "sql").encode()])
-        self._disable_event(cur, seq, replay.event_to_disable(plan.text, plan.schema))
 
-    def _disable_event(self, cur, seq: int, name: str | None) -> None:
+    def _disable_event(self, cur, name: str | None, invoker: tuple[str, str] | None) -> None:
         """As a native replica does: an event the primary created or altered does not
-        run on the replica (DISABLE ON SLAVE), its definer kept."""
+        run on the replica (DISABLE ON SLAVE). Its definer is the one the statement
+        named, else the user who ran it on the primary (the event's invoker), as the
+        native replica's SQL thread takes it; never the applier's own user."""
         if name is None:
             return
         schema, event = [part.strip("`").replace("``", "`") for part in name.split("`.`")]
@@ -513,13 +553,9 @@ class Applier:
         row = cur.fetchone()
         if row is None:
             return
-        user, _, host = row[0].rpartition("@")
-        try:
-            cur.execute(f"{sql.TAG}ALTER DEFINER={self.conn.escape(user)}@{self.conn.escape(host)} EVENT {name} "
-                        "DISABLE ON SLAVE")
-        except pymysql.MySQLError as exc:
-            raise apply_error(f"apply seq {seq}: disable event {name} on the replica as a native replica does",
-                              exc) from exc
+        user, host = invoker or row[0].rsplit("@", 1)
+        cur.execute(f"{sql.TAG}ALTER DEFINER={self.conn.escape(user)}@{self.conn.escape(host)} EVENT {name} "
+                    "DISABLE ON SLAVE")
 
     def _collation(self, collation_id: int) -> tuple[str, str] | None:
         """(collation, character set) of a collation id on the replica (cached)."""
@@ -536,13 +572,13 @@ class Applier:
             log.debug("closing replica connection: %s", exc)
 
 
-# Batch entries without a row count to check: the position upsert and the COMMIT.
-_POSITION, _COMMIT = object(), object()
+# Batch entries without a row count to check: the position upsert, COMMIT, session settings.
+_UNCHECKED = object()
 
 
 def _check_matched(context: str, entry, rowcount: int) -> None:
-    """``entry``: (first change, rows it must match) for row statements, else a marker."""
-    if entry is _COMMIT or entry is _POSITION or entry[1] is None:
+    """``entry``: (first change, rows it must match) for row statements, else _UNCHECKED."""
+    if entry is _UNCHECKED or entry[1] is None:
         return
     change, expect = entry
     if rowcount != expect:

@@ -39,10 +39,13 @@ class ServerInfo:
 
 def session_setup(foreign_key_checks: bool) -> str:
     """The applier's session. ``foreign_key_checks``: on where rows are replayed as SQL
-    (cascades must happen on the replica), off in binlog mode, where each row event
-    carries the primary's own setting and our own statements (repair) must not cascade."""
-    return ("SET SESSION time_zone='+00:00', sql_mode='STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO,"
-            f"NO_ENGINE_SUBSTITUTION', foreign_key_checks={int(foreign_key_checks)}, autocommit=0, "
+    (cascades must happen on the replica; switched off around the rows the primary wrote
+    with it off), off in binlog mode, where each row event carries the primary's own
+    setting and our own statements (repair) must not cascade."""
+    # not strict: every value comes from a primary that stored it (zero dates, the ENUM
+    # error value ''), and a native replica's row events are not checked against sql_mode
+    return ("SET SESSION time_zone='+00:00', sql_mode='NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
+            f"foreign_key_checks={int(foreign_key_checks)}, autocommit=0, "
             "character_set_client=utf8mb4, collation_connection=utf8mb4_general_ci")
 
 

@@ -47,6 +47,7 @@ class Replay:
     session: tuple[bytes, ...]
     sql: bytes
     text: str  # for messages
+    invoker: tuple[str, str] | None = None  # (user, host) the primary ran it as, when the event says
 
 
 def split_raw(raw: bytes) -> tuple[list[bytes], bytes]:
@@ -62,7 +63,7 @@ def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: C
     q = binlog.parse_query(query_event, checksum_bytes)
     session = [*_session(q, same_flavor, collations)]
     session += [_context(binlog.parse_context(ev, checksum_bytes), collations) for ev in context]
-    return Replay(q.schema, tuple(session), q.sql, q.text)
+    return Replay(q.schema, tuple(session), q.sql, q.text, q.status.get(binlog.Q_INVOKER))
 
 
 def _session(q: binlog.QueryEvent, same_flavor: bool, collations: Collations):
@@ -134,6 +135,23 @@ _EVENT_DDL = re.compile(
     r"(?:.*\bRENAME\s+TO\s+(?P<renamed>(?:`(?:[^`]|``)*`|\w+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|\w+))?))?",
     re.IGNORECASE | re.DOTALL)
 _DISABLED_ON_SLAVE = re.compile(r"\bDISABLE\s+ON\s+(?:SLAVE|REPLICA)\b", re.IGNORECASE)
+
+
+_TRIGGER_DDL = re.compile(
+    r"^\s*(?:/\*.*?\*/\s*)*CREATE\s+(?:OR\s+REPLACE\s+)?(?:DEFINER\s*=\s*\S+\s+)?TRIGGER\s+"
+    r"(?:IF\s+NOT\s+EXISTS\s+)?(?P<name>\S+)", re.IGNORECASE | re.DOTALL)
+
+
+def created_trigger(sql: str) -> str | None:
+    """The name a CREATE TRIGGER statement gives, or None for any other statement."""
+    m = _TRIGGER_DDL.match(sql)
+    return m.group("name") if m else None
+
+
+def names_definer(sql: str) -> bool:
+    """The statement names its DEFINER (else the server makes its invoker the definer)."""
+    m = _EVENT_DDL.match(sql)
+    return m is not None and re.search(r"\bDEFINER\s*=", sql[:m.start("name")], re.IGNORECASE) is not None
 
 
 def event_to_disable(sql: str, schema: str) -> str | None:

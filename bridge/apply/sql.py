@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import NamedTuple
 
@@ -108,19 +109,22 @@ class Planned(NamedTuple):
     rows: int  # row changes it covers
 
 
-def grouped_statements(changes) -> list[Planned]:
+def grouped_statements(changes, referenced: Callable[[str, str], bool] = lambda _s, _t: False) -> list[Planned]:
     """Row changes as statements, consecutive changes of one kind on one table merged:
     INSERTs into one multi-row INSERT; UPDATEs that keep their primary key into one
     DELETE of the keys (which must match every key) and one multi-row INSERT of the
     final images; DELETEs by key into one DELETE ... IN. A keyless table, a key
     change or a key repeated within a delete run ends a run, so every merged
-    statement changes exactly the rows the one-by-one statements would."""
+    statement changes exactly the rows the one-by-one statements would. Updates of a
+    table other tables' foreign keys reference (``referenced``) stay UPDATEs: a DELETE
+    would cascade to, or be refused by, the rows that point at it."""
     out: list[Planned] = []
     run: list[RowChange] = []
     seen: dict = {}  # folded key -> the run's last change of that row
     for change in changes:
         key = _folded_key(change) if change.kind != "insert" else None
-        mergeable = change.kind == "insert" or (change.key and not (change.kind == "update" and _key_changes(change)))
+        mergeable = change.kind == "insert" or (change.key and not (change.kind == "update" and (
+            _key_changes(change) or referenced(change.schema, change.table))))
         if run and not (mergeable and len(run) < MAX_ROWS_PER_STATEMENT and _same_run(run[0], change)
                         and not (change.kind == "delete" and key in seen)):
             out.extend(_merged(run, seen))
@@ -136,7 +140,25 @@ def grouped_statements(changes) -> list[Planned]:
 
 
 def _same_run(a: RowChange, b: RowChange) -> bool:
-    return a.kind == b.kind and a.table == b.table and a.schema == b.schema and a.columns == b.columns
+    return a.kind == b.kind and a.table == b.table and a.schema == b.schema and a.columns == b.columns and \
+        a.flags == b.flags
+
+
+def without_columns(c: RowChange, dropped: frozenset[str]) -> RowChange:
+    """The change without the ``dropped`` columns (the replica computes its generated
+    columns itself; a value sent for one is an error)."""
+    if not dropped or not dropped.intersection(c.columns):
+        return c
+    keep = [i for i, col in enumerate(c.columns) if col not in dropped]
+    pick = (lambda image: None if image is None else tuple(image[i] for i in keep))
+    return RowChange(c.kind, c.schema, c.table, tuple(c.columns[i] for i in keep), c.key, pick(c.before),
+                     pick(c.after), c.flags)
+
+
+TRAITS_SELECT = ("SELECT (SELECT GROUP_CONCAT(COLUMN_NAME SEPARATOR '\\0') FROM information_schema.COLUMNS "
+                 "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND EXTRA LIKE '%%GENERATED%%'), "
+                 "EXISTS (SELECT 1 FROM information_schema.REFERENTIAL_CONSTRAINTS "
+                 "WHERE UNIQUE_CONSTRAINT_SCHEMA=%s AND REFERENCED_TABLE_NAME=%s)")
 
 
 def _key_index(c: RowChange) -> tuple[int, ...]:

@@ -139,6 +139,13 @@ SECRET_FILE = click.option(
               help="Replica connections applying in parallel. Transactions whose rows (primary and unique "
                    "keys) do not overlap run at once; commits stay in primary order, so the replica only "
                    "ever shows a prefix of the primary's history. DDL and large transactions run alone.")
+@click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
+              help="binlog: the primary's row events are applied by the replica's own server (BINLOG statements, "
+                   "as mariadb-binlog | mariadb does), so foreign-key cascades, triggers (never fired for "
+                   "replicated rows), generated columns and every type behave as on a native replica; needs one "
+                   "flavor on both sides and BINLOG REPLAY. sql: rows replayed as INSERT/UPDATE/DELETE, for a "
+                   "MySQL primary into MariaDB or the reverse; refused while the replica has triggers. auto: "
+                   "binlog when both servers are of one flavor, else sql.")
 @click.option("--spin-us", type=click.IntRange(min=0), default=None, metavar="MICROSECONDS",
               help="After a frame, keep polling the ring this long with zero sleeps (~70 µs apart: "
                    "Linux's timer slack; about a quarter of a core meanwhile). Then shm and tcp sleep until "
@@ -151,7 +158,7 @@ SECRET_FILE = click.option(
 @metrics_option(REPLICA_METRICS_PORT)
 @SECRET_FILE
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
-                  spin_us: int, pin_near_nic: bool, metrics, secret_file: str) -> None:
+                  apply_mode: str, spin_us: int, pin_near_nic: bool, metrics, secret_file: str) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -166,7 +173,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
     _pin(pin_near_nic)
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
                         transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
-                        spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
+                        apply_mode=apply_mode, spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
                         metrics=metrics, secret=read_secret(secret_file))
     node = ReplicaNode(cfg)
     _on_signals(node.stop)

@@ -154,4 +154,4 @@ def encoded_bytes_bound(ev: RowsRead) -> int:
 
 def _row_changes(ev: RowsRead):
     for before, after in ev.rows:
-        yield RowChange(ev.kind, ev.schema, ev.table, ev.columns, ev.key, before, after)
+        yield RowChange(ev.kind, ev.schema, ev.table, ev.columns, ev.key, before, after, ev.flags)

@@ -24,6 +24,7 @@ class RowsRead:
     key: tuple[str, ...]
     rows: tuple[tuple[tuple | None, tuple | None], ...]  # (before, after) per row
     size: int = 0  # bytes of the binlog event, to size chunks without walking the values
+    flags: int = 0  # the row event's flags (the primary's foreign_key_checks=0 shows here)
 
 
 @dataclass(frozen=True, slots=True)

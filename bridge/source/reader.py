@@ -197,7 +197,8 @@ class BinlogReader:
         images = rowimage.decode_images(readers, bytes(data[pos:end]), 2 if kind == "update" else 1)
         rows = tuple((r[0], r[1]) if kind == "update" else (None, r[0]) if kind == "insert" else (r[0], None)
                      for r in images)
-        return RowsRead(kind, table.schema, table.table, columns, key, rows, end - 20)
+        return RowsRead(kind, table.schema, table.table, columns, key, rows, end - 20,
+                        int.from_bytes(data[26:28], "little"))
 
     def _whole_event(self, etype: int, event: bytes):
         if etype == binlog.QUERY:
@@ -253,7 +254,7 @@ class BinlogReader:
             else:
                 image = _image(row["values"], row["none_sources"], columns, convert)
                 rows.append((None, image) if kind == "insert" else (image, None))
-        return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows), ev.event_size)
+        return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows), ev.event_size, ev.flags)
 
     def _column_converters(self, ev) -> tuple:
         table = ev.table_map[ev.table_id]

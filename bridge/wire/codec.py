@@ -198,7 +198,7 @@ def encode_chunk(chunk: Chunk) -> bytearray:
 
 
 def _tables_and_changes(changes) -> tuple[tuple, tuple]:
-    """Each table's names (schema, table, columns, key) once per payload; a row change
+    """Each table's names (schema, table, columns, key, row event flags) once per payload; a row change
     refers to them by index: ("r", kind, table index, before, after). A statement is
     ("q", schema, sql, raw event); raw row events are ("e", events, tables, count)."""
     index: dict[tuple, int] = {}
@@ -209,7 +209,7 @@ def _tables_and_changes(changes) -> tuple[tuple, tuple]:
         elif isinstance(c, Statement):
             out.append(("q", c.schema, c.sql, c.raw))
         else:
-            meta = (c.schema, c.table, c.columns, c.key)
+            meta = (c.schema, c.table, c.columns, c.key, c.flags)
             i = index.setdefault(meta, len(index))
             out.append(("r", c.kind, i, c.before, c.after))
     return tuple(index), tuple(out)
@@ -260,10 +260,10 @@ def _changes_from(tables, changes) -> tuple:
 
 
 def _table_from(t) -> tuple:
-    if type(t) is not tuple or len(t) != 4:
-        raise ValueError("a table entry must be (schema, table, columns, key)")
-    schema, table, columns, key = t
-    return _text(schema), _text(table), tuple(_text(n) for n in columns), tuple(_text(k) for k in key)
+    if type(t) is not tuple or len(t) != 5 or type(t[4]) is not int:
+        raise ValueError("a table entry must be (schema, table, columns, key, flags)")
+    schema, table, columns, key, flags = t
+    return _text(schema), _text(table), tuple(_text(n) for n in columns), tuple(_text(k) for k in key), flags
 
 
 def _change_from(c, metas: tuple):
@@ -273,11 +273,11 @@ def _change_from(c, metas: tuple):
         _, kind, i, before, after = c
         if type(i) is not int or not 0 <= i < len(metas):
             raise ValueError(f"row change refers to table {i!r} of {len(metas)}")
-        schema, table, names, key = metas[i]
+        schema, table, names, key, flags = metas[i]
         for image in (before, after):
             if image is not None and (type(image) is not tuple or len(image) != len(names)):
                 raise ValueError(f"row image does not match {len(names)} columns")
-        return RowChange(kind, schema, table, names, key, before, after)
+        return RowChange(kind, schema, table, names, key, before, after, flags)
     if c[0] == "e" and len(c) == 4 and type(c[3]) is int and c[3] >= 0:
         names = tuple((_text(t[0]), _text(t[1])) for t in c[2] if type(t) is tuple and len(t) == 2)
         if type(c[2]) is not tuple or len(names) != len(c[2]):
