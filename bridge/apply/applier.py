@@ -27,22 +27,19 @@ from dataclasses import dataclass
 
 import pymysql
 
-from bridge.apply import binlog_sql, modes, replay, sql
+from bridge.apply import modes, sql
+from bridge.apply.binlog_rows import BinlogRows
 from bridge.apply.connection import (apply_error, connect, current_grants, rollback, run_script, session_setup,
                                      trigger_names)
+from bridge.apply.sql_rows import SqlRows
+from bridge.apply.statements import StatementReplayer
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError, ConfigError, RemoteProtocolError, TargetConnectionLost
-from bridge.model import Chunk, GtidSet, RowChange, RowEvents, Statement, Transaction
+from bridge.errors import ApplyError, ConfigError, RemoteProtocolError
+from bridge.model import Chunk, GtidSet, RowEvents, Statement, Transaction
 from bridge.sqlfiles import sql_statements
 from bridge.wire import binlog, tablemap
 
 log = logging.getLogger(__name__)
-# Errors that mean a replayed DDL already took effect before a crash.
-DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176}
-UNKNOWN_DATABASE = 1049
-BATCH_SQL_BYTES = 4 << 20
-PACKET_MARGIN = 4096  # room next to the BINLOG statements for the position and COMMIT
-PROBE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,18 +62,18 @@ class Applier:
         self.mode = mode
         self.same_flavor = True  # the primary is of the replica's flavor (sql_mode, collations replay as they are)
         self.format: binlog.FormatDescription | None = None  # the primary's, as of the applied position
-        self.binlog_goes_on: bool | None = None  # the server runs statements after a BINLOG (probed once)
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
         self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
         self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
-        self._table_traits: dict[tuple[str, str], tuple[frozenset[str], bool]] = {}
-        self._collations: dict[int, tuple[str, str]] | None = None
+        self._binlog, self._sql, self._statements = BinlogRows(url), SqlRows(channel), StatementReplayer()
         self._connect()
         self.position = self._load_position()
 
     def _connect(self) -> None:
         self.conn, self.server = connect(self.url, self.lock_wait_timeout_s)
-        self._conn_format = b""  # the FORMAT_DESCRIPTION this connection's BINLOG statements use
+        self._binlog.attach(self.conn, self.server)
+        self._sql.attach(self.conn)
+        self._statements.attach(self.conn)
         self._setup_session()
 
     def _setup_session(self) -> None:
@@ -222,7 +219,7 @@ class Applier:
 
     def forget_keys(self) -> None:
         self._unique_keys.clear()
-        self._table_traits.clear()
+        self._sql.forget()
 
     def _apply_repair(self, seq: int, txn: Transaction) -> None:
         """A `rdma-bridge repair` transaction: its rows (the marker, and the primary's
@@ -281,135 +278,16 @@ class Applier:
         on any failure."""
         try:
             if self.mode == "binlog":
-                self._binlog_rows(context, changes, self._tail(seq, gtids), fmt)
+                tail = [] if gtids is None else [self._position_statement(seq, gtids), b"COMMIT"]
+                self._binlog.run(context, changes, tail, fmt)
             else:
-                self._sql_rows(context, seq, changes, gtids)
+                self._sql.run(context, seq, changes, gtids)
         except BaseException:
             self.rollback()
             raise
 
-    def _tail(self, seq: int, gtids: GtidSet | None) -> list[bytes]:
-        return [] if gtids is None else [self._position_statement(seq, gtids), b"COMMIT"]
-
     def _position_statement(self, seq: int, gtids: GtidSet) -> bytes:
         return (sql.POSITION_WRITE % tuple(self.conn.escape(v) for v in (self.channel, seq, str(gtids)))).encode()
-
-    def _binlog_rows(self, context: str, changes, tail: list[bytes], fmt) -> None:
-        """The row events in BINLOG statements, then ``tail`` (position, COMMIT), in as
-        few round trips as the replica's max_allowed_packet allows."""
-        rows = [c for c in changes if isinstance(c, RowEvents)]
-        if len(rows) != len(changes):
-            raise RemoteProtocolError(f"{context}: decoded rows in a binlog-mode session")
-        self._ensure_format(fmt, context)
-        limit = self.server.max_allowed_packet - PACKET_MARGIN
-        statements = []
-        for batch in binlog_sql.batches([c.data for c in rows], limit):
-            if binlog_sql.statement_bytes(len(batch)) <= limit:
-                statements.append(binlog_sql.binlog_statement(batch))
-            elif binlog_sql.statement_bytes(len(batch)) // 2 <= limit:
-                statements += binlog_sql.fragment_statements(batch)
-            else:
-                raise ApplyError(f"{context}: a binlog event of {len(batch)} bytes does not fit the replica's "
-                                 f"max_allowed_packet ({self.server.max_allowed_packet}); raise it to at least "
-                                 f"{binlog_sql.statement_bytes(len(batch)) // 2 + PACKET_MARGIN}")
-        tables = sorted({f"{s}.{t}" for c in rows for s, t in c.tables})
-        what = f" (row events on {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''})"
-        for trip in self._trips(statements + tail, limit):
-            run_script(self.conn, context, trip, lambda i, trip=trip: what if trip[i].startswith(b"BINLOG") else "")
-
-    def _trips(self, statements: list[bytes], limit: int) -> list[list[bytes]]:
-        """Statements packed into round trips of at most ``limit`` bytes; on a server
-        that stops after a BINLOG, each BINLOG ends its round trip."""
-        trips: list[list[bytes]] = []
-        size = 0
-        for statement in statements:
-            if trips and size + len(statement) < limit and \
-                    (self.binlog_goes_on or not trips[-1][-1].startswith(b"BINLOG")):
-                trips[-1].append(statement)
-                size += len(statement) + 1
-            else:
-                trips.append([statement])
-                size = len(statement)
-        return trips
-
-    def _ensure_format(self, fmt: binlog.FormatDescription | None, context: str) -> None:
-        """This connection's BINLOG statements read events in ``fmt``: tell the server
-        once per connection (and when it changes); probe the server once."""
-        self._checksum_bytes(fmt, context)
-        if self._conn_format == fmt.event:
-            return
-        try:
-            run_script(self.conn, "apply the primary's FORMAT_DESCRIPTION event",
-                       [binlog_sql.binlog_statement(fmt.event)])
-        except ApplyError as exc:
-            if exc.code in (1227, 1044, 1045, 1142):
-                raise ApplyError(f"{context}: {self.url.user} may not run BINLOG on the replica ({exc}): "
-                                 f"GRANT BINLOG REPLAY ON *.* TO '{self.url.user}'@'<host>' (MariaDB; MySQL: "
-                                 "BINLOG_ADMIN), or start-replica --apply-mode sql", exc.code) from exc
-            raise
-        self._conn_format = fmt.event
-        if self.binlog_goes_on is None:
-            self.binlog_goes_on = self._probe(fmt)
-
-    def _probe(self, fmt: binlog.FormatDescription) -> bool:
-        """Does this server run the statements after a BINLOG of row events? One row
-        into rdma_bridge.bridge_probe and a SELECT, rolled back. If the SELECT's answer
-        never comes, BINLOG ends every round trip from now on."""
-        self.conn._sock.settimeout(PROBE_TIMEOUT_S)
-        try:
-            run_script(self.conn, "probe BINLOG", [binlog_sql.binlog_statement(binlog_sql.probe_events(fmt)),
-                                                   b"SELECT 1"])
-            self.rollback()
-            return True
-        except TargetConnectionLost:
-            log.warning("replica %s stops after a BINLOG statement: COMMIT takes a round trip of its own", self.url)
-            self._connect()
-            return False
-        finally:
-            if self.conn._sock is not None:
-                self.conn._sock.settimeout(None)
-
-    def _sql_rows(self, context: str, seq: int, changes, gtids: GtidSet | None) -> None:
-        """UPDATE/DELETE row counts are checked after the server ran the batch, so their
-        COMMIT must wait for the check. INSERT-only work fails with an SQL error that
-        stops the batch, so its COMMIT can travel in the same round trip."""
-        if any(not isinstance(c, RowChange) for c in changes):
-            raise RemoteProtocolError(f"{context}: raw row events in an sql-mode session")
-        statements = self._sql_statements(changes)
-        commit_in_batch = gtids is not None and all(c.kind == "insert" for c in changes)
-        if gtids is not None:
-            statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], _UNCHECKED))
-        if commit_in_batch:
-            statements.append(("COMMIT", None, _UNCHECKED))
-        self._run_batched(context, statements)
-        if gtids is not None and not commit_in_batch:
-            self.conn.commit()
-
-    def _sql_statements(self, changes: list[RowChange]) -> list:
-        """(text, params, what to check) for the rows: generated columns left to the
-        replica, foreign_key_checks off around rows the primary wrote with it off."""
-        changes = [sql.without_columns(c, self._traits(c.schema, c.table)[0]) for c in changes]
-        out, checks = [], True
-        for p in sql.grouped_statements(changes, lambda schema, table: self._traits(schema, table)[1]):
-            if p.change.foreign_key_checks != checks:
-                checks = p.change.foreign_key_checks
-                out.append((f"SET SESSION foreign_key_checks={int(checks)}", None, _UNCHECKED))
-            out.append((p.text, p.params, (p.change, p.expect)))
-        if not checks:
-            out.append(("SET SESSION foreign_key_checks=1", None, _UNCHECKED))
-        return out
-
-    def _traits(self, schema: str, table: str) -> tuple[frozenset[str], bool]:
-        """(generated columns, referenced by a foreign key) of a replica table (cached;
-        ``forget_keys`` after DDL)."""
-        cached = self._table_traits.get((schema, table))
-        if cached is None:
-            with self.conn.cursor() as cur:
-                cur.execute(sql.TRAITS_SELECT, (schema, table, schema, table))
-                generated, referenced = cur.fetchone()
-            cached = (frozenset(generated.split("\0")) if generated else frozenset(), bool(referenced))
-            self._table_traits[(schema, table)] = cached
-        return cached
 
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         """Chunks of one transaction share one replica transaction; the last commits
@@ -448,35 +326,6 @@ class Applier:
             self._open = None
             self.rollback()
 
-    def _run_batched(self, context: str, statements: list) -> None:
-        with self.conn.cursor() as cur:
-            batch, size = [], 0
-            for text, params, change in statements:
-                rendered = cur.mogrify(text, params)
-                batch.append((rendered, change))
-                size += len(rendered)
-                if size >= BATCH_SQL_BYTES:
-                    self._run(cur, context, batch)
-                    batch, size = [], 0
-            if batch:
-                self._run(cur, context, batch)
-
-    def _run(self, cur, context: str, batch: list) -> None:
-        """One round trip; then check each UPDATE/DELETE matched exactly one row."""
-        index = 0
-        try:
-            cur.execute(";".join(text for text, _ in batch))
-            while True:
-                _check_matched(context, batch[index][1], cur.rowcount)
-                index += 1
-                if not cur.nextset():
-                    break
-        except pymysql.MySQLError as exc:
-            change = batch[index][1] if index < len(batch) else None
-            change = change[0] if isinstance(change, tuple) else change
-            where = f" on {change.schema}.{change.table}" if isinstance(change, RowChange) else ""
-            raise apply_error(f"{context}{where}", exc) from exc
-
     # --- statements (DDL) ------------------------------------------------------------
 
     def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet, fmt) -> None:
@@ -487,100 +336,22 @@ class Applier:
             raise
 
     def _run_ddl(self, seq: int, txn: Transaction, gtids: GtidSet, fmt) -> None:
-        replay_pending = self.position.pending_ddl_seq == seq
+        after_crash = self.position.pending_ddl_seq == seq
         context = f"apply seq {seq} ({txn.gtid})"
         with self.conn.cursor() as cur:
             cur.execute(sql.DDL_PENDING, (seq, self.channel))
             self.conn.commit()
-            for change in txn.changes:
-                if isinstance(change, Statement):
-                    self._run_statement(cur, seq, txn, change, replay_pending, fmt)
-                elif isinstance(change, RowEvents):
-                    self._binlog_rows(context, [change], [], fmt)
-                else:
-                    self._run(cur, context, [(cur.mogrify(text, params), check)
-                                             for text, params, check in self._sql_statements([change])])
-            cur.execute(sql.POSITION_WRITE, (self.channel, seq, str(gtids)))
-        self.conn.commit()
-
-    def _run_statement(self, cur, seq: int, txn: Transaction, st: Statement, replay_pending: bool, fmt) -> None:
-        if not sql.is_replayed(st.sql):
-            log.info("apply seq %d (%s): account/flush statement not replayed on the replica: %.60s",
-                     seq, txn.gtid, st.sql)
-            return
-        plan = replay.statements(st.raw, self._checksum_bytes(fmt, f"apply seq {seq}"), self.same_flavor,
-                                 self._collation) if st.raw else replay.Replay(st.schema, (), st.sql.encode(), st.sql)
-        trigger = replay.created_trigger(plan.text) if self.mode == "sql" else None
-        if trigger:
-            raise ApplyError(f"apply seq {seq} ({txn.gtid}): the primary created trigger {trigger}; apply mode sql "
-                             "cannot keep it from firing for replicated rows (native replication never fires it): "
-                             "restart the replica side with --apply-mode binlog (same flavor on both sides)")
-        if plan.session:
-            run_script(self.conn, f"apply seq {seq} ({txn.gtid}): session of the statement", list(plan.session))
-        if plan.schema:
-            try:
-                cur.execute(f"USE {sql.quote_name(plan.schema)}")
-            except pymysql.MySQLError as exc:
-                if exc.args[0] != UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
-                    raise apply_error(f"apply seq {seq} ({txn.gtid}): USE {plan.schema}", exc) from exc
-        try:
-            cur.execute(sql.TAG.encode() + plan.sql)
-            # still in the statement's session: ALTER EVENT records the sql_mode it runs in
-            self._disable_event(cur, replay.event_to_disable(plan.text, plan.schema),
-                                None if replay.names_definer(plan.text) else plan.invoker)
-        except pymysql.MySQLError as exc:
-            if replay_pending and exc.args[0] in DDL_ALREADY_DONE:
-                log.warning("apply seq %d (%s): DDL already applied before a restart (%s); continuing",
-                            seq, txn.gtid, exc.args[-1])
-                return
-            raise apply_error(f"apply seq {seq} ({txn.gtid}) DDL in schema '{plan.schema}' ({plan.text[:200]})",
-                              exc) from exc
-        finally:
-            if plan.session:
-                run_script(self.conn, f"apply seq {seq}: restore the session",
-                           [replay.RESET_REPLAYED, session_setup(self.mode == "sql").encode()])
-
-    def _disable_event(self, cur, name: str | None, invoker: tuple[str, str] | None) -> None:
-        """As a native replica does: an event the primary created or altered does not
-        run on the replica (DISABLE ON SLAVE). Its definer is the one the statement
-        named, else the user who ran it on the primary (the event's invoker), as the
-        native replica's SQL thread takes it; never the applier's own user."""
-        if name is None:
-            return
-        schema, event = [part.strip("`").replace("``", "`") for part in name.split("`.`")]
-        cur.execute("SELECT DEFINER FROM information_schema.EVENTS WHERE EVENT_SCHEMA=%s AND EVENT_NAME=%s",
-                    (schema, event))
-        row = cur.fetchone()
-        if row is None:
-            return
-        user, host = invoker or row[0].rsplit("@", 1)
-        cur.execute(f"{sql.TAG}ALTER DEFINER={self.conn.escape(user)}@{self.conn.escape(host)} EVENT {name} "
-                    "DISABLE ON SLAVE")
-
-    def _collation(self, collation_id: int) -> tuple[str, str] | None:
-        """(collation, character set) of a collation id on the replica (cached)."""
-        if self._collations is None:
-            with self.conn.cursor() as cur:
-                cur.execute("SELECT ID, COLLATION_NAME, CHARACTER_SET_NAME FROM information_schema.COLLATIONS")
-                self._collations = {int(i): (name, charset) for i, name, charset in cur.fetchall()}
-        return self._collations.get(collation_id)
+        for change in txn.changes:
+            if isinstance(change, Statement):
+                self._statements.run(context, change, fmt, self.mode, self.same_flavor, after_crash)
+            elif isinstance(change, RowEvents):
+                self._binlog.run(context, [change], [], fmt)
+            else:
+                self._sql.run(context, seq, [change], None)
+        run_script(self.conn, context, [self._position_statement(seq, gtids), b"COMMIT"])
 
     def close(self) -> None:
         try:
             self.conn.close()
         except pymysql.MySQLError as exc:
             log.debug("closing replica connection: %s", exc)
-
-
-# Batch entries without a row count to check: the position upsert, COMMIT, session settings.
-_UNCHECKED = object()
-
-
-def _check_matched(context: str, entry, rowcount: int) -> None:
-    """``entry``: (first change, rows it must match) for row statements, else _UNCHECKED."""
-    if entry is _UNCHECKED or entry[1] is None:
-        return
-    change, expect = entry
-    if rowcount != expect:
-        raise ApplyError(f"{context}: {change.kind} on {change.schema}.{change.table} "
-                         f"matched {rowcount} rows, expected {expect}: the replica has diverged")

@@ -134,7 +134,6 @@ class ParallelApplier:
                   for _ in range(self.workers - 1)]
         for worker in others:
             worker.set_mode(self.main.mode, self.main.same_flavor)
-            worker.binlog_goes_on = self.main.binlog_goes_on
         return others
 
     @property

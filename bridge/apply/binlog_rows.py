@@ -1,0 +1,117 @@
+"""Row events into one replica connection through BINLOG statements (binlog apply mode).
+
+The connection must have run the stream's FORMAT_DESCRIPTION through BINLOG before
+any row event (once per connection, again when it changes); then the row events go
+in as few round trips as the replica's max_allowed_packet allows, followed by the
+caller's tail (position, COMMIT) in the same round trip where the server goes on
+after a BINLOG. Whether it does is probed once per server (bridge.apply.binlog_sql).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pymysql
+
+from bridge.apply import binlog_sql
+from bridge.apply.connection import ServerInfo, rollback, run_script
+from bridge.config import MysqlUrl
+from bridge.errors import ApplyError, RemoteProtocolError, TargetConnectionLost
+from bridge.model import RowEvents
+from bridge.wire import binlog
+
+log = logging.getLogger(__name__)
+PACKET_MARGIN = 4096  # room next to the BINLOG statements for the position and COMMIT
+PROBE_TIMEOUT_S = 5.0
+DENIED = (1227, 1044, 1045, 1142)
+
+
+class BinlogRows:
+    def __init__(self, url: MysqlUrl) -> None:
+        self.url = url
+        self.goes_on: bool | None = None  # the server runs statements after a BINLOG (probed once)
+        self.conn: pymysql.Connection | None = None
+        self.server: ServerInfo | None = None
+        self._format = b""  # the FORMAT_DESCRIPTION this connection's BINLOG statements use
+
+    def attach(self, conn: pymysql.Connection, server: ServerInfo) -> None:
+        """A new connection: it has not seen any FORMAT_DESCRIPTION yet."""
+        self.conn, self.server, self._format = conn, server, b""
+
+    def run(self, context: str, changes, tail: list[bytes], fmt: binlog.FormatDescription | None) -> None:
+        """The row events, then ``tail``. The caller rolls back on failure."""
+        rows = [c for c in changes if isinstance(c, RowEvents)]
+        if len(rows) != len(changes):
+            raise RemoteProtocolError(f"{context}: decoded rows in a binlog-mode session")
+        if fmt is None:
+            raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
+        self._use_format(fmt, context)
+        limit = self.server.max_allowed_packet - PACKET_MARGIN
+        tables = sorted({f"{s}.{t}" for c in rows for s, t in c.tables})
+        what = f" (row events on {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''})"
+        for trip in self._trips(self._statements(context, [c.data for c in rows], limit) + tail, limit):
+            run_script(self.conn, context, trip, lambda i, trip=trip: what if trip[i].startswith(b"BINLOG") else "")
+
+    def _statements(self, context: str, datas: list[bytes], limit: int) -> list[bytes]:
+        out = []
+        for batch in binlog_sql.batches(datas, limit):
+            size = binlog_sql.statement_bytes(len(batch))
+            if size <= limit:
+                out.append(binlog_sql.binlog_statement(batch))
+            elif size // 2 <= limit:
+                out += binlog_sql.fragment_statements(batch)
+            else:
+                raise ApplyError(f"{context}: a binlog event of {len(batch)} bytes does not fit the replica's "
+                                 f"max_allowed_packet ({self.server.max_allowed_packet}); raise it to at least "
+                                 f"{size // 2 + PACKET_MARGIN}")
+        return out
+
+    def _trips(self, statements: list[bytes], limit: int) -> list[list[bytes]]:
+        """Statements packed into round trips of at most ``limit`` bytes; on a server
+        that stops after a BINLOG, each BINLOG ends its round trip."""
+        trips: list[list[bytes]] = []
+        size = 0
+        for statement in statements:
+            if trips and size + len(statement) < limit and \
+                    (self.goes_on or not trips[-1][-1].startswith(b"BINLOG")):
+                trips[-1].append(statement)
+                size += len(statement) + 1
+            else:
+                trips.append([statement])
+                size = len(statement)
+        return trips
+
+    def _use_format(self, fmt: binlog.FormatDescription, context: str) -> None:
+        if self._format == fmt.event:
+            return
+        try:
+            run_script(self.conn, "apply the primary's FORMAT_DESCRIPTION event",
+                       [binlog_sql.binlog_statement(fmt.event)])
+        except ApplyError as exc:
+            if exc.code in DENIED:
+                raise ApplyError(f"{context}: {self.url.user} may not run BINLOG on the replica ({exc}): "
+                                 f"GRANT BINLOG REPLAY ON *.* TO '{self.url.user}'@'<host>' (MariaDB; MySQL: "
+                                 "BINLOG_ADMIN), or start-replica --apply-mode sql", exc.code) from exc
+            raise
+        self._format = fmt.event
+        if self.goes_on is None:
+            self.goes_on = self._probe(fmt)
+
+    def _probe(self, fmt: binlog.FormatDescription) -> bool:
+        """Does this server run the statements after a BINLOG of row events? One row
+        into rdma_bridge.bridge_probe and a SELECT, rolled back. If the SELECT's answer
+        never comes, the connection is lost (the caller reconnects and retries) and
+        BINLOG ends every round trip from then on."""
+        self.conn._sock.settimeout(PROBE_TIMEOUT_S)
+        try:
+            run_script(self.conn, "probe BINLOG", [binlog_sql.binlog_statement(binlog_sql.probe_events(fmt)),
+                                                   b"SELECT 1"])
+        except TargetConnectionLost:
+            log.warning("replica %s stops after a BINLOG statement: COMMIT takes a round trip of its own", self.url)
+            self.goes_on = False
+            raise
+        finally:
+            if self.conn._sock is not None:
+                self.conn._sock.settimeout(None)
+        rollback(self.conn, self.url)
+        return True

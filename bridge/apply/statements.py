@@ -1,0 +1,109 @@
+"""Statements from the binlog (DDL, statement-format DML) replayed into one replica
+connection, in the session they ran in on the primary (bridge.apply.replay), then
+the applier's own session back.
+
+As a native replica does: account management and FLUSH are the primary's own
+business (not replayed, logged); an event the primary creates or alters is disabled
+on the replica (DISABLE ON SLAVE) with its definer kept; in sql apply mode a trigger
+the primary creates stops the applier (it would fire for replicated rows). A replay of
+a DDL that ran before a crash accepts "already exists / already gone".
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pymysql
+
+from bridge.apply import replay, sql
+from bridge.apply.connection import apply_error, run_script, session_setup
+from bridge.errors import ApplyError, RemoteProtocolError
+from bridge.model import Statement
+from bridge.wire import binlog
+
+log = logging.getLogger(__name__)
+# Errors that mean a replayed DDL already took effect before a crash.
+DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176}
+UNKNOWN_DATABASE = 1049
+
+
+class StatementReplayer:
+    def __init__(self) -> None:
+        self.conn: pymysql.Connection | None = None
+        self._collations: dict[int, tuple[str, str]] | None = None
+
+    def attach(self, conn: pymysql.Connection) -> None:
+        self.conn = conn
+
+    def run(self, context: str, st: Statement, fmt: binlog.FormatDescription | None, mode: str,
+            same_flavor: bool, after_crash: bool) -> None:
+        """``after_crash``: this statement's transaction was marked pending when the
+        applier stopped, so it may have taken effect already."""
+        if not sql.is_replayed(st.sql):
+            log.info("%s: account/flush statement not replayed on the replica: %.60s", context, st.sql)
+            return
+        plan = self._plan(context, st, fmt, same_flavor)
+        trigger = replay.created_trigger(plan.text) if mode == "sql" else None
+        if trigger:
+            raise ApplyError(f"{context}: the primary created trigger {trigger}; apply mode sql cannot keep it "
+                             "from firing for replicated rows (native replication never fires it): restart the "
+                             "replica side with --apply-mode binlog (same flavor on both sides)")
+        with self.conn.cursor() as cur:
+            if plan.session:
+                run_script(self.conn, f"{context}: session of the statement", list(plan.session))
+            try:
+                self._execute(cur, context, plan, after_crash)
+            finally:
+                if plan.session:
+                    run_script(self.conn, f"{context}: restore the session",
+                               [replay.RESET_REPLAYED, session_setup(mode == "sql").encode()])
+
+    def _plan(self, context: str, st: Statement, fmt, same_flavor: bool) -> replay.Replay:
+        if not st.raw:
+            return replay.Replay(st.schema, (), st.sql.encode(), st.sql)
+        if fmt is None:
+            raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
+        return replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._collation)
+
+    def _execute(self, cur, context: str, plan: replay.Replay, after_crash: bool) -> None:
+        if plan.schema:
+            try:
+                cur.execute(f"USE {sql.quote_name(plan.schema)}")
+            except pymysql.MySQLError as exc:
+                if exc.args[0] != UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
+                    raise apply_error(f"{context}: USE {plan.schema}", exc) from exc
+        try:
+            cur.execute(sql.TAG.encode() + plan.sql)
+            # still in the statement's session: ALTER EVENT records the sql_mode it runs in
+            self._disable_event(cur, replay.event_to_disable(plan.text, plan.schema),
+                                None if replay.names_definer(plan.text) else plan.invoker)
+        except pymysql.MySQLError as exc:
+            if after_crash and exc.args[0] in DDL_ALREADY_DONE:
+                log.warning("%s: DDL already applied before a restart (%s); continuing", context, exc.args[-1])
+                return
+            raise apply_error(f"{context} DDL in schema '{plan.schema}' ({plan.text[:200]})", exc) from exc
+
+    def _disable_event(self, cur, name: str | None, invoker: tuple[str, str] | None) -> None:
+        """An event the primary created or altered does not run on the replica (DISABLE
+        ON SLAVE). Its definer is the one the statement named, else the user who ran it
+        on the primary (the event's invoker), as the native replica's SQL thread takes
+        it; never the applier's own user."""
+        if name is None:
+            return
+        schema, event = [part.strip("`").replace("``", "`") for part in name.split("`.`")]
+        cur.execute("SELECT DEFINER FROM information_schema.EVENTS WHERE EVENT_SCHEMA=%s AND EVENT_NAME=%s",
+                    (schema, event))
+        row = cur.fetchone()
+        if row is None:
+            return
+        user, host = invoker or row[0].rsplit("@", 1)
+        cur.execute(f"{sql.TAG}ALTER DEFINER={self.conn.escape(user)}@{self.conn.escape(host)} EVENT {name} "
+                    "DISABLE ON SLAVE")
+
+    def _collation(self, collation_id: int) -> tuple[str, str] | None:
+        """(collation, character set) of a collation id on the replica (cached)."""
+        if self._collations is None:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT ID, COLLATION_NAME, CHARACTER_SET_NAME FROM information_schema.COLLATIONS")
+                self._collations = {int(i): (name, charset) for i, name, charset in cur.fetchall()}
+        return self._collations.get(collation_id)
