@@ -15,13 +15,15 @@ import time
 from decimal import Decimal
 
 from bridge.errors import ProtocolError
-from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, Statement, Transaction
+from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import init_region, region_bytes, write_publish
-from bridge.wire import codec, control, placement
+from bridge.wire import binlog, codec, control, placement, tablemap
 from bridge.wire.frame import Frame, FrameKind, encode_frame
+from tests.unit.test_binlog_events import FDE, QUERY, TABLE_MAP, USER_VAR_STR, WRITE  # captured from MariaDB 10.11
 
 SLOW_INPUT_S = 1.0  # one input taking this long counts as a hang
+
 
 
 def seeds(rng: random.Random) -> list[tuple[str, bytes]]:
@@ -29,7 +31,12 @@ def seeds(rng: random.Random) -> list[tuple[str, bytes]]:
                     (1, "é", Decimal("1.50"), b"\x00"), (2, None, dt.datetime(2024, 1, 2, 3, 4, 5, 6), BitValue(5, 3)))
     txn = Transaction("0-1-7", (row, Statement("db", "ALTER TABLE t ADD c INT"),
                                 RowChange("insert", "db", "t", ("x",), (), None, (InvalidTemporal("0000-00-00"),))))
+    raw = Transaction("0-1-9", (RowEvents(TABLE_MAP + WRITE, (("cap", "t"),), 1),
+                                Statement("", "INSERT", USER_VAR_STR + QUERY)), format_event=FDE)
     return [("txn", codec.encode_transaction(txn)),
+            ("txn", codec.encode_transaction(raw)),
+            ("row_events", TABLE_MAP + WRITE),
+            ("query", USER_VAR_STR + QUERY),
             ("chunk", codec.encode_chunk(Chunk("0-1-8", 3, True, txn.changes))),
             ("control", control.encode_message(control.hello("control", transport="tcp", start_gtid="0-1-1"))),
             ("placement", placement.encode_write(64, b"abc") + placement.encode_publish(9, 128)),
@@ -62,8 +69,20 @@ def ring_poll(data: bytes) -> None:
     RingConsumer(memoryview(region)).poll()
 
 
+def walk_rows(data: bytes) -> None:
+    list(tablemap.rows_of(data, 4))
+
+
+def replay_query(data: bytes) -> None:
+    from bridge.apply import replay  # the replica's reader of raw statements (pure)
+
+    replay.statements(data, 4, True, lambda _id: None)
+
+
 TARGETS = {
     "txn": codec.decode_transaction,
+    "row_events": walk_rows,
+    "query": replay_query,
     "chunk": codec.decode_chunk,
     "control": lambda d: control.MessageDecoder().feed(d),
     "placement": lambda d: placement.parse_head(d[:placement.HEAD.size].ljust(placement.HEAD.size, b"\0"), 4160),

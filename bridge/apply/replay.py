@@ -85,8 +85,11 @@ def _session(q: binlog.QueryEvent, same_flavor: bool, collations: Collations):
         yield b"SET @@session.lc_time_names=%d" % status[binlog.Q_LC_TIME_NAMES]
     if binlog.Q_CHARSET_DATABASE in status and (same_flavor or collations(status[binlog.Q_CHARSET_DATABASE])):
         yield b"SET @@session.collation_database=%d" % status[binlog.Q_CHARSET_DATABASE]
-    if same_flavor and binlog.Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP in status:
-        yield b"SET @@session.explicit_defaults_for_timestamp=%d" % status[binlog.Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP]
+    explicit = status.get(binlog.Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP)  # MySQL writes it; MariaDB uses a flags2 bit
+    if explicit is None and q.flags2 is not None:
+        explicit = int(bool(q.flags2 & binlog.OPTION_EXPLICIT_DEF_TIMESTAMP))
+    if explicit is not None:  # decides what a TIMESTAMP column without a DEFAULT becomes
+        yield b"SET @@session.explicit_defaults_for_timestamp=%d" % explicit
     yield b"SET TIMESTAMP=%d.%06d" % (q.timestamp, q.microseconds)
 
 

@@ -118,16 +118,18 @@ def parse_format_description(event: bytes) -> FormatDescription:
 def parse_gtid(event) -> tuple[str, bool]:
     """(GTID text, standalone) of a MariaDB GTID event (seq u64, domain u32, flags u8;
     the server id is the header's) or a MySQL GTID event (flags u8, uuid 16, gno u64)."""
-    body = HEADER_BYTES
-    kind = event_type(event)
-    if kind == MARIADB_GTID:
-        seq, domain, flags = struct.unpack_from("<QIB", event, body)
-        server = int.from_bytes(event[5:9], "little")
-        return f"{domain}-{server}-{seq}", bool(flags & MARIADB_FL_STANDALONE)
-    if kind == MYSQL_GTID:
-        sid = bytes(event[body + 1:body + 17]).hex()
-        gno = int.from_bytes(event[body + 17:body + 25], "little")
-        return f"{sid[:8]}-{sid[8:12]}-{sid[12:16]}-{sid[16:20]}-{sid[20:]}:{gno}", False
+    body, kind = HEADER_BYTES, read_header(event).type
+    try:
+        if kind == MARIADB_GTID:
+            seq, domain, flags = struct.unpack_from("<QIB", event, body)
+            server = int.from_bytes(event[5:9], "little")
+            return f"{domain}-{server}-{seq}", bool(flags & MARIADB_FL_STANDALONE)
+        if kind == MYSQL_GTID:
+            flags, sid, gno = struct.unpack_from("<B16sQ", event, body)
+            sid = sid.hex()
+            return f"{sid[:8]}-{sid[8:12]}-{sid[12:16]}-{sid[16:20]}-{sid[20:]}:{gno}", False
+    except struct.error as exc:
+        raise RemoteProtocolError(f"gtid event: truncated ({exc})") from exc
     raise RemoteProtocolError(f"gtid: event type {kind} is not a GTID event")
 
 
@@ -172,6 +174,7 @@ _FIXED = {Q_FLAGS2: 4, Q_SQL_MODE: 8, Q_AUTO_INCREMENT: 4, Q_CHARSET: 6, Q_LC_TI
           Q_SQL_REQUIRE_PRIMARY_KEY: 1, Q_DEFAULT_TABLE_ENCRYPTION: 1, Q_HRNOW: 3, Q_XID: 8, Q_GTID_FLAGS3: 1}
 # flags2 bits (sql_priv.h OPTION_*): the session switches a statement ran with
 OPTION_AUTO_IS_NULL, OPTION_NO_FOREIGN_KEY_CHECKS, OPTION_RELAXED_UNIQUE_CHECKS = 1 << 14, 1 << 26, 1 << 27
+OPTION_EXPLICIT_DEF_TIMESTAMP = 1 << 24  # MariaDB: explicit_defaults_for_timestamp (MySQL has a status variable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +271,7 @@ class UserVar:
 def parse_context(event, checksum_bytes: int) -> tuple[str, object]:
     """("intvar", (1 LAST_INSERT_ID | 2 INSERT_ID, value)), ("rand", (seed1, seed2)),
     or ("user_var", UserVar)."""
-    body, kind = HEADER_BYTES, event_type(event)
+    body, kind = HEADER_BYTES, read_header(event).type
     try:
         if kind == INTVAR:
             return "intvar", struct.unpack_from("<BQ", event, body)

@@ -55,3 +55,22 @@ def test_small_transaction_stays_whole():
     asm = TransactionAssembler(chunk_bytes=10**6)
     out = [asm.feed(e) for e in [GtidStart("0-1-9", False), rows(10), CommitRead()]]
     assert type(out[-1]).__name__ == "Transaction" and out[-1].row_count == 10
+
+
+def test_raw_row_events_gather_and_a_chunk_cut_mid_statement_repeats_its_table_maps():
+    from bridge.model import Chunk, RowEvents
+    from bridge.source.events import ContextRead, RawRowEvent
+
+    tmap, row, end = RawRowEvent(b"M" * 40, ("s", "t")), RawRowEvent(b"R" * 100, None), \
+        RawRowEvent(b"E" * 100, None, statement_end=True)
+    asm = TransactionAssembler(chunk_bytes=250)
+    out = [asm.feed(e) for e in [GtidStart("0-1-9", False), tmap, row, row, row, end, CommitRead()]]
+    chunks = [o for o in out if o is not None]
+    assert [type(c) for c in chunks] == [Chunk, Chunk] and [c.last for c in chunks] == [False, True]
+    first, second = chunks[0].changes[0], chunks[1].changes[0]
+    assert first == RowEvents(b"M" * 40 + b"R" * 300, (("s", "t"),), 3)
+    assert second == RowEvents(b"M" * 40 + b"E" * 100, (("s", "t"),), 1)  # the open statement's map again
+    txn = feed([GtidStart("0-1-10", False), tmap, end, ContextRead(b"C" * 5), QueryRead("s", "UPDATE t", b"Q" * 9),
+                tmap, end, CommitRead()])[0]
+    assert [type(c).__name__ for c in txn.changes] == ["RowEvents", "Statement", "RowEvents"]
+    assert txn.changes[1].raw == b"C" * 5 + b"Q" * 9 and txn.row_count == 2 and txn.is_ddl

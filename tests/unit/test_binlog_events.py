@@ -1,0 +1,115 @@
+"""The pure binlog readers on events captured from MariaDB 10.11 (CRC32 checksums)."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.errors import RemoteProtocolError
+from bridge.wire import binlog, tablemap
+
+FDE = bytes.fromhex(
+    "16700e6b0f01000000fc000000000100000100040031302e31312e31392d4d6172696144422d302b646562313275312d6c6f67000000000000"
+    "00000000000000000000000000000000000013380d000800120004040404120000e400041a08000000080808020000000a0a0a00000000000"
+    "00a0a0a000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+    "00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+    "00000000000000000000000000000000000000000000000000041304000d0808080a0a0a01a9755fce")
+GTID = bytes.fromhex("16700e6ba2010000002a000000dc0300000800ab11000000000000000000000c000000000000a55fd448")
+DDL_GTID = bytes.fromhex("16700e6ba2010000002a000000ab0100000800a8110000000000000000000029000000000000db0d7832")
+QUERY = bytes.fromhex(
+    "16700e6b02010000007d0000007b07000000004a000000000000000000001a0000000000010100002054000000000603737464042d002d002d"
+    "0000494e5345525420494e544f206361702e74202869642c206e616d652c206e292056414c554553202832202b2052414e442833292a302c"
+    "2040762c20406929a5cba153")
+TABLE_MAP = bytes.fromhex(
+    "16700e6b130100000067000000c604000000002700000000000100036361700001740008030ff610fefc11080a140007030201f7010203fe01"
+    "01800302082d0415026964046e616d65016401620165016a027473016e0a012d06050201780179080100a240d9b7")
+WRITE = bytes.fromhex(
+    "16700e6b170100000041000000070500000000270000000000010008ff800100000006d872737465647ff3fe0b020102050068656c6c6f5e"
+    "0d5da51a7c9c1a967a")
+UPDATE = bytes.fromhex(
+    "16700e6b1801000000650000005d0600000000270000000000010008ffff800100000006d872737465647ff3fe0b020102050068656c6c6f"
+    "5e0d5da51a7c000100000001787ff3fe0b020102050068656c6c6f5e0d5da51a7cfbffffffffffffff4923f6a0")
+USER_VAR_STR = bytes.fromhex("16700e6b0e0100000029000000cf0600000000010000007600002d000000030000007374728d404626")
+USER_VAR_INT = bytes.fromhex("16700e6b0e010000002f000000fe0600000000010000006900020800000008000000f9ffffffffffffff00f66842d2")
+
+
+def test_format_description():
+    fmt = binlog.parse_format_description(FDE)
+    assert fmt.server_version == "10.11.19-MariaDB-0+deb12u1-log" and fmt.checksum_bytes == 4
+    assert binlog.flavor_of(fmt.server_version) == "mariadb" and len(fmt.id) == 8
+    with pytest.raises(RemoteProtocolError, match="not a FORMAT_DESCRIPTION"):
+        binlog.parse_format_description(GTID)
+
+
+def test_gtids_and_standalone_flag():
+    assert binlog.parse_gtid(GTID) == ("0-1-4523", False)
+    assert binlog.parse_gtid(DDL_GTID) == ("0-1-4520", True)
+    mysql = bytearray(binlog.HEADER_BYTES + 25)
+    mysql[4] = binlog.MYSQL_GTID
+    mysql[binlog.HEADER_BYTES + 1:binlog.HEADER_BYTES + 17] = bytes(range(16))
+    mysql[binlog.HEADER_BYTES + 17:binlog.HEADER_BYTES + 25] = (42).to_bytes(8, "little")
+    assert binlog.parse_gtid(bytes(mysql)) == ("00010203-0405-0607-0809-0a0b0c0d0e0f:42", False)
+
+
+def test_query_event_and_its_session():
+    q = binlog.parse_query(QUERY, 4)
+    assert q.schema == "" and q.sql.startswith(b"INSERT INTO cap.t (id, name, n)") and q.sql.endswith(b"@v, @i)")
+    assert q.sql_mode == 1411383296 and q.charset == (45, 45, 45) and q.timestamp == 1796108310
+    assert q.flags2 & binlog.OPTION_EXPLICIT_DEF_TIMESTAMP and not q.flags2 & binlog.OPTION_NO_FOREIGN_KEY_CHECKS
+
+
+def test_context_events():
+    assert binlog.parse_context(USER_VAR_STR, 4) == ("user_var", binlog.UserVar("v", "string", b"str", 45))
+    assert binlog.parse_context(USER_VAR_INT, 4) == ("user_var", binlog.UserVar("i", "int", -7, 0))
+
+
+def test_table_map_with_full_metadata_and_row_images():
+    table = tablemap.parse_table_map(TABLE_MAP, 4)
+    assert (table.schema, table.table) == ("cap", "t") == binlog.table_map_names(TABLE_MAP)
+    assert table.names == ("id", "name", "d", "b", "e", "j", "ts", "n") and table.primary_key == (0,)
+    assert table.unsigned[0] and not table.unsigned[7]
+    assert table.collations[1] == 8 and table.collations[5] == 45  # latin1 VARCHAR, utf8mb4 TEXT
+    [(before, after)] = tablemap.row_images(WRITE, table, 4)
+    assert before is None and tablemap.as_int(after[0], True) == 1 and after[7] is None
+    assert tablemap.as_text(after[1], table.collations[1]) == "Ørsted" and after[5] == b"hello"
+    [(before, after)] = tablemap.row_images(UPDATE, table, 4)
+    assert tablemap.as_text(after[1], 8) == "x" and tablemap.as_int(after[7]) == -5
+    assert binlog.rows_flags(UPDATE) & binlog.STMT_END_F
+    rows = list(tablemap.rows_of(TABLE_MAP + WRITE + TABLE_MAP + UPDATE, 4))
+    assert [kind for _, kind, _, _ in rows] == ["insert", "update"]
+
+
+def test_split_events_and_bad_sizes():
+    assert list(binlog.split_events(TABLE_MAP + WRITE)) == [TABLE_MAP, WRITE]
+    with pytest.raises(RemoteProtocolError, match="bad event size"):
+        list(binlog.split_events(TABLE_MAP + WRITE[:-1]))
+
+
+@pytest.mark.parametrize("raw,precision,scale,text", [
+    (bytes.fromhex("7ff3fe0b"), 7, 3, "-12.500"), (bytes.fromhex("800c01f4"), 7, 3, "12.500"),
+    (bytes.fromhex("80000000"), 7, 3, "0.000")])
+def test_binary_decimal(raw, precision, scale, text):
+    assert binlog.decimal_text(raw, precision, scale) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 4))
+def test_garbage_gives_a_protocol_error_or_a_value(data, checksum_bytes):
+    for parse in (lambda d: binlog.parse_query(d, checksum_bytes), lambda d: tablemap.parse_table_map(d, 4),
+                  lambda d: list(binlog.split_events(d)), lambda d: binlog.parse_context(d, 4),
+                  lambda d: tablemap.row_images(WRITE[:19] + d, tablemap.parse_table_map(TABLE_MAP, 4), 4)):
+        try:
+            parse(data)
+        except RemoteProtocolError:
+            pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(TABLE_MAP) - 1), st.integers(0, 255))
+def test_a_flipped_byte_in_a_table_map_never_crashes(at, value):
+    event = bytearray(TABLE_MAP)
+    event[at] = value
+    try:
+        table = tablemap.parse_table_map(bytes(event), 4)
+        list(tablemap.rows_of(bytes(event) + WRITE, 4)) if table.table_id == 39 else None
+    except RemoteProtocolError:
+        pass
