@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pymysql
 
+from bridge.apply import modes
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
 from bridge.source import preflight
+from bridge.wire.binlog import flavor_of
 
 SYSFS = Path("/sys/class/infiniband")
 NET = Path("/sys/class/net")
@@ -152,7 +154,10 @@ def primary_checks(url: MysqlUrl, server_id: int) -> list[Check]:
     return out
 
 
-def replica_checks(url: MysqlUrl, primary_server_id: int | None = None) -> list[Check]:
+def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mode: str = "auto",
+                   primary_flavor: str | None = None) -> list[Check]:
+    """``primary_flavor``: mariadb or mysql when the primary was checked too (auto mode
+    then knows which apply mode it will be); unknown: the replica's own flavor."""
     try:
         conn = pymysql.connect(**url.connect_args(), connect_timeout=10)
     except pymysql.MySQLError as exc:
@@ -164,14 +169,38 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None) -> list[
                             required=(("SELECT",), ("INSERT",), ("UPDATE",), ("DELETE",), ("CREATE",), ("DROP",),
                                       ("ALTER",), ("INDEX",)), wanted=())
         with conn.cursor() as cur:
-            cur.execute("SELECT @@server_id")
-            rid = int(cur.fetchone()[0])
+            cur.execute("SELECT @@server_id, VERSION()")
+            rid, version = cur.fetchone()
+            rid = int(rid)
+        out += apply_mode_checks(conn, apply_mode, primary_flavor or flavor_of(version), flavor_of(version))
         if primary_server_id is not None:
             same = rid == primary_server_id
             out.append(Check("WARN" if same else "PASS", "replica server id", f"{rid}",
                              "give the replica its own server_id" if same else ""))
     finally:
         conn.close()
+    return out
+
+
+def apply_mode_checks(conn, requested: str, primary_flavor: str, replica_flavor: str) -> list[Check]:
+    """The apply mode start-replica will use, and the privileges it needs (the same
+    check start-replica makes before a session)."""
+    try:
+        mode = modes.choose(requested, primary_flavor, replica_flavor)
+    except BridgeError as exc:
+        return [Check("FAIL", "apply mode", str(exc), "use --apply-mode auto or sql")]
+    out = [Check("INFO", "apply mode", f"{mode} (asked: {requested}; primary {primary_flavor}, "
+                                       f"replica {replica_flavor})")]
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        user, _, host = cur.fetchone()[0].rpartition("@")
+        cur.execute("SHOW GRANTS")
+        grants = " ".join(r[0] for r in cur.fetchall())
+    lacking = modes.missing(grants, mode, replica_flavor)
+    out.append(Check("FAIL" if lacking else "PASS", f"apply mode {mode} grants",
+                     "missing " + "; ".join(f"{p} ({modes.why(p)})" for p in lacking) if lacking else
+                     "BINLOG and DEFINER privileges granted" if mode == "binlog" else "DEFINER privilege granted",
+                     modes.grant_statement(lacking, user, host) if lacking else ""))
     return out
 
 
@@ -208,3 +237,15 @@ def render(checks: list[Check]) -> str:
     warns = sum(c.status == "WARN" for c in checks)
     lines.append(f"{fails} failed, {warns} warnings, {len(checks) - fails - warns} passed or informational")
     return "\n".join(lines)
+
+
+def flavor_or_none(url: MysqlUrl) -> str | None:
+    """mariadb or mysql, from the server's version; None when it cannot be reached."""
+    try:
+        conn = preflight.connect(url, "primary")
+    except BridgeError:
+        return None
+    try:
+        return flavor_of(preflight.read_settings(conn)["version"])
+    finally:
+        conn.close()

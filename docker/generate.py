@@ -126,7 +126,7 @@ def mysql_override() -> dict:
 
     return {"services": {
         "primary": server(1, "primary_grants_mysql.sql", "rdma_repl", "REPL_PASSWORD", "primary", True),
-        "replica": server(2, "replica_grants.sql", "rdma_apply", "APPLY_PASSWORD", "replica", False),
+        "replica": server(2, "replica_grants_mysql.sql", "rdma_apply", "APPLY_PASSWORD", "replica", False),
     }}
 
 

@@ -18,8 +18,8 @@ from bridge.errors import ConfigError
 
 MODES = ("auto", "binlog", "sql")
 # privilege -> its alternatives in SHOW GRANTS, per flavor
-_BINLOG = {"mariadb": ("BINLOG REPLAY", "SUPER"), "mysql": ("BINLOG_ADMIN", "REPLICATION_APPLIER", "SUPER")}
-_DEFINER = {"mariadb": ("SET USER", "SUPER"), "mysql": ("SET_USER_ID", "SET_ANY_DEFINER", "SUPER")}
+_BINLOG = {"mariadb": ("BINLOG REPLAY", "SUPER"), "mysql": ("REPLICATION_APPLIER", "BINLOG_ADMIN", "SUPER")}
+_DEFINER = {"mariadb": ("SET USER", "SUPER"), "mysql": ("SET_ANY_DEFINER", "SET_USER_ID", "SUPER")}
 
 
 def choose(requested: str, primary_flavor: str, replica_flavor: str) -> str:
@@ -56,7 +56,6 @@ def grant_statement(privileges: list[str], user: str, host: str) -> str:
 
 
 def why(privilege: str) -> str:
-    return {"BINLOG REPLAY": "to apply row events in the server (--apply-mode binlog)",
-            "BINLOG_ADMIN": "to apply row events in the server (--apply-mode binlog)",
-            "SET USER": "to replay triggers, routines, views and events with the primary's DEFINER",
-            "SET_USER_ID": "to replay triggers, routines, views and events with the primary's DEFINER"}[privilege]
+    if privilege in ("BINLOG REPLAY", "REPLICATION_APPLIER"):
+        return "to apply row events in the server (--apply-mode binlog)"
+    return "to replay triggers, routines, views and events with the primary's DEFINER"

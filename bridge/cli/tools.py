@@ -78,7 +78,10 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
 @click.option("--target", envvar="RDMA_BRIDGE_TARGET", default=None, metavar="URL",
               help="Also check the replica: the applier's grants.")
 @click.option("--server-id", type=int, default=4242, show_default=True)
-def doctor(transport: str, ring_bytes: int, source: str | None, target: str | None, server_id: int) -> None:
+@click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
+              help="The start-replica --apply-mode to check the replica user's privileges for.")
+def doctor(transport: str, ring_bytes: int, source: str | None, target: str | None, server_id: int,
+           apply_mode: str) -> None:
     """Check this host and the servers for the known pitfalls before you start: RDMA
     device and port, RoCE v2 GID, MTU, memlock, NUMA placement, firmware, PFC/ECN; the
     primary's binlog settings and server ids; least-privilege grants on both servers.
@@ -89,10 +92,14 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     from bridge import doctor as checks
 
     found = checks.rdma_checks(transport, ring_bytes)
+    primary_flavor = None
     if source:
-        found += checks.primary_checks(MysqlUrl.parse(source, PASSWORD_ENV["source"]), server_id)
+        primary = MysqlUrl.parse(source, PASSWORD_ENV["source"])
+        found += checks.primary_checks(primary, server_id)
+        primary_flavor = checks.flavor_or_none(primary)
     if target:
-        found += checks.replica_checks(MysqlUrl.parse(target, PASSWORD_ENV["target"]))
+        found += checks.replica_checks(MysqlUrl.parse(target, PASSWORD_ENV["target"]), apply_mode=apply_mode,
+                                       primary_flavor=primary_flavor)
     click.echo(checks.render(found))
     sys.exit(1 if any(c.status == "FAIL" for c in found) else 0)
 

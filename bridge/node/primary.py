@@ -111,6 +111,7 @@ class PrimaryNode:
         producer = self.producer
         return {"role": "primary", "source": str(self.cfg.source),
                 "replica": f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", "transport": self.cfg.transport,
+                "apply_mode": self.apply_mode,
                 "connected": self.remote is not None, "last_gtid": self.last_gtid,
                 "counters": {"transactions_shipped": self.shipped, "frames_resent": self.resent_frames,
                              "binlog_reopens": self.binlog_reopens, "reconnects": self.reconnects,

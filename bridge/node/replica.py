@@ -43,9 +43,17 @@ class ReplicaNode:
         self.cfg = cfg
         self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
             ParallelApplier(cfg.target, cfg.channel, cfg.workers)
-        if cfg.apply_mode != "auto":
-            modes.choose(cfg.apply_mode, self.applier.server.flavor, self.applier.server.flavor)
-            self.applier.preflight(cfg.apply_mode)
+        if cfg.apply_mode != "auto":  # refuse at start what every session would refuse
+            try:
+                self.applier.preflight(cfg.apply_mode)
+            except BridgeError:
+                self.applier.close()
+                raise
+        else:
+            try:  # auto: binlog mode for a primary of this flavor, the usual case
+                self.applier.preflight("binlog")
+            except ConfigError as exc:
+                log.warning("a %s primary will be refused until this is fixed: %s", self.applier.server.flavor, exc)
         self.apply_mode = ""  # the current session's
         self._has_format = False  # a FORMAT_DESCRIPTION is known for the frames taken in this session
         self.host = make_host(cfg.transport, cfg.ring_bytes)

@@ -34,7 +34,14 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
 
 
 SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",
-            "version", "gtid_binlog_pos", "gtid_executed", "gtid_strict_mode")
+            "version", "gtid_binlog_pos", "gtid_executed", "gtid_strict_mode", "log_bin_compress",
+            "binlog_transaction_compression")
+# Compressed events (MariaDB log_bin_compress, MySQL binlog_transaction_compression) cannot
+# be applied by the replica's BINLOG statement, nor decoded by the reader.
+UNSUPPORTED = (("log_bin_compress", "set log_bin_compress=OFF (compressed binlog events cannot be replicated by "
+                                    "the bridge)"),
+               ("binlog_transaction_compression", "set binlog_transaction_compression=OFF (compressed "
+                                                  "transactions cannot be replicated by the bridge)"))
 
 
 def read_settings(conn) -> dict[str, str]:
@@ -49,6 +56,7 @@ def read_settings(conn) -> dict[str, str]:
 def check_primary(settings: dict[str, str], our_server_id: int, url: MysqlUrl) -> None:
     problems = [f"{name} is {settings[name]}, need {want}: {fix}"
                 for name, want, fix in REQUIRED if settings[name].upper() != want]
+    problems += [f"{name} is ON: {fix}" for name, fix in UNSUPPORTED if settings[name].upper() == "ON"]
     if int(settings["server_id"]) == our_server_id:
         problems.append(f"server_id clash: the primary's server_id is {our_server_id}; pass another --server-id")
     if problems:

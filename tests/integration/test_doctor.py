@@ -4,6 +4,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from bridge import doctor
 from bridge.workload import connect
 
@@ -47,7 +49,33 @@ def test_primary_and_replica_checks_against_the_sandbox(urls):
     broad = statuses(doctor.primary_checks(urls["primary_admin"], 4242))
     assert broad["primary least privilege"] == "WARN"
     replica = doctor.replica_checks(urls["replica"])
-    assert all(c.status == "PASS" for c in replica), doctor.render(replica)
+    assert all(c.status in ("PASS", "INFO") for c in replica), doctor.render(replica)
+    assert statuses(replica)["apply mode binlog grants"] == "PASS"
+
+
+def test_an_applier_without_binlog_replay_is_refused_with_the_grant_to_run(urls):
+    from bridge.config import ReplicaConfig
+    from bridge.errors import ConfigError
+    from bridge.node.replica import ReplicaNode
+
+    admin = connect(urls["replica_admin"])
+    with admin.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'doc_norows'@'127.0.0.1' IDENTIFIED BY 'pw-doc'")
+        cur.execute("GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX ON *.* "
+                    "TO 'doc_norows'@'127.0.0.1'")
+    try:
+        weak = urls["replica"].__class__(urls["replica"].host, urls["replica"].port, "doc_norows", "pw-doc")
+        check = next(c for c in doctor.replica_checks(weak) if c.name == "apply mode binlog grants")
+        assert check.status == "FAIL" and "BINLOG REPLAY" in check.detail and "SET USER" in check.detail
+        assert check.fix == "GRANT BINLOG REPLAY, SET USER ON *.* TO 'doc_norows'@'127.0.0.1'"
+        sql_mode = next(c for c in doctor.replica_checks(weak, apply_mode="sql") if c.name.startswith("apply mode sql"))
+        assert sql_mode.fix == "GRANT SET USER ON *.* TO 'doc_norows'@'127.0.0.1'"
+        with pytest.raises(ConfigError, match=r"GRANT BINLOG REPLAY, SET USER ON \*\.\* TO 'doc_norows'"):
+            ReplicaNode(ReplicaConfig(target=weak, listen=("127.0.0.1", 0), apply_mode="binlog"))
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("DROP USER 'doc_norows'@'127.0.0.1'")
+        admin.close()
 
 
 def test_a_reader_without_replication_grants_fails_with_the_fix(urls):
