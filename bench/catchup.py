@@ -2,7 +2,7 @@
 stopped; then the native MariaDB replica (1 and 4 parallel threads, optimistic)
 and the bridge each catch up alone, on the same machine, in the same run.
 
-    python -m bench.catchup [--transactions 200000] [--transport shm]
+    python -m bench.catchup [--transactions 200000] [--transport shm] [--apply-mode binlog|sql]
 
 Prints JSON: seconds and txn/s per contender, and the bridge/native ratios.
 """
@@ -37,8 +37,8 @@ def catch_up(bench: Bench, count: int, native_threads: int, start_id: int, log) 
             "ratio_bridge_over_native": round(native_s / bridge_s, 2)}
 
 
-def run(count: int, state_dir: str, transport: str, log=print) -> dict:
-    bench = Bench(state_dir, transport)
+def run(count: int, state_dir: str, transport: str, log=print, apply_mode: str = "binlog") -> dict:
+    bench = Bench(state_dir, transport, extra_replica=("--apply-mode", apply_mode))
     try:
         bench.start_bridge()
         with bench.primary.cursor() as cur:
@@ -51,17 +51,19 @@ def run(count: int, state_dir: str, transport: str, log=print) -> dict:
     finally:
         bench.native_sql("STOP SLAVE", "SET GLOBAL slave_parallel_threads=0", "START SLAVE")
         bench.stop()
-    return {"benchmark": "catch-up, single-row transactions", "transport": transport, "rounds": rounds}
+    return {"benchmark": "catch-up, single-row transactions", "transport": transport, "apply_mode": apply_mode,
+            "rounds": rounds}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--transactions", type=int, default=200_000)
     ap.add_argument("--transport", default="shm", choices=["shm", "tcp"])
+    ap.add_argument("--apply-mode", default="binlog", choices=["binlog", "sql"])
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()
     print(json.dumps(run(args.transactions, args.state_dir, args.transport,
-                         log=lambda m: print(m, file=sys.stderr)), indent=2))
+                         log=lambda m: print(m, file=sys.stderr), apply_mode=args.apply_mode), indent=2))
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ class BinlogReader:
             return _COMMIT
         if etype in _GTID_EVENTS:
             return GtidStart(*binlog.parse_gtid(data[1:]))
-        if etype in _WHOLE_EVENTS:
+        if etype in _WHOLE_EVENTS or (self.raw_rows and etype in _RAW_ROW_EVENTS):
             return self._whole_event(etype, bytes(data[1:1 + binlog.event_size(data, 1)]))
         if etype in _UNSUPPORTED:
             raise SourceError(f"binlog stream from {self.url}: {_UNSUPPORTED[etype]}")
@@ -209,8 +209,6 @@ class BinlogReader:
         if etype == binlog.FORMAT_DESCRIPTION:
             self.format = binlog.parse_format_description(event)
             return _LIBRARY  # the library reads it too (post-header lengths)
-        if not self.raw_rows:
-            return _LIBRARY
         if etype == binlog.TABLE_MAP:
             return RawRowEvent(event, binlog.table_map_names(event))
         return RawRowEvent(event, None, bool(binlog.rows_flags(event) & binlog.STMT_END_F))
@@ -268,8 +266,8 @@ class BinlogReader:
 _LIBRARY = object()  # "let the library decode this packet"
 _XID_EVENT, _TABLE_MAP_EVENT = BINLOG.XID_EVENT, BINLOG.TABLE_MAP_EVENT
 _GTID_EVENTS = (binlog.MARIADB_GTID, binlog.MYSQL_GTID)
-_WHOLE_EVENTS = frozenset({binlog.QUERY, binlog.FORMAT_DESCRIPTION, binlog.TABLE_MAP, *binlog.CONTEXT_EVENTS,
-                           *binlog.ROW_EVENTS})
+_WHOLE_EVENTS = frozenset({binlog.QUERY, binlog.FORMAT_DESCRIPTION, *binlog.CONTEXT_EVENTS})
+_RAW_ROW_EVENTS = frozenset({binlog.TABLE_MAP, *binlog.ROW_EVENTS})  # kept whole in binlog apply mode
 _UNSUPPORTED = {**{t: "compressed binlog events (log_bin_compress=ON) are not supported; set it OFF"
                    for t in (binlog.QUERY_COMPRESSED, *binlog.ROWS_COMPRESSED)},
                 binlog.TRANSACTION_PAYLOAD: "compressed transactions (binlog_transaction_compression=ON) are not "
