@@ -12,7 +12,7 @@ returned; a watcher in its own process (no shared GIL) polls the replica for the
 highest visible id and records when each id first became visible (polling adds its
 own interval, the same for both). Both use CLOCK_MONOTONIC (time.perf_counter).
 
-    python -m bench.lag [--rates 500,2000,5000] [--seconds 6] [--rounds 3]
+    python -m bench.lag [--rates 500,2000,5000] [--seconds 6] [--rounds 3] [--apply-mode binlog|sql]
 """
 
 from __future__ import annotations
@@ -121,8 +121,9 @@ class Sides:
         return MysqlUrl.parse(bench.info["replica_admin"]).connect_args()
 
 
-def run(rates: list[int], seconds: float, state_dir: str, transport: str, rounds: int = 3) -> dict:
-    bench = Bench(state_dir, transport)
+def run(rates: list[int], seconds: float, state_dir: str, transport: str, rounds: int = 3,
+        apply_mode: str = "binlog") -> dict:
+    bench = Bench(state_dir, transport, extra_replica=("--apply-mode", apply_mode))
     rows, next_id = [], 1
     try:
         bench.start_bridge()
@@ -153,7 +154,8 @@ def run(rates: list[int], seconds: float, state_dir: str, transport: str, rounds
         bench.native_sql("START SLAVE")
         bench.stop()
     return {"benchmark": "lag commit-returned to visible (ratios bridge/native, lower is better)",
-            "transport": transport, "seconds_per_rate_and_side": seconds, "rounds": rounds, "rates": rows}
+            "transport": transport, "apply_mode": apply_mode, "seconds_per_rate_and_side": seconds, "rounds": rounds,
+            "rates": rows}
 
 
 def main() -> None:
@@ -162,10 +164,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0, help="per rate and side, over all rounds")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--transport", default="shm", choices=["shm", "tcp"])
+    ap.add_argument("--apply-mode", default="binlog", choices=["binlog", "sql"])
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()
     print(json.dumps(run([int(r) for r in args.rates.split(",")], args.seconds, args.state_dir, args.transport,
-                         args.rounds),
+                         args.rounds, args.apply_mode),
                      indent=2))
 
 

@@ -16,18 +16,27 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import catchup, checksum, decode, lag, semisync, workers
+from bench import catchup, checksum, cpu, decode, lag, semisync, workers
+
+MODES = ("binlog", "sql")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def ratios(result: dict) -> dict:
     out = {}
-    for r in result["catchup"]["rounds"]:
-        out[f"catch-up vs native {r['native_threads'] or 1} thread(s) (higher is better)"] = r["ratio_bridge_over_native"]
-    for r in result["lag"]["rates"]:
-        for p in ("p50", "p99", "p999"):
-            out[f"lag {p} at {r['rate']} txn/s, bridge/native (lower is better)"] = r[f"ratio_{p}"]
+    for mode in MODES:
+        for r in result["catchup"][mode]["rounds"]:
+            out[f"catch-up ({mode} apply) vs native {r['native_threads'] or 1} thread(s) (higher is better)"] = \
+                r["ratio_bridge_over_native"]
+    for mode in MODES:
+        for r in result["lag"][mode]["rates"]:
+            for p in ("p50", "p99", "p999"):
+                out[f"lag {p} at {r['rate']} txn/s ({mode} apply), bridge/native (lower is better)"] = r[f"ratio_{p}"]
+    for r in result["cpu"]["rows"]:
+        out[f"CPU per txn, {r['workload']} at {result['cpu']['rate']} txn/s over {r['transport']} ({r['apply_mode']} "
+            "apply), bridge processes + replica server / native replica server (lower is better)"] = \
+            r["ratio_bridge_total_over_native_server"]
     out["decode vs stock mysql-replication (higher is better)"] = result["decode"]["ratio_ours_over_stock"]
     for name, rounds in result["workers"]["sweeps"].items():
         for r in rounds:
@@ -66,15 +75,21 @@ def main() -> None:
     ap.add_argument("--decode-transactions", type=int, default=100_000)
     ap.add_argument("--seconds", type=float, default=6.0, help="lag: per rate and side")
     ap.add_argument("--sweep-transactions", type=int, default=20_000)
+    ap.add_argument("--cpu-seconds", type=float, default=10.0, help="CPU per transaction: per workload and setup")
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     result = {"date": dt.date.today().isoformat(), "machine": f"{platform.node()} {platform.machine()}, "
               f"{__import__('os').cpu_count()} cpus, Python {platform.python_version()}"}
-    log("catch-up ...")
-    result["catchup"] = catchup.run(args.transactions, args.state_dir, "shm", log=log)
-    log("lag ...")
-    result["lag"] = lag.run([500, 2000, 5000], args.seconds, args.state_dir, "shm")
+    result["catchup"], result["lag"] = {}, {}
+    for mode in MODES:
+        log(f"catch-up ({mode} apply) ...")
+        result["catchup"][mode] = catchup.run(args.transactions, args.state_dir, "shm", log=log, apply_mode=mode)
+    for mode in MODES:
+        log(f"lag ({mode} apply) ...")
+        result["lag"][mode] = lag.run([500, 2000, 5000], args.seconds, args.state_dir, "shm", apply_mode=mode)
+    log("CPU per transaction ...")
+    result["cpu"] = cpu.run(1000, args.cpu_seconds, args.state_dir, log=log)
     log("decode ...")
     result["decode"] = decode.run(args.decode_transactions, args.state_dir)
     log("parallel apply sweep ...")

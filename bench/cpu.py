@@ -1,0 +1,134 @@
+"""CPU per replicated transaction: each bridge process and the replica server, against
+the native replica server, measured in the same run while both follow the primary.
+
+A paced client offers RATE transactions/s for SECONDS, either single-row INSERTs or
+UPDATEs of 3 rows; the bridge (into the sandbox replica) and the native MariaDB
+replica (the third sandbox server) replicate the same stream at the same time. CPU
+is user+system time from /proc/<pid>/stat before and after (every thread of the
+process), divided by the transactions the primary committed in between (the load
+and the heartbeat rows, which both replicas apply).
+
+    python -m bench.cpu [--rate 1000] [--seconds 10] [--transports shm,tcp] [--modes binlog,sql]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pymysql
+
+from bench.common import BENCH_SCHEMA, Bench
+from bridge.config import MysqlUrl
+
+TICK = os.sysconf("SC_CLK_TCK")
+ROWS = 30_000  # the 3-row updates spread over this many rows
+WORKLOADS = {
+    "single-row": lambda n: f"INSERT INTO {BENCH_SCHEMA}.cpu1 VALUES ({n}, {n % 1000}, 'row {n}')",
+    "3-row update": lambda n: f"UPDATE {BENCH_SCHEMA}.cpu3 SET v = v + 1 WHERE id IN "
+                              f"({3 * n % ROWS}, {(3 * n + 1) % ROWS}, {(3 * n + 2) % ROWS})",
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def server_pid(bench: Bench, role: str) -> int:
+    return int((bench.box.dir / role / "mysqld.pid").read_text())
+
+
+def paced(url: MysqlUrl, statement, rate: int, seconds: float, first: int) -> int:
+    conn = pymysql.connect(**url.connect_args(), autocommit=True)
+    interval, started, n = 1.0 / rate, time.perf_counter(), 0
+    with conn.cursor() as cur:
+        while n < rate * seconds:
+            delay = started + n * interval - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            cur.execute(statement(first + n))
+            n += 1
+    conn.close()
+    return n
+
+
+def seq(bench: Bench) -> int:
+    return bench.primary_pos().mariadb[0].seq
+
+
+def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int) -> dict:
+    pids = {"primary side": bench.bridge_primary.proc.pid, "replica side": bench.bridge_replica.proc.pid,
+            "replica server": server_pid(bench, "replica"), "native replica server": server_pid(bench, "native")}
+    before, start_seq = {k: cpu_seconds(p) for k, p in pids.items()}, seq(bench)
+    paced(MysqlUrl.parse(bench.info["primary_admin"]), WORKLOADS[workload], rate, seconds, first)
+    target = bench.primary_pos()
+    bench.wait(bench.native_pos, target)
+    bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
+    txns = seq(bench) - start_seq
+    us = {k: round((cpu_seconds(p) - before[k]) / txns * 1e6, 1) for k, p in pids.items()}
+    bridge_total = us["primary side"] + us["replica side"] + us["replica server"]
+    return {"workload": workload, "transactions": txns, "cpu_us_per_txn": us,
+            "bridge_processes_us": round(us["primary side"] + us["replica side"], 1),
+            "bridge_total_us": round(bridge_total, 1),
+            "ratio_bridge_total_over_native_server": round(bridge_total / us["native replica server"], 2)}
+
+
+def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp"), modes=("binlog", "sql"),
+        log=print) -> dict:
+    rows, first = [], 1
+    for mode in modes:
+        for transport in transports:
+            bench = Bench(state_dir, transport, extra_replica=("--apply-mode", mode))
+            try:
+                bench.start_bridge()
+                _tables(bench)
+                for workload in WORKLOADS:
+                    row = measure(bench, workload, rate, seconds, first)
+                    first += int(rate * seconds)
+                    rows.append({"apply_mode": mode, "transport": transport, **row})
+                    log(f"{mode}/{transport}/{workload}: {row['cpu_us_per_txn']} "
+                        f"(bridge total {row['bridge_total_us']} us, "
+                        f"{row['ratio_bridge_total_over_native_server']}x native)")
+            finally:
+                bench.stop()
+    return {"benchmark": "CPU per transaction, bridge (both processes + replica server) vs native replica server",
+            "rate": rate, "seconds": seconds, "rows": rows}
+
+
+def _tables(bench: Bench) -> None:
+    with bench.primary.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {BENCH_SCHEMA}")
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {BENCH_SCHEMA}.cpu1 (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {BENCH_SCHEMA}.cpu3 (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.execute(f"DELETE FROM {BENCH_SCHEMA}.cpu1")
+        cur.execute(f"SELECT COUNT(*) FROM {BENCH_SCHEMA}.cpu3")
+        if cur.fetchone()[0] < ROWS:
+            cur.execute(f"INSERT IGNORE INTO {BENCH_SCHEMA}.cpu3 SELECT seq, 0, 'r' FROM {BENCH_SCHEMA}.seq_0_to_{ROWS - 1}")
+    target = bench.primary_pos()
+    bench.wait(bench.native_pos, target)
+    bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--transports", default="shm,tcp")
+    ap.add_argument("--modes", default="binlog,sql")
+    ap.add_argument("--state-dir", default=".sandbox")
+    args = ap.parse_args()
+    print(json.dumps(run(args.rate, args.seconds, args.state_dir, args.transports.split(","), args.modes.split(","),
+                         log=_stderr), indent=2))
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
