@@ -35,7 +35,7 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
 
 SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",
             "version", "gtid_binlog_pos", "gtid_executed", "gtid_strict_mode", "log_bin_compress",
-            "binlog_transaction_compression")
+            "binlog_transaction_compression", "binlog_row_value_options")
 # Compressed events (MariaDB log_bin_compress, MySQL binlog_transaction_compression) cannot
 # be applied by the replica's BINLOG statement, nor decoded by the reader.
 UNSUPPORTED = (("log_bin_compress", "set log_bin_compress=OFF (compressed binlog events cannot be replicated by "
@@ -57,6 +57,8 @@ def check_primary(settings: dict[str, str], our_server_id: int, url: MysqlUrl) -
     problems = [f"{name} is {settings[name]}, need {want}: {fix}"
                 for name, want, fix in REQUIRED if settings[name].upper() != want]
     problems += [f"{name} is ON: {fix}" for name, fix in UNSUPPORTED if settings[name].upper() == "ON"]
+    if "PARTIAL_JSON" in settings["binlog_row_value_options"].upper():  # MySQL
+        problems.append("binlog_row_value_options is PARTIAL_JSON: set it to '' (the bridge needs full row images)")
     if int(settings["server_id"]) == our_server_id:
         problems.append(f"server_id clash: the primary's server_id is {our_server_id}; pass another --server-id")
     if problems:

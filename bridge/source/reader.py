@@ -1,15 +1,19 @@
 """Binlog reader adapter: the only module that imports pymysqlreplication.
 
-Turns library events into ``bridge.source.events`` values with exact column
-values, working around the decoding traps measured on MariaDB 10.11
-(shared/notes/mariadb-binlog-facts.md):
+The library keeps the dump connection (registration, checksum and heartbeat
+settings, COM_BINLOG_DUMP_GTID, rotation); each event packet passes our hook first
+(``_fast_event``): GTID, XID, QUERY with its context events and the
+FORMAT_DESCRIPTION are read here (bridge.wire.binlog); in binlog apply mode TABLE_MAP
+and row events are kept whole, unread. In sql apply mode rows are decoded (our
+decoder for the common types, the library for the rest) into exact values, working
+around the library's traps measured on MariaDB 10.11:
 - zero/invalid dates decode to None → kept as ``InvalidTemporal`` text (the
   library's private date readers are replaced, here and only here);
 - BINARY(n) arrives with trailing zero bytes stripped → padded back to n;
 - BIT(n) arrives as a '0101' string → ``BitValue``; SET as a set (empty: None);
 - TIMESTAMP arrives as naive UTC (the applier runs with time_zone '+00:00'),
   and a zero TIMESTAMP as the epoch → ``InvalidTemporal``;
-- ``QueryEvent.schema`` is bytes; the primary key is '', a str or a tuple.
+- the primary key is '', a str or a tuple.
 The library's own reconnect replays from its original position and delivers
 duplicates, so a lost stream raises ``SourceConnectionLost`` instead: the bridge
 owns reconnection.

@@ -73,11 +73,26 @@ def packed_int(data, at: int) -> tuple[int, int]:
     return int.from_bytes(data[at + 1:at + 1 + size], "little"), at + 1 + size
 
 
+# Every transaction repeats the TABLE_MAP of each table it touches; the same body (table
+# id, names, types, metadata) is the same table, so it is read once (an ALTER or a
+# reused table id changes the body).
+_PARSED: dict[bytes, TableMap] = {}
+_PARSED_MAX = 4096
+
+
 def parse_table_map(event, checksum_bytes: int) -> TableMap:
+    body = bytes(event[HEADER_BYTES:len(event) - checksum_bytes])
+    table = _PARSED.get(body)
+    if table is not None:
+        return table
     try:
-        return _parse_table_map(bytes(event), checksum_bytes)
+        table = _parse_table_map(bytes(event), checksum_bytes)
     except (IndexError, ValueError) as exc:
         raise RemoteProtocolError(f"table map: unreadable ({exc})") from exc
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[body] = table
+    return table
 
 
 def _parse_table_map(event: bytes, checksum_bytes: int) -> TableMap:
