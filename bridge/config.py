@@ -154,6 +154,7 @@ class PrimaryConfig:
     chunk_bytes: int = 1 << 20  # larger transactions stream as chunks (at most ring/4 each)
     heartbeat_row_s: float = 0.0  # write rdma_bridge.heartbeat on the primary this often; 0: off
     semi_sync: str = "off"  # off | received (ACK once placed in the ring) | applied (once committed)
+    take_over: bool = False  # fence off a primary side already feeding the channel
     metrics: tuple[str, int] | None = None  # /metrics and /status; None: off
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1

@@ -47,6 +47,35 @@ class VersionSkew(RemoteProtocolError):
     """Both ends speak different protocol versions or ring layouts."""
 
 
+class Refused(BridgeError):
+    """The replica side refused this primary side for a reason retrying cannot fix;
+    ``code`` travels in the control channel's error message."""
+
+    code = "refused"
+
+
+class ChannelBusy(Refused):
+    """Another primary side feeds the channel (and this one did not ask to take over)."""
+
+    code = "channel_busy"
+
+
+class Fenced(Refused):
+    """A newer primary side took the channel over: this one must stop writing."""
+
+    code = "fenced"
+
+
+class ChannelLocked(ConfigError):
+    """Another replica side applies this channel into the same replica."""
+
+
+class StartRefused(Refused):
+    """A new channel would replay the binlog into data the replica already holds."""
+
+    code = "start_position"
+
+
 class RingFull(BridgeError):
     """The ring has no room for the next frame until the replica acknowledges."""
 

@@ -15,3 +15,9 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.bridge_meta (
 CREATE TABLE IF NOT EXISTS rdma_bridge.bridge_probe (
   id INT NOT NULL
 ) ENGINE=InnoDB;
+-- The heartbeat rows the primary side writes on the primary (bridge.source.heartbeat)
+-- arrive here; the replica side upserts them, so this table exists before any does.
+CREATE TABLE IF NOT EXISTS rdma_bridge.heartbeat (
+  source VARCHAR(128) NOT NULL PRIMARY KEY,
+  ts_us  BIGINT NOT NULL
+) ENGINE=InnoDB;

@@ -23,31 +23,25 @@ replay idempotent.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import pymysql
 
 from bridge.apply import modes, sql
 from bridge.apply.binlog_rows import BinlogRows
+from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
+                                  schemas_with_tables)
 from bridge.apply.connection import (apply_error, connect, current_grants, rollback, run_script, session_setup,
                                      trigger_names)
 from bridge.apply.sql_rows import SqlRows
 from bridge.apply.statements import StatementReplayer
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError, ConfigError, RemoteProtocolError
+from bridge.errors import (ApplyError, BridgeError, ChannelLocked, ConfigError, RemoteProtocolError, StartRefused,
+                           TargetConnectionLost)
 from bridge.model import Chunk, GtidSet, RowEvents, Statement, Transaction
-from bridge.sqlfiles import sql_statements
+from bridge.apply.payload import heartbeat_rows
 from bridge.wire import binlog, tablemap
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    applied_seq: int
-    gtid_set: GtidSet
-    pending_ddl_seq: int = 0
-    recorded: bool = True  # False: the channel has no row yet
 
 
 class Applier:
@@ -55,9 +49,12 @@ class Applier:
     (parallel workers: a wait on a later worker's lock must end soon, see ParallelApplier)."""
 
     def __init__(self, url: MysqlUrl, channel: str = "default", lock_wait_timeout_s: int = 0,
-                 mode: str = "sql") -> None:
+                 mode: str = "sql", holds_channel: bool = True) -> None:
+        """``holds_channel``: this connection holds the channel's lock (the first of a
+        replica side's connections does; parallel workers do not)."""
         self.url = url
         self.channel = channel
+        self.holds_channel = holds_channel
         self.lock_wait_timeout_s = lock_wait_timeout_s
         self.mode = mode
         self.same_flavor = True  # the primary is of the replica's flavor (sql_mode, collations replay as they are)
@@ -71,6 +68,12 @@ class Applier:
 
     def _connect(self) -> None:
         self.conn, self.server = connect(self.url, self.lock_wait_timeout_s)
+        if self.holds_channel:
+            try:
+                lock_channel(self.conn, self.channel, self.url)
+            except BridgeError:
+                self.close()
+                raise
         self._binlog.attach(self.conn, self.server)
         self._sql.attach(self.conn)
         self._statements.attach(self.conn)
@@ -107,28 +110,38 @@ class Applier:
             self._setup_session()
 
     def _load_position(self) -> Position:
-        with self.conn.cursor() as cur:
-            for stmt in sql_statements("bridge_schema.sql"):
-                cur.execute(stmt)
-            cur.execute(sql.POSITION_SELECT, (self.channel,))
-            row = cur.fetchone()
-        self.conn.commit()
-        if row is None:
-            return Position(0, GtidSet(), recorded=False)
-        return Position(int(row[0]), GtidSet.parse(row[1]), int(row[2]))
+        return load_position(self.conn, self.channel)
 
     @property
     def has_position(self) -> bool:
         return self.position.recorded
 
-    def init_position(self, gtid_set: GtidSet) -> Position:
-        """Record where a new channel starts (seq 0), durably, before anything is applied."""
-        with self.conn.cursor() as cur:
-            cur.execute(sql.POSITION_INSERT + " ON DUPLICATE KEY UPDATE channel=channel",
-                        (self.channel, 0, str(gtid_set)))
-        self.conn.commit()
+    def init_position(self, gtid_set: GtidSet, explicit: bool) -> Position:
+        """Record where a new channel starts (seq 0), durably, before anything is applied.
+        Without an ``explicit`` start (from the binlog's start) it must not replay the
+        binlog into data the replica already holds: refused, with the way out."""
+        if not explicit:
+            self._refuse_replay_into_data()
+        init_position(self.conn, self.channel, gtid_set)
         self.position = self._load_position()
         return self.position
+
+    def _refuse_replay_into_data(self) -> None:
+        others, schemas = other_channels(self.conn, self.channel), schemas_with_tables(self.conn)
+        if others:
+            name, gtids = others[0]
+            raise StartRefused(f"new channel {self.channel!r} on replica {self.url} would replay the primary's binlog "
+                               f"from its start, but the replica holds channel {name!r} (at {gtids or 'its start'}): "
+                               f"start-replica --channel {name} to go on with it, or start-primary --start-gtid "
+                               f"{gtids or 'current'} to start this channel where that data ends")
+        if schemas:
+            raise StartRefused(f"new channel {self.channel!r} on replica {self.url} would replay the primary's binlog "
+                               f"from its start into schemas the replica already holds ({', '.join(schemas[:5])}): "
+                               "pass start-primary --start-gtid with the GTID set that data was copied at "
+                               "(mariadb-dump --gtid prints it), or 'current'")
+
+    def next_epoch(self) -> int:
+        return next_epoch(self.conn, self.channel)
 
     # --- what the primary's format is ----------------------------------------
 
@@ -264,10 +277,14 @@ class Applier:
 
     def reconnect(self) -> Position:
         """A fresh connection and the position the replica really holds (a commit whose
-        OK was lost may have happened: the position row says)."""
+        OK was lost may have happened: the position row says). The lost connection may
+        still hold the channel's lock for a moment: retried like a lost connection."""
         self.close()
         self._open = None  # the server rolled it back with the lost connection
-        self._connect()
+        try:
+            self._connect()
+        except ChannelLocked as exc:
+            raise TargetConnectionLost(f"reconnect to replica {self.url}: {exc}") from exc
         self.position = self._load_position()
         return self.position
 
@@ -276,15 +293,32 @@ class Applier:
     def _apply_rows(self, context: str, seq: int, changes, gtids: GtidSet | None, fmt) -> None:
         """Row changes (+ the position and COMMIT when ``gtids`` is given); rolled back
         on any failure."""
+        changes, beats = self._heartbeats(changes, fmt)
         try:
             if self.mode == "binlog":
-                tail = [] if gtids is None else [self._position_statement(seq, gtids), b"COMMIT"]
+                tail = beats + ([] if gtids is None else [self._position_statement(seq, gtids), b"COMMIT"])
                 self._binlog.run(context, changes, tail, fmt)
             else:
-                self._sql.run(context, seq, changes, gtids)
+                self._sql.run(context, seq, changes, gtids, beats)
         except BaseException:
             self.rollback()
             raise
+
+    def _heartbeats(self, changes, fmt) -> tuple[list, list[bytes]]:
+        """(the other changes, statements for the heartbeat rows). The heartbeat table is
+        the bridge's own: its rows are upserted and deleted by source, never matched, so
+        a stale or missing heartbeat row on the replica can never stop replication."""
+        others, statements = [], []
+        for change in changes:
+            rows = heartbeat_rows(change, fmt)
+            if rows is None:
+                others.append(change)
+                continue
+            for kind, source, ts_us in rows:
+                statements.append((sql.HEARTBEAT_DELETE if kind == "delete" else sql.HEARTBEAT_UPSERT)
+                                  % tuple(self.conn.escape(v) for v in ((source,) if kind == "delete" else
+                                                                        (source, ts_us))))
+        return others, [s.encode() for s in statements]
 
     def _position_statement(self, seq: int, gtids: GtidSet) -> bytes:
         return (sql.POSITION_WRITE % tuple(self.conn.escape(v) for v in (self.channel, seq, str(gtids)))).encode()

@@ -130,8 +130,8 @@ class ParallelApplier:
         return self.main.unique_keys(schema, table)
 
     def _workers(self) -> list[Applier]:
-        others = [Applier(self.url, self.channel, lock_wait_timeout_s=LOCK_WAIT_TIMEOUT_S, mode=self.main.mode)
-                  for _ in range(self.workers - 1)]
+        others = [Applier(self.url, self.channel, lock_wait_timeout_s=LOCK_WAIT_TIMEOUT_S, mode=self.main.mode,
+                          holds_channel=False) for _ in range(self.workers - 1)]
         for worker in others:
             worker.set_mode(self.main.mode, self.main.same_flavor)
         return others
@@ -140,8 +140,11 @@ class ParallelApplier:
     def in_transaction(self) -> bool:
         return self.main.in_transaction
 
-    def init_position(self, gtid_set: GtidSet) -> Position:
-        return self.main.init_position(gtid_set)
+    def init_position(self, gtid_set: GtidSet, explicit: bool) -> Position:
+        return self.main.init_position(gtid_set, explicit)
+
+    def next_epoch(self) -> int:
+        return self.main.next_epoch()
 
     def reload_position(self) -> Position:
         return self.main.reload_position()

@@ -45,6 +45,26 @@ def needs_format(item: Transaction | Chunk) -> bool:
     return any(isinstance(c, RowEvents) or (isinstance(c, Statement) and c.raw) for c in item.changes)
 
 
+def heartbeat_rows(change, fmt: binlog.FormatDescription | None) -> list[tuple[str, str, int | None]] | None:
+    """(kind, source, ts_us) of every row ``change`` writes into the heartbeat table, or
+    None when it is not a heartbeat change."""
+    if isinstance(change, RowChange):
+        if (change.schema, change.table) != HEARTBEAT:
+            return None
+        image = change.after if change.after is not None else change.before
+        row = dict(zip(change.columns, image))
+        return [(change.kind, row.get("source"), row.get("ts_us"))]
+    if not isinstance(change, RowEvents) or set(change.tables) != {HEARTBEAT} or fmt is None:
+        return None
+    out = []
+    for table, kind, before, after in tablemap.rows_of(change.data, fmt.checksum_bytes):
+        image = after if after is not None else before
+        source, ts = table.column("source"), table.column("ts_us")
+        out.append((kind, tablemap.as_text(image[source], table.collations[source]),
+                    tablemap.as_int(image[ts], table.unsigned[ts])))
+    return out
+
+
 def heartbeat_written_us(change, fmt: binlog.FormatDescription | None) -> int | None:
     """``ts_us`` of the heartbeat row ``change`` writes, or None when it is no heartbeat."""
     if isinstance(change, RowChange):

@@ -78,6 +78,8 @@ POSITION_WRITE = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_s
                   "VALUES (%s, %s, %s, 0) ON DUPLICATE KEY UPDATE applied_seq=VALUES(applied_seq), "
                   "gtid_set=VALUES(gtid_set), pending_ddl_seq=0")
 DDL_PENDING = f"{TAG}UPDATE rdma_bridge.bridge_meta SET pending_ddl_seq=%s WHERE channel=%s"
+HEARTBEAT_UPSERT = f"{TAG}REPLACE INTO rdma_bridge.heartbeat (source, ts_us) VALUES (%s, %s)"
+HEARTBEAT_DELETE = f"{TAG}DELETE FROM rdma_bridge.heartbeat WHERE source=%s"
 POSITION_SELECT = "SELECT applied_seq, gtid_set, pending_ddl_seq FROM rdma_bridge.bridge_meta WHERE channel=%s"
 UNIQUE_KEYS_SELECT = ("SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema=%s "
                       "AND table_name=%s AND non_unique=0 ORDER BY index_name='PRIMARY' DESC, index_name, seq_in_index")

@@ -34,7 +34,7 @@ class SqlRows:
         """The replica's tables may have changed (DDL)."""
         self._traits.clear()
 
-    def run(self, context: str, seq: int, changes, gtids: GtidSet | None) -> None:
+    def run(self, context: str, seq: int, changes, gtids: GtidSet | None, extra: list[bytes] = ()) -> None:
         """The rows (+ the position and COMMIT when ``gtids`` is given). UPDATE/DELETE
         row counts are checked after the server ran the batch, so their COMMIT must
         wait for the check; INSERT-only work fails with an SQL error that stops the
@@ -42,7 +42,7 @@ class SqlRows:
         on failure."""
         if any(not isinstance(c, RowChange) for c in changes):
             raise RemoteProtocolError(f"{context}: raw row events in an sql-mode session")
-        statements = self.statements(changes)
+        statements = self.statements(changes) + [(s.decode(), None, UNCHECKED) for s in extra]
         commit_in_batch = gtids is not None and all(c.kind == "insert" for c in changes)
         if gtids is not None:
             statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], UNCHECKED))

@@ -216,11 +216,16 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @click.option("--pin-near-nic", is_flag=True,
               help="Run on the CPUs of the RDMA NIC's NUMA node (the seed's pitfall 5: a poller on the far "
                    "node doubles its memory latency). Said in the log; no effect without NUMA information.")
+@click.option("--take-over", is_flag=True,
+              help="If another primary side feeds this replica's channel, fence it off and take its place: the "
+                   "replica side closes its session, gives this one fresh ring memory (rdma: a new memory region "
+                   "and key), and never applies a frame of the old one. Without it, a second primary side is "
+                   "refused with the running one named.")
 @metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
 def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str,
                   backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
-                  pin_near_nic: bool, metrics, secret_file: str) -> None:
+                  pin_near_nic: bool, take_over: bool, metrics, secret_file: str) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -237,7 +242,7 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
     cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
                         reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval, metrics=metrics,
-                        semi_sync=semi_sync,
+                        semi_sync=semi_sync, take_over=take_over,
                         secret=read_secret(secret_file))
     node = PrimaryNode(cfg)
     _on_signals(node.stop)

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 
 from bridge.config import PrimaryConfig
 from bridge.metrics import STAGES, MetricsServer, Stages
-from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
+from bridge.errors import BackpressureTimeout, BridgeError, Fenced, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
+from bridge.node.fencing import HEARTBEAT_S
 from bridge.node.progress import Progress
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
@@ -64,7 +68,12 @@ class PrimaryNode:
         self.binlog_reopens = 0
         self._unplaced: tuple[FrameKind, bytes, str] | None = None  # read, but not in the ring when the link fell
         self._link_down = threading.Event()
-        self._link_reason = ""
+        self._link_reason, self._link_code = "", ""
+        self._control_heard_at = 0.0  # when this side last spoke on the control connection
+        # who this primary side is, for the replica side's one-writer check (bridge.node.fencing)
+        self.writer = {"id": secrets.token_hex(8), "host": socket.gethostname(), "pid": os.getpid(),
+                       "source": str(cfg.source), "server_id": cfg.server_id,
+                       "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         self._progress = Progress()
         self.stages = Stages(STAGES["primary"])
         self.metrics = MetricsServer(cfg.metrics, "primary", self.status) if cfg.metrics else None
@@ -86,16 +95,20 @@ class PrimaryNode:
         return f"rdma-bridge {self.cfg.replica[0]}:{self.cfg.replica[1]}"
 
     def start_services(self) -> None:
-        """The metrics endpoint and the heartbeat writer (both optional); once."""
+        """The metrics endpoint and the semi-sync monitor (both optional, both only read); once."""
         if self._services_started:
             return
         self._services_started = True
-        if self.metrics is not None:
-            self.metrics.start()
-        if self.heartbeat is not None:
+        for service in (self.metrics, self.semi_sync):
+            if service is not None:
+                service.start()
+
+    def _start_writing(self) -> None:
+        """The heartbeat writer, the only thing this side writes to the primary: once the
+        preflight and the replica side have accepted this primary side, so a refused
+        start changes nothing anywhere."""
+        if self.heartbeat is not None and not self.heartbeat.started:
             self.heartbeat.start()
-        if self.semi_sync is not None:
-            self.semi_sync.start()
 
     def _degradation_reason(self) -> str:
         """Why semi-sync went async, as this bridge sees it at the moment of the switch."""
@@ -129,7 +142,8 @@ class PrimaryNode:
         resume = GtidSet.parse(welcome["gtid_set"])
         preflight.check_position(settings, resume, self.cfg.source)
         self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
-        self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1)
+        self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
+                                     epoch=welcome["epoch"])
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"],
                                   self.cfg.secret)
         self.apply_mode, self._format_sent = welcome["apply_mode"], None
@@ -140,6 +154,7 @@ class PrimaryNode:
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s, apply mode %s", self.cfg.source,
                  resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport,
                  self.apply_mode)
+        self._start_writing()
 
     def _preflight(self) -> dict:
         conn = preflight.connect(self.cfg.source, "primary")
@@ -157,33 +172,50 @@ class PrimaryNode:
         self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
         welcome = control.check_hello(control.client_handshake(
             self._control, self.cfg.secret, "control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid,
+            start_explicit=bool(self.cfg.start_gtid),  # else a new channel must not replay into existing data
             doorbell=True,  # this side rings the ring's doorbell (older ones did not: the replica polls)
-            flavor=binlog.flavor_of(version), server_version=version),  # the replica picks the apply mode from these
+            flavor=binlog.flavor_of(version), server_version=version,  # the replica picks the apply mode
+            writer=self.writer, take_over=self.cfg.take_over),  # one writer per ring (bridge.node.fencing)
             expect_type="welcome")
         self._server_version = version
         self._control.sock.settimeout(None)
         self._link_down.clear()
-        self._link_reason = ""
+        self._link_reason, self._link_code = "", ""
+        self._control_heard_at = time.monotonic()
         threading.Thread(target=self._watch_control, args=(self._control,), name="primary-control",
                          daemon=True).start()
         return welcome
 
     def _watch_control(self, conn: ControlConnection) -> None:
-        """The replica only speaks to end a session (error) or by closing it."""
+        """The replica only speaks to end a session (error, with a code) or by closing it."""
+        code = ""
         try:
             while True:
                 msg = conn.recv()
                 if msg.get("type") == "error":
+                    code = str(msg.get("code", ""))
                     raise TransportError(f"replica ended the session: {msg.get('reason')}")
         except BridgeError as exc:
             if conn is self._control:
+                self._link_reason, self._link_code = str(exc), code
+                self._link_down.set()
+
+    def _say_alive(self) -> None:
+        """A heartbeat on the control connection: the replica side holds the channel for
+        this writer only while it hears from it (bridge.node.fencing)."""
+        now = time.monotonic()
+        if self._control is not None and now - self._control_heard_at >= HEARTBEAT_S:
+            self._control_heard_at = now
+            try:
+                self._control.send({"type": "heartbeat"})
+            except TransportError as exc:
                 self._link_reason = str(exc)
                 self._link_down.set()
 
     def resume_link(self) -> None:
         """A new session on a kept binlog stream: resend what the replica lacks from
         the ring, or fall back to re-reading the binlog."""
-        bad_frame = "bad frame" in self._link_reason
+        bad_frame = self._link_code == "bad_frame"
         welcome = self._handshake(self._server_version)
         applied = welcome["applied_seq"]
         frames = self.producer.unacked(applied) if welcome["ring_bytes"] == self.producer.size else None
@@ -202,7 +234,7 @@ class PrimaryNode:
             return
         unplaced, self._unplaced = self._unplaced, None
         try:  # all or nothing: a resend cut short must not leave a gap in the seqs
-            self.producer = RingProducer(welcome["ring_bytes"], next_seq=applied + 1)
+            self.producer = RingProducer(welcome["ring_bytes"], next_seq=applied + 1, epoch=welcome["epoch"])
             self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
                                       welcome["ring_bytes"], self.cfg.secret)
             for frame in frames:
@@ -261,7 +293,10 @@ class PrimaryNode:
             self._ack_refresh_at = now + ACK_REFRESH_S
             self.producer.acknowledge(self.remote.read_ack())
         if self._link_down.is_set():
+            if self._link_code == Fenced.code:  # another primary side took the channel: stop writing
+                raise Fenced(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
             raise TransportError(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
+        self._say_alive()
         reader = self.reader  # close() from another thread may drop it mid-step
         event = reader.next_event()
         item = self.assembler.feed(event) if event is not None else None

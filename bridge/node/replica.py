@@ -20,8 +20,10 @@ from bridge.apply.parallel import ParallelApplier
 from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
 from bridge.metrics import STAGES, MetricsServer, Stages
-from bridge.errors import BridgeError, ConfigError, CorruptFrame, RemoteProtocolError, TargetConnectionLost, TransportError
+from bridge.errors import (BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError, TargetConnectionLost,
+                           TransportError)
 from bridge.model import GtidSet
+from bridge.node.fencing import WriterSeat
 from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
@@ -81,6 +83,7 @@ class ReplicaNode:
         self.address = self._listener.getsockname()[:2]
         self._accept_thread = threading.Thread(target=self._accept_loop, name="replica-accept", daemon=True)
         self._control: ControlConnection | None = None
+        self.writers = WriterSeat(cfg.channel)  # which primary side may feed the ring (bridge.node.fencing)
         self._rung = False  # the current session's producer rings the doorbell
 
     # --- lifecycle -------------------------------------------------------
@@ -200,7 +203,8 @@ class ReplicaNode:
                 self._pending = [] if chunked else work  # rolled back by the server: retry it
                 self._reconnect_target(exc)
                 if chunked:  # its earlier chunks are gone from the ring: resend from the binlog
-                    self._end_session(f"replica connection lost inside chunked transaction at seq {work[0][0].seq}")
+                    self._end_session(f"replica connection lost inside chunked transaction at seq {work[0][0].seq}",
+                                      "chunk_lost")
                 return False
             self._pending = []
             self.consumer.acknowledge(work[-1][0].seq)
@@ -322,7 +326,7 @@ class ReplicaNode:
             conn.close()
         except BridgeError as exc:
             log.warning("connection from %s refused: %s", conn.peer, exc)
-            _try_send(conn, {"type": "error", "reason": str(exc)})
+            _try_send(conn, control.error(str(exc), getattr(exc, "code", "error")))
             conn.close()
 
     def _authenticate(self, conn: ControlConnection) -> dict:
@@ -348,15 +352,22 @@ class ReplicaNode:
                                  f"this replica serves {self.cfg.transport!r}")
         welcome = self._new_session(conn, msg)
         conn.send(welcome)
-        log.info("session %s: primary %s resumes after seq %d", self.session, conn.peer, welcome["applied_seq"])
+        writer = self.writers.current
+        log.info("session %s (epoch %d): primary side %s at %s resumes after seq %d", self.session, welcome["epoch"],
+                 writer, conn.peer, welcome["applied_seq"])
         conn.sock.settimeout(None)
         try:
             while True:
-                conn.recv()  # heartbeats and future control messages
+                conn.recv()  # heartbeats (bridge.node.fencing) and future control messages
+                self.writers.heard(writer.id)
         except BridgeError as exc:
             log.info("session %s: control channel ended: %s", self.session, exc)
+        finally:
+            self.writers.gone(writer.id)
 
     def _new_session(self, conn: ControlConnection, msg: dict) -> dict:
+        if not msg.get("take_over"):
+            self.writers.wait_for_leaving(msg)
         self._session_waiting.set()
         try:
             return self._open_session(conn, msg)
@@ -365,18 +376,24 @@ class ReplicaNode:
 
     def _open_session(self, conn: ControlConnection, msg: dict) -> dict:
         with self._lock:
-            if self._control is not None:
-                self._control.close()
             mode = modes.choose(self.cfg.apply_mode, str(msg.get("flavor", "")), self.applier.server.flavor)
             self.applier.preflight(mode)
+            fenced = self.writers.admit(msg)
+            self._close_control(f"fenced: the primary side {self.writers.current} took channel "
+                                f"{self.cfg.channel!r} over" if fenced else "", Fenced.code)
+            if fenced:
+                log.warning("channel %r taken over: primary side %s fenced off by %s", self.cfg.channel, fenced,
+                            self.writers.current)
             pos = self.applier.reload_position()  # the database, not memory, says where we are
             if not self.applier.has_position:
-                pos = self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")))
+                pos = self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")),
+                                                 explicit=msg.get("start_explicit") is True)
+            epoch = self.applier.next_epoch()
             self.applier.set_mode(mode, msg.get("flavor") == self.applier.server.flavor)
             self.apply_mode, self._has_format = mode, self.applier.format is not None
-            self.host.reset()
+            self.host.fence()  # fresh ring memory: no writer of an earlier session reaches it
             self._pending, self._stash = [], None
-            self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1)
+            self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1, epoch=epoch)
             self.session = secrets.token_hex(8)
             self._control = conn
             # tcp: our own receiver thread rings; shm: the primary, if it says it does
@@ -386,15 +403,21 @@ class ReplicaNode:
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
                     "params": {**self.host.params(), "session": self.session},
                     "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel,
-                    "apply_mode": mode, "format": self.applier.format.id if self.applier.format else ""}
+                    "apply_mode": mode, "format": self.applier.format.id if self.applier.format else "",
+                    "epoch": epoch}
 
-    def _end_session(self, reason: str) -> None:
+    def _end_session(self, reason: str, code: str = "bad_frame") -> None:
         log.error("session %s ended: %s", self.session, reason)
         self.applier.abort_open()
         self.consumer = None
         self.session = ""
+        self._close_control(reason, code)
+
+    def _close_control(self, reason: str, code: str) -> None:
+        """End the current control connection, telling the primary side why (if there is a reason)."""
         if self._control is not None:
-            _try_send(self._control, {"type": "error", "reason": reason})
+            if reason:
+                _try_send(self._control, control.error(reason, code))
             self._control.close()
             self._control = None
 

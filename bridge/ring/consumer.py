@@ -12,12 +12,13 @@ from collections import deque
 
 from bridge.errors import CorruptFrame
 from bridge.ring.layout import DATA_OFFSET, HEAD_AT, WRITE_SEQ_AT, read_ring_header, read_u32, read_u64, write_ack
-from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, frame_bytes, header_valid, read_header
+from bridge.wire.frame import EPOCH_MASK, HEADER_BYTES, Frame, FrameKind, frame_bytes, header_valid, read_header
 
 
 class RingConsumer:
-    def __init__(self, region, expected_seq: int = 1, tail: int = 0) -> None:
+    def __init__(self, region, expected_seq: int = 1, tail: int = 0, epoch: int = 0) -> None:
         self.region = region
+        self.epoch = epoch & EPOCH_MASK  # frames of any other session are not present
         self.size = read_ring_header(region).size
         self.expected_seq = expected_seq
         self.tail = tail
@@ -64,14 +65,14 @@ class RingConsumer:
         at = DATA_OFFSET + self.tail
         h = read_header(self.region, at)
         n = frame_bytes(h.length) if h.length <= self.size else self.size + 1
-        if h.seq != self.expected_seq or self.tail + n > self.size:
+        if h.seq != self.expected_seq or h.epoch != self.epoch or self.tail + n > self.size:
             return None
         payload = bytes(self.region[at + HEADER_BYTES:at + HEADER_BYTES + h.length])
         if not header_valid(h, payload):
             return None
         if h.kind != FrameKind.PAD:
             self.tail = (self.tail + n) % self.size
-        return Frame(FrameKind(h.kind), h.seq, payload, h.flags)
+        return Frame(FrameKind(h.kind), h.seq, payload, h.flags, h.epoch)
 
     def acknowledge(self, seq: int) -> None:
         """Tell the producer everything through ``seq`` is applied (frees its space)."""

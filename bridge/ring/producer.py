@@ -23,8 +23,9 @@ class Placement:
 
 
 class RingProducer:
-    def __init__(self, size: int, next_seq: int = 1, head: int = 0) -> None:
+    def __init__(self, size: int, next_seq: int = 1, head: int = 0, epoch: int = 0) -> None:
         self.size = check_ring_bytes(size)
+        self.epoch = epoch  # the session's: every frame carries it
         self.region = bytearray(DATA_OFFSET + size)
         self.head = head
         self.next_seq = next_seq
@@ -53,7 +54,7 @@ class RingProducer:
                            f"{self.size - self.used} free (acked through {self._acked_through()})")
         seq = self.next_seq
         placements = [self._pad(gap, seq)] if gap else []
-        placed = self._place(Frame(kind, seq, payload, flags))
+        placed = self._place(Frame(kind, seq, payload, flags, self.epoch))
         placements.append(placed)
         self._inflight.append((seq, gap + need, placed.offset, len(payload), kind, flags))
         self.used += gap + need
@@ -67,7 +68,7 @@ class RingProducer:
         self.head = 0
         if gap < HEADER_BYTES:
             return None
-        data = encode_frame(Frame(FrameKind.PAD, seq, bytes(gap - HEADER_BYTES)))
+        data = encode_frame(Frame(FrameKind.PAD, seq, bytes(gap - HEADER_BYTES), 0, self.epoch))
         return self._copy(at, data)
 
     def _place(self, frame: Frame) -> Placement:
@@ -102,7 +103,7 @@ class RingProducer:
     def _frame_at(self, seq: int, _used: int, offset: int, length: int, kind: FrameKind, flags: int) -> Frame:
         """The ring itself is the retransmission buffer: no second copy is kept."""
         start = offset + HEADER_BYTES
-        return Frame(kind, seq, bytes(self.region[start:start + length]), flags)
+        return Frame(kind, seq, bytes(self.region[start:start + length]), flags, self.epoch)
 
     def _acked_through(self) -> int:
         return self._inflight[0][0] - 1 if self._inflight else self.write_seq

@@ -37,6 +37,10 @@ class HeartbeatWriter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
+    @property
+    def started(self) -> bool:
+        return self._thread.is_alive() or self.state != "starting"
+
     def start(self) -> None:
         self._thread.start()
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 import random
 import time
+from collections import deque
 from pathlib import Path
 
 from bridge.errors import TransportError
@@ -152,16 +154,30 @@ class RdmaRingHost:
     def __init__(self, ring_bytes: int, device: str | None = None) -> None:
         self.ring_bytes = ring_bytes
         self.dev = _Device(device)
-        size = region_bytes(ring_bytes)
-        self.mr = MR(self.dev.pd, size, ACCESS)
-        self.region = _view(self.mr, size)
+        self.mr: MR | None = None
         self._qps: list[QP] = []
-        self.reset()
+        self._retired: deque = deque(maxlen=2)  # memory of the last regions: a status read may still look
+        self.fence()
 
     def params(self) -> dict:
         return {"addr": self.mr.buf, "rkey": self.mr.rkey, "bytes": len(self.region)}
 
-    def reset(self) -> None:
+    def fence(self) -> None:
+        """Fresh memory for a new session: a new memory region (a new rkey) over new
+        memory. The last region is deregistered and the queue pairs of earlier sessions
+        closed, so a primary side of an earlier session gets access errors, never our
+        ring: one-sided writes cannot be refused any other way."""
+        for qp in list(self._qps):
+            qp.close()
+        size = region_bytes(self.ring_bytes)
+        memory = mmap.mmap(-1, size)
+        anchor = ctypes.c_char.from_buffer(memory)
+        mr = MR(self.dev.pd, size, ACCESS, address=ctypes.addressof(anchor))
+        if self.mr is not None:
+            self.mr.close()
+            self._retired.append(self._memory)
+        self.mr, self._memory = mr, (memory, anchor)
+        self.region = _view(self.mr, size)
         init_region(self.region, self.ring_bytes)
 
     def accept(self, conn: ControlConnection, auth: str = "", msg: dict | None = None) -> None:
@@ -178,7 +194,8 @@ class RdmaRingHost:
         except Exception as exc:  # noqa: BLE001 - any end of the connection ends the session
             log.info("rdma transport: session from %s ended: %s", conn.peer, exc)
         finally:
-            self._qps.remove(qp)
+            if qp in self._qps:
+                self._qps.remove(qp)
             qp.close()
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
 
 
 def remove_stale_rings() -> list[Path]:
-    """Rings left by replica processes that died without closing (kill -9)."""
+    """Rings (and doorbells) left by replica processes that died without closing (kill -9)."""
     removed = []
     for path in SHM_DIR.glob("rdma-bridge-*-*"):
         pid = path.name.split("-")[2]
@@ -31,17 +31,10 @@ class ShmRingHost:
     def __init__(self, ring_bytes: int) -> None:
         remove_stale_rings()
         self.ring_bytes = ring_bytes
-        self.path = SHM_DIR / f"rdma-bridge-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, region_bytes(ring_bytes))
-            self._mm = mmap.mmap(fd, region_bytes(ring_bytes))
-        finally:
-            os.close(fd)
-        self.region = memoryview(self._mm)
-        self.bell_path = self.path.with_name(self.path.name + "-bell")
+        self.bell_path = SHM_DIR / f"rdma-bridge-{os.getpid()}-{secrets.token_hex(4)}-bell"
         self.doorbell = Doorbell.fifo(self.bell_path, create=True)
-        self.reset()
+        self.path: Path | None = None
+        self.fence()
 
     @property
     def doorbell_fd(self) -> int:
@@ -50,12 +43,24 @@ class ShmRingHost:
     def params(self) -> dict:
         return {"path": str(self.path), "doorbell": str(self.bell_path)}
 
-    def reset(self) -> None:
+    def fence(self) -> None:
+        """Fresh memory for a new session: a new ring file. The last one is unlinked, so a
+        primary side of an earlier session, which may still map it, writes where nobody
+        reads (its mapping is freed when the last reference to it goes)."""
+        old = self.path
+        self.path = self.bell_path.with_name(f"rdma-bridge-{os.getpid()}-{secrets.token_hex(4)}")
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, region_bytes(self.ring_bytes))
+            self._mm = mmap.mmap(fd, region_bytes(self.ring_bytes))
+        finally:
+            os.close(fd)
+        self.region = memoryview(self._mm)
         init_region(self.region, self.ring_bytes)
+        if old is not None:
+            old.unlink(missing_ok=True)
 
     def close(self) -> None:
-        self.region.release()
-        self._mm.close()
         self.path.unlink(missing_ok=True)
         self.doorbell.close()
         self.bell_path.unlink(missing_ok=True)
@@ -104,7 +109,8 @@ def _open_doorbell(bell: str, ring_path: str) -> Doorbell | None:
     """The replica's FIFO; a replica that offers none (older) polls instead."""
     if not bell:
         return None
-    if bell != ring_path + "-bell":
+    owner = ring_path.rsplit("-", 1)[0] + "-"  # the replica process's prefix: rdma-bridge-<pid>-
+    if not (bell.startswith(owner) and bell.endswith("-bell") and "/" not in bell[len(owner):]):
         raise TransportError(f"shm transport: replica offered an unexpected doorbell {bell!r}")
     try:
         return Doorbell.fifo(bell)

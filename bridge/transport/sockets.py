@@ -71,6 +71,12 @@ class ControlConnection:
         return self._pending.pop(0)
 
     def close(self) -> None:
+        """Shut down first: a close() alone neither wakes a thread blocked in recv() on
+        this socket nor sends the peer its end while that thread holds it."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected (any more)
         try:
             self.sock.close()
         except OSError:

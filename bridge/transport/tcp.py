@@ -21,10 +21,9 @@ log = logging.getLogger(__name__)
 class TcpRingHost:
     def __init__(self, ring_bytes: int) -> None:
         self.ring_bytes = ring_bytes
-        self._buf = bytearray(region_bytes(ring_bytes))
-        self.region = memoryview(self._buf)
         self.doorbell = Doorbell.eventfd()  # rung by our own receiver thread
-        self.reset()
+        self._sockets: set[socket.socket] = set()  # data connections being served
+        self.fence()
 
     @property
     def doorbell_fd(self) -> int:
@@ -33,8 +32,16 @@ class TcpRingHost:
     def params(self) -> dict:
         return {}
 
-    def reset(self) -> None:
+    def fence(self) -> None:
+        """Fresh memory for a new session, and every data connection of earlier sessions
+        shut: a receiver thread still busy with one writes into the old buffer."""
+        self.region = memoryview(bytearray(region_bytes(self.ring_bytes)))
         init_region(self.region, self.ring_bytes)
+        for sock in list(self._sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def accept(self, conn: ControlConnection, auth: str = "", msg: dict | None = None) -> None:
         """Take over a data connection after its (authenticated) hello. The primary sends
@@ -44,27 +51,30 @@ class TcpRingHost:
         self.serve(conn.sock)
 
     def serve(self, sock: socket.socket) -> None:
-        """Carry out placements from one data connection until it closes."""
-        size = len(self.region)
+        """Carry out placements from one data connection until it closes (or a new
+        session fences it off): into the ring of the session it belongs to."""
+        region, size = self.region, len(self.region)
+        self._sockets.add(sock)
         try:
             while True:
                 op, offset, length, body = placement.parse_head(recv_exact(sock, placement.HEAD.size), size)
                 if op == Op.WRITE:
-                    recv_into_exact(sock, self.region[offset:offset + length])
+                    recv_into_exact(sock, region[offset:offset + length])
                 elif op == Op.PUBLISH:
-                    write_publish(self.region, placement.SEQ.unpack(recv_exact(sock, body))[0], offset)
-                    self.doorbell.ring(self.region)
+                    write_publish(region, placement.SEQ.unpack(recv_exact(sock, body))[0], offset)
+                    self.doorbell.ring(region)
                 elif op == Op.READ:
-                    sock.sendall(self.region[offset:offset + length])
+                    sock.sendall(region[offset:offset + length])
                 else:
                     sock.sendall(b"\x01")
         except (BridgeError, OSError) as exc:
             log.info("tcp transport: data connection ended: %s", exc)
         finally:
+            self._sockets.discard(sock)
             sock.close()
 
     def close(self) -> None:
-        self.region.release()
+        self.fence()
         self.doorbell.close()
 
 

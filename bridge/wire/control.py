@@ -14,7 +14,7 @@ import json
 import secrets
 import struct
 
-from bridge.errors import AuthenticationError, RemoteProtocolError, VersionSkew
+from bridge.errors import AuthenticationError, ChannelBusy, Fenced, RemoteProtocolError, StartRefused, VersionSkew
 
 PROTOCOL_MAGIC = "rdma-bridge"
 PROTOCOL_VERSION = 3  # 2: payloads name each table once; 3: raw binlog events, apply modes
@@ -57,6 +57,21 @@ def _parse(body: bytes) -> dict:
     return msg
 
 
+def error(reason: str, code: str = "error") -> dict:
+    """A refusal or the end of a session; ``code`` says which (bridge.errors.Refused codes,
+    ``bad_frame`` for a frame the replica would not apply), so nobody reads the text."""
+    return {"type": "error", "code": code, "reason": reason}
+
+
+_REFUSALS = {cls.code: cls for cls in (ChannelBusy, Fenced, StartRefused)}
+
+
+def raise_refusal(msg: dict) -> None:
+    """Raise the error a control ``error`` message carries."""
+    reason = f"refused by peer: {msg.get('reason', '?')}"
+    raise _REFUSALS.get(str(msg.get("code")), RemoteProtocolError)(reason)
+
+
 def hello(role: str, **fields) -> dict:
     return {"type": "hello", "magic": PROTOCOL_MAGIC, "version": PROTOCOL_VERSION, "role": role, **fields}
 
@@ -64,7 +79,7 @@ def hello(role: str, **fields) -> dict:
 def check_hello(msg: dict, expect_type: str = "hello") -> dict:
     """Verify magic and version of a hello/welcome; raise VersionSkew naming both."""
     if msg.get("type") == "error":
-        raise RemoteProtocolError(f"refused by peer: {msg.get('reason', '?')}")
+        raise_refusal(msg)
     if msg.get("type") != expect_type or msg.get("magic") != PROTOCOL_MAGIC:
         raise RemoteProtocolError(f"handshake: expected {expect_type!r} with magic {PROTOCOL_MAGIC!r}, got {msg.get('type')!r}")
     if msg.get("version") != PROTOCOL_VERSION:
@@ -106,6 +121,6 @@ def client_handshake(conn, secret: str, role: str, **fields) -> dict:
     conn.send(hello(role, nonce=mine, auth=proof(secret, role, ch["nonce"]) if secret else "", **fields))
     reply = conn.recv()
     if reply.get("type") == "error":
-        raise RemoteProtocolError(f"refused by peer: {reply.get('reason', '?')}")
+        raise_refusal(reply)
     check_proof(secret, "replica", mine, reply.get("auth"), getattr(conn, "peer", "peer"))
     return reply

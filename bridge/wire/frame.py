@@ -2,10 +2,12 @@
 
 Layout (little-endian, 24 bytes), then the payload, the whole frame padded to 8:
 
-    kind u8 | flags u8 | reserved u16 | length u32 | seq u64 | crc u32 | reserved u32
+    kind u8 | flags u8 | reserved u16 | length u32 | seq u64 | crc u32 | epoch u32
 
 The crc32c covers the header (crc field zero) and the payload, so a torn or
-stale frame never validates.
+stale frame never validates. ``epoch`` names the session that wrote the frame (its
+low 32 bits): the replica takes frames of its current session only, so a primary
+side fenced off by a newer one can never have a frame applied.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Frame:
     seq: int
     payload: bytes
     flags: int = 0
+    epoch: int = 0
 
 
 def aligned(n: int) -> int:
@@ -48,8 +51,11 @@ def frame_bytes(payload_len: int) -> int:
     return aligned(HEADER_BYTES + payload_len)
 
 
-def frame_crc(kind: int, flags: int, length: int, seq: int, payload) -> int:
-    head = HEADER.pack(kind, flags, 0, length, seq, 0, 0)
+EPOCH_MASK = 0xFFFFFFFF
+
+
+def frame_crc(kind: int, flags: int, length: int, seq: int, payload, epoch: int = 0) -> int:
+    head = HEADER.pack(kind, flags, 0, length, seq, 0, epoch & EPOCH_MASK)
     return crc32c.crc32c(payload, crc32c.crc32c(head))
 
 
@@ -58,8 +64,8 @@ def encode_header(frame: Frame) -> bytes:
     n = len(frame.payload)
     if n > MAX_PAYLOAD_BYTES:
         raise LocalProtocolError(f"encode frame: seq {frame.seq} payload {n} bytes over {MAX_PAYLOAD_BYTES}")
-    crc = frame_crc(frame.kind, frame.flags, n, frame.seq, frame.payload)
-    return HEADER.pack(frame.kind, frame.flags, 0, n, frame.seq, crc, 0)
+    crc = frame_crc(frame.kind, frame.flags, n, frame.seq, frame.payload, frame.epoch)
+    return HEADER.pack(frame.kind, frame.flags, 0, n, frame.seq, crc, frame.epoch & EPOCH_MASK)
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -74,14 +80,18 @@ class FrameHeader:
     length: int
     seq: int
     crc: int
+    epoch: int
 
 
 def read_header(buf, offset: int) -> FrameHeader:
-    kind, flags, _, length, seq, crc, _ = HEADER.unpack_from(buf, offset)
-    return FrameHeader(kind, flags, length, seq, crc)
+    kind, flags, _, length, seq, crc, epoch = HEADER.unpack_from(buf, offset)
+    return FrameHeader(kind, flags, length, seq, crc, epoch)
+
+
+_KINDS = frozenset(int(k) for k in FrameKind)
 
 
 def header_valid(h: FrameHeader, payload) -> bool:
-    if h.kind not in FrameKind.__members__.values():
+    if h.kind not in _KINDS:
         return False
-    return frame_crc(h.kind, h.flags, h.length, h.seq, payload) == h.crc
+    return frame_crc(h.kind, h.flags, h.length, h.seq, payload, h.epoch) == h.crc

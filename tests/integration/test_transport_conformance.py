@@ -113,13 +113,31 @@ def test_ack_is_read_back_from_the_replica(hosted):
     remote.close()
 
 
-def test_reset_starts_a_new_session_clean(hosted):
-    remote = hosted.remote()
-    ship(RingProducer(RING), remote, b"old")
-    remote.flush()
-    hosted.host.reset()
-    assert RingConsumer(hosted.host.region).poll() is None
-    remote.close()
+def test_a_fenced_writer_never_reaches_the_new_sessions_ring(hosted):
+    """A new session gets fresh memory: what the writer of the earlier one still sends
+    (it may not even know it was fenced: one-sided writes) lands nowhere the consumer reads."""
+    stale = hosted.remote()
+    ship(RingProducer(RING), stale, b"old")
+    stale.flush()
+    hosted.host.fence()
+    consumer = RingConsumer(hosted.host.region)
+    assert consumer.poll() is None
+    try:
+        for _ in range(3):
+            ship(RingProducer(RING), stale, b"stale")
+            stale.flush()
+    except TransportError:
+        pass  # tcp and rdma cut the stale writer off; shm lets it write into an unlinked ring
+    assert consumer.poll() is None
+    fresh, producer = hosted.remote(), RingProducer(RING)
+    ship(producer, fresh, b"new")
+    fresh.flush()
+    assert consumer.poll().payload == b"new"
+    for remote in (stale, fresh):
+        try:
+            remote.close()
+        except TransportError:
+            pass
 
 
 def test_unreachable_replica_is_a_transport_error_naming_it():

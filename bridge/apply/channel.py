@@ -1,0 +1,111 @@
+"""A channel's bookkeeping on the replica: its row in ``rdma_bridge.bridge_meta``
+(applied seq, executed GTID set, pending DDL, session epoch) and the lock that lets
+one replica side apply it at a time.
+
+The lock is a named user lock (GET_LOCK) held by the applier's first connection for
+its whole life; the server releases it when that connection ends, so a replica side
+that dies never leaves it behind. The epoch grows by one at every session: frames
+carry it, and frames of an older session are never applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pymysql
+
+from bridge.apply import sql
+from bridge.apply.connection import apply_error
+from bridge.config import MysqlUrl
+from bridge.errors import ChannelLocked
+from bridge.model import GtidSet
+from bridge.sqlfiles import sql_statements
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", "rdma_bridge")
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    applied_seq: int
+    gtid_set: GtidSet
+    pending_ddl_seq: int = 0
+    recorded: bool = True  # False: the channel has no row yet
+
+
+def ensure_schema(conn: pymysql.Connection) -> None:
+    """The bridge's own tables, and the columns later versions added to them."""
+    with conn.cursor() as cur:
+        for stmt in sql_statements("bridge_schema.sql"):
+            cur.execute(stmt)
+        if not cur.execute("SHOW COLUMNS FROM rdma_bridge.bridge_meta LIKE 'epoch'"):
+            cur.execute("ALTER TABLE rdma_bridge.bridge_meta ADD COLUMN epoch BIGINT UNSIGNED NOT NULL DEFAULT 0")
+
+
+def load_position(conn: pymysql.Connection, channel: str) -> Position:
+    ensure_schema(conn)
+    with conn.cursor() as cur:
+        cur.execute(sql.POSITION_SELECT, (channel,))
+        row = cur.fetchone()
+    conn.commit()
+    if row is None:
+        return Position(0, GtidSet(), recorded=False)
+    return Position(int(row[0]), GtidSet.parse(row[1]), int(row[2]))
+
+
+def init_position(conn: pymysql.Connection, channel: str, gtid_set: GtidSet) -> None:
+    """Where a new channel starts (seq 0), durably, before anything is applied."""
+    with conn.cursor() as cur:
+        cur.execute(sql.POSITION_INSERT + " ON DUPLICATE KEY UPDATE channel=channel", (channel, 0, str(gtid_set)))
+    conn.commit()
+
+
+def next_epoch(conn: pymysql.Connection, channel: str) -> int:
+    """The epoch of a new session, committed before the session starts."""
+    with conn.cursor() as cur:
+        cur.execute(f"{sql.TAG}UPDATE rdma_bridge.bridge_meta SET epoch = epoch + 1 WHERE channel=%s", (channel,))
+        cur.execute("SELECT epoch FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
+        epoch = int(cur.fetchone()[0])
+    conn.commit()
+    return epoch
+
+
+def lock_name(channel: str) -> str:
+    name = f"rdma_bridge.channel.{channel}"
+    return name if len(name) <= 64 else "rdma_bridge.channel." + hashlib.sha1(channel.encode()).hexdigest()
+
+
+LOCK_WAIT_S = 2  # a connection of ours the server has not reaped yet lets go in that time
+
+
+def lock_channel(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> None:
+    """Hold the channel for this replica side, or refuse naming who holds it."""
+    name = lock_name(channel)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, %s)", (name, LOCK_WAIT_S))
+            if cur.fetchone()[0] == 1:
+                return
+            cur.execute("SELECT IS_USED_LOCK(%s)", (name,))
+            holder = cur.fetchone()[0]
+            cur.execute("SELECT USER, HOST FROM information_schema.PROCESSLIST WHERE ID=%s", (holder,))
+            who = cur.fetchone()
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"lock channel {channel!r} on replica {url}", exc) from exc
+    by = f"connection {holder} of {who[0]}@{who[1]}" if who else f"connection {holder}"
+    raise ChannelLocked(f"channel {channel!r} on replica {url} is applied by another replica side ({by}); stop "
+                        "it first, or give this one another --channel")
+
+
+def other_channels(conn: pymysql.Connection, channel: str) -> list[tuple[str, str]]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT channel, gtid_set FROM rdma_bridge.bridge_meta WHERE channel<>%s ORDER BY channel",
+                    (channel,))
+        return [(c, g) for c, g in cur.fetchall()]
+
+
+def schemas_with_tables(conn: pymysql.Connection) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT DISTINCT TABLE_SCHEMA FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN "
+                    f"({', '.join(['%s'] * len(SYSTEM_SCHEMAS))}) ORDER BY 1", SYSTEM_SCHEMAS)
+        return [row[0] for row in cur.fetchall()]
