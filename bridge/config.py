@@ -147,7 +147,9 @@ class PrimaryConfig:
     secret: str = field(default="", repr=False)
     transport: str = "shm"
     server_id: int = 4242
-    start_gtid: str = ""  # used only when the replica has no position yet; "" = binlog start
+    # used only when the replica has no position yet; "" = the binlog's start; None: not
+    # given (the binlog's start too, but refused where the replica already holds data)
+    start_gtid: str | None = None
     backpressure_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     heartbeat_s: float = 0.5

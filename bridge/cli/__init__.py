@@ -195,9 +195,11 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @click.option("--transport", type=TRANSPORT, default="shm", show_default=True)
 @click.option("--server-id", type=int, default=4242, show_default=True,
               help="Replica server id this reader registers with; unique among the primary's replicas.")
-@click.option("--start-gtid", default="", metavar="GTIDSET|current",
+@click.option("--start-gtid", default=None, metavar="GTIDSET|current",
               help="Where a new channel starts (used once, when the replica has no position): "
-                   "a GTID set, 'current' for the primary's position now, or empty for the binlog start.")
+                   "a GTID set, 'current' for the primary's position now, or '' for the binlog start. Not "
+                   "given: the binlog start, except that a replica already holding data (another channel's, "
+                   "or a dump's) is refused rather than replayed into.")
 @click.option("--backpressure-timeout", type=float, default=5.0, show_default=True, metavar="SECONDS",
               help="How long to wait for ring space before stopping with an error naming the backlog; "
                    "0 waits as long as it takes. Either way nothing is lost: a restart resumes.")
@@ -223,7 +225,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                    "refused with the running one named.")
 @metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
-def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str,
+def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str | None,
                   backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
                   pin_near_nic: bool, take_over: bool, metrics, secret_file: str) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
@@ -260,7 +262,7 @@ def _pin(wanted: bool) -> None:
         log.info("cpu affinity: %s", pin_near_nic())
 
 
-def _resolve_start(start_gtid: str, url: MysqlUrl) -> str:
+def _resolve_start(start_gtid: str | None, url: MysqlUrl) -> str | None:
     if start_gtid != "current":
         return start_gtid
     from bridge.source import preflight

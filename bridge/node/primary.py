@@ -140,7 +140,8 @@ class PrimaryNode:
         settings = self._preflight()
         welcome = self._handshake(settings["version"])
         resume = GtidSet.parse(welcome["gtid_set"])
-        preflight.check_position(settings, resume, self.cfg.source)
+        # the primary's position read again: the replica may have applied more since the preflight
+        preflight.check_position({**settings, **self._preflight(check=False)}, resume, self.cfg.source)
         self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
                                      epoch=welcome["epoch"])
@@ -156,10 +157,14 @@ class PrimaryNode:
                  self.apply_mode)
         self._start_writing()
 
-    def _preflight(self) -> dict:
+    def _preflight(self, check: bool = True) -> dict:
+        """The primary's settings, refused with the fix where unsafe (before this side
+        writes anything anywhere); ``check=False``: only read them."""
         conn = preflight.connect(self.cfg.source, "primary")
         try:
             settings = preflight.read_settings(conn)
+            if not check:
+                return settings
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
             preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as)
             if self.cfg.semi_sync != "off":
@@ -171,8 +176,9 @@ class PrimaryNode:
     def _handshake(self, version: str) -> dict:
         self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
         welcome = control.check_hello(control.client_handshake(
-            self._control, self.cfg.secret, "control", transport=self.cfg.transport, start_gtid=self.cfg.start_gtid,
-            start_explicit=bool(self.cfg.start_gtid),  # else a new channel must not replay into existing data
+            self._control, self.cfg.secret, "control", transport=self.cfg.transport,
+            start_gtid=self.cfg.start_gtid or "",
+            start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             doorbell=True,  # this side rings the ring's doorbell (older ones did not: the replica polls)
             flavor=binlog.flavor_of(version), server_version=version,  # the replica picks the apply mode
             writer=self.writer, take_over=self.cfg.take_over),  # one writer per ring (bridge.node.fencing)

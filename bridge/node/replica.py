@@ -8,6 +8,7 @@ frames at or below the applied seq are never applied twice.
 
 from __future__ import annotations
 
+import errno
 import logging
 import secrets
 import socket
@@ -43,13 +44,19 @@ class ReplicaNode:
             raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback the control channel "
                               f"needs a shared secret (set {SECRET_ENV} or --secret-file on both sides)")
         self.cfg = cfg
-        self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
-            ParallelApplier(cfg.target, cfg.channel, cfg.workers)
+        self._listener = listen(cfg.listen)  # first: a busy port is refused before anything else is touched
+        try:
+            self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
+                ParallelApplier(cfg.target, cfg.channel, cfg.workers)
+        except BridgeError:
+            self._listener.close()
+            raise
         if cfg.apply_mode != "auto":  # refuse at start what every session would refuse
             try:
                 self.applier.preflight(cfg.apply_mode)
             except BridgeError:
                 self.applier.close()
+                self._listener.close()
                 raise
         else:
             try:  # auto: binlog mode for a primary of this flavor, the usual case
@@ -78,8 +85,6 @@ class ReplicaNode:
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
-        self._listener = socket.create_server(cfg.listen, reuse_port=False)
-        self._listener.settimeout(0.2)
         self.address = self._listener.getsockname()[:2]
         self._accept_thread = threading.Thread(target=self._accept_loop, name="replica-accept", daemon=True)
         self._control: ControlConnection | None = None
@@ -420,6 +425,19 @@ class ReplicaNode:
                 _try_send(self._control, control.error(reason, code))
             self._control.close()
             self._control = None
+
+
+def listen(address: tuple[str, int]) -> socket.socket:
+    try:
+        listener = socket.create_server(address, reuse_port=False)
+    except OSError as exc:
+        where = f"{address[0]}:{address[1]}"
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"listen on {where}: the address is in use (another replica side, or another "
+                              "program, listens there): stop it or choose another --listen") from exc
+        raise ConfigError(f"listen on {where}: {exc.strerror}") from exc
+    listener.settimeout(0.2)
+    return listener
 
 
 def _try_send(conn: ControlConnection, msg: dict) -> None:
