@@ -8,11 +8,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/dev/null)
 COMPOSE := $(shell command -v docker-compose 2>/dev/null)
+CHROMIUM := $(shell command -v chromium 2>/dev/null)
 
 MINUTES ?= 5
 FUZZ_INPUTS ?= 1000000
 
-.PHONY: demo test unit integration faults soak bench fuzz deps mariadb compose rdma-deps test-rdma bench-rdma clean sandbox-down
+.PHONY: demo test unit integration faults soak bench fuzz deps mariadb compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
 
 $(STAMP): setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +34,13 @@ compose:
 ifeq ($(COMPOSE),)
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+endif
+
+# Headless Chromium (Debian's) renders the HTML latency report in a test.
+chromium:
+ifeq ($(CHROMIUM),)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 endif
 
 # Debian's pyverbs (PyPI's does not build against rdma-core 44), linked into the venv.
@@ -61,7 +69,7 @@ bench-rdma: $(STAMP)
 demo: deps
 	$(PY) -m bridge demo
 
-test: deps compose
+test: deps compose chromium
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q tests
 

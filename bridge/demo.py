@@ -5,7 +5,10 @@ row-by-row verification and a short summary (transactions, rate, lag P50/P99).
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
+from pathlib import Path
 
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
@@ -35,8 +38,10 @@ def run_demo(state_dir: str, transactions: int, transport: str, probes: int, ech
             MixedWorkload(pconn, SCHEMA).run(transactions, bar.update)
         wait_caught_up(pconn, rconn, CHANNEL, alive=bridges.check_alive)
         elapsed = time.perf_counter() - started
-        echo(f"replica caught up: {transactions} transactions in {elapsed:.1f}s "
-             f"({transactions / elapsed:.0f} txn/s, workload included)")
+        logged = logged_transactions(pconn, start)
+        echo(f"replica caught up: the workload's {transactions} transactions, {logged} of them in the binlog "
+             f"(one that changed no row leaves nothing to replicate; heartbeat rows included), in {elapsed:.1f}s "
+             f"({logged / elapsed:.0f} txn/s, workload included)")
         lags = probe_lag(pconn, rconn, SCHEMA, probes) if probes else []
         echo(status_table(fetch_status({"primary": bridges.primary.metrics_address,
                                         "replica": bridges.replica.metrics_address})))
@@ -49,8 +54,30 @@ def run_demo(state_dir: str, transactions: int, transport: str, probes: int, ech
              f"P99 {percentile(lags, 99) * 1e6:.0f} µs, max {max(lags) * 1e6:.0f} µs")
     echo("verified: both databases hold the same rows" if result.ok else "MISMATCH: " + "; ".join(
         f"{d.table} missing {d.missing} extra {d.extra}" for d in result.diffs))
-    echo(f"the sandbox keeps running; stop it with: rdma-bridge sandbox down --state-dir {state_dir}")
+    echo(f"the sandbox keeps running; stop it with: {command_name()} sandbox down --state-dir {state_dir}")
     return result.ok
+
+
+def logged_transactions(pconn, start: str) -> int:
+    """Transactions the primary's binlog gained since ``start`` (domain by domain)."""
+    with pconn.cursor() as pc:
+        pc.execute("SELECT @@gtid_binlog_pos")
+        now = GtidSet.parse(pc.fetchone()[0])
+    before = {g.domain: g.seq for g in GtidSet.parse(start).mariadb}
+    return sum(g.seq - before.get(g.domain, 0) for g in now.mariadb)
+
+
+def command_name() -> str:
+    """How the user can run this program: by name when it is on PATH, else its path."""
+    if shutil.which("rdma-bridge"):
+        return "rdma-bridge"
+    beside = Path(sys.executable).with_name("rdma-bridge")
+    if beside.exists():
+        try:
+            return str(beside.relative_to(Path.cwd()))
+        except ValueError:
+            return str(beside)
+    return f"{sys.executable} -m bridge"
 
 
 def _mask(url: str) -> str:

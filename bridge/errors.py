@@ -117,5 +117,10 @@ class ConsistencyError(BridgeError):
     """Both databases do not hold the same rows."""
 
 
+class CheckError(BridgeError):
+    """A comparison could not run: a server unreachable, a privilege missing, a schema
+    unknown. Never reported as a difference or as a match."""
+
+
 class BackpressureTimeout(BridgeError):
     """The ring stayed full past the backpressure timeout."""

@@ -223,12 +223,23 @@ class Transaction:
             (first.schema, first.table) == REPAIR_MARKER_TABLE
 
     @property
+    def is_heartbeat(self) -> bool:
+        """One write of the bridge's own heartbeat row (counted apart from user transactions)."""
+        if len(self.changes) != 1:
+            return False
+        only = self.changes[0]
+        if isinstance(only, RowEvents):
+            return only.tables == (HEARTBEAT_TABLE,)
+        return isinstance(only, RowChange) and (only.schema, only.table) == HEARTBEAT_TABLE
+
+    @property
     def is_barrier(self) -> bool:
         """Applied alone, never grouped or run in parallel with others."""
         return self.is_ddl or self.is_repair
 
 
 REPAIR_MARKER_TABLE = ("rdma_bridge", "repairs")
+HEARTBEAT_TABLE = ("rdma_bridge", "heartbeat")  # written on the primary by bridge.source.heartbeat
 
 
 def row_count(changes) -> int:

@@ -10,7 +10,7 @@ import math
 import urllib.error
 import urllib.request
 
-from bridge.metrics import PERCENTILES, buckets
+from bridge.metrics import buckets
 
 STAGE_MEANING = {
     "place": "primary: ship start -> placed in the replica ring (flush done)",
@@ -44,6 +44,7 @@ def _us(v: float) -> str:
 
 COUNTER_LABELS = {
     "transactions_shipped": "transactions shipped", "transactions_applied": "transactions applied",
+    "heartbeats_shipped": "heartbeat rows shipped", "heartbeats_applied": "heartbeat rows applied",
     "rows_applied": "rows applied (sql mode)", "row_events_applied": "row events applied (binlog mode)", "groups_applied": "replica commits (groups)", "applied_seq": "applied seq",
     "ring_backlog_frames": "ring backlog (frames)", "ring_backlog_bytes": "ring backlog (bytes)",
     "frames_resent": "frames resent after a link loss", "binlog_reopens": "binlog stream (re)opened",
@@ -87,68 +88,130 @@ def status_table(snapshot: dict) -> str:
             lines.append(f"  {COUNTER_LABELS.get(key, key):34s}{value:>12}")
         stages = {k: v for k, v in node["stages"].items() if v["count"]}
         if stages:
-            lines.append(f"  {'stage':10s}{'count':>10}{'p50':>12}{'p99':>12}{'p99.9':>12}{'max':>12}")
+            lines.append(f"  {'stage':10s}{'count':>10}" + "".join(f"{label:>12}" for label in LABELS.values()))
             for name, s in stages.items():
-                lines.append(f"  {name:10s}{s['count']:>10}" + "".join(
-                    f"{_us(s[k]):>12}" for k in ("p50", "p99", "p999", "max")))
+                lines.append(f"  {name:10s}{s['count']:>10}" + "".join(f"{_us(s[k]):>12}" for k in LABELS))
         else:
             lines.append("  no latency samples yet")
     return "\n".join(lines)
 
 
+LABELS = {"p50": "P50", "p99": "P99", "p999": "P99.9", "max": "max"}  # one naming, chart and table alike
+COLORS = {"p50": "#1f6fd1", "p99": "#d97a00", "p999": "#c4122f", "max": "#222"}
+CHART = {"width": 1000, "height": 250, "left": 78, "right": 24, "top": 34, "bottom": 52, "font": 13}
+
+
 def render_html(snapshot: dict) -> str:
-    parts = [f"<html><head><meta charset='utf-8'><title>rdma-bridge latency report</title>"
-             "<style>body{font-family:sans-serif;margin:2em} td,th{padding:2px 10px;text-align:right}"
-             " .err{color:#a00}</style></head><body>",
-             f"<h1>rdma-bridge latency report</h1><p>taken {html.escape(snapshot['taken_at'])}. "
-             "Each chart: samples per log-spaced latency bucket (x: latency, log scale; y: share of samples); "
-             "the lines mark P50, P99, P99.9 and max.</p>"]
-    for role, node in snapshot["nodes"].items():
-        parts.append(f"<h2>{role}</h2>")
+    """Every stage of both nodes on one shared log-scaled latency axis, so stages can be
+    compared at a glance; each chart full width with its y scale, axis titles, and the
+    P50/P99/P99.9/max lines named in a legend row above the plot (never on top of each
+    other). Raises ValueError for a document that is not a status snapshot."""
+    nodes = _nodes(snapshot)
+    stages = [s for node in nodes.values() if "error" not in node for s in node["stages"].values() if s["count"]]
+    domain = axis_domain(stages)
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>rdma-bridge latency report</title>"
+             "<style>body{font-family:sans-serif;margin:1.5em 2em} svg{width:100%;height:auto;display:block} "
+             "table{border-collapse:collapse} td,th{padding:2px 12px;text-align:right} .err{color:#a00}</style>"
+             "</head><body>",
+             f"<h1>rdma-bridge latency report</h1><p>Taken {html.escape(str(snapshot.get('taken_at', '?')))}. "
+             "Each chart shows one stage's samples per log-spaced latency bucket (share of its samples), all on the "
+             f"same latency axis ({_decade(domain[0])} to {_decade(domain[1])}, log scale); the dashed lines "
+             "mark P50, P99, P99.9 and the maximum.</p>"]
+    for role, node in nodes.items():
+        parts.append(f"<h2>{html.escape(role)} side</h2>")
         if "error" in node:
-            parts.append(f"<p class='err'>not answering: {html.escape(node['error'])}</p>")
+            parts.append(f"<p class='err'>not answering: {html.escape(str(node['error']))}</p>")
             continue
         for name, s in node["stages"].items():
-            parts.append(f"<h3>{name} <small>({html.escape(STAGE_MEANING.get(name, ''))})</small></h3>")
+            parts.append(f"<h3>{html.escape(name)} <small>({html.escape(STAGE_MEANING.get(name, ''))})</small></h3>")
             if not s["count"]:
-                parts.append("<p>no samples</p>")
+                parts.append("<p>no samples yet</p>")
                 continue
-            parts.append("<table><tr><th>count</th>" + "".join(f"<th>{k}</th>" for k in ("p50", "p99", "p99.9", "max"))
-                         + f"</tr><tr><td>{s['count']}</td>" + "".join(f"<td>{_us(s[k])}</td>" for k in
-                                                                        ("p50", "p99", "p999", "max")) + "</tr></table>")
-            parts.append(_svg(s))
+            parts.append("<table><tr><th>samples</th>" + "".join(f"<th>{LABELS[k]}</th>" for k in LABELS)
+                         + f"</tr><tr><td>{s['count']}</td>" + "".join(f"<td>{_us(s[k])}</td>" for k in LABELS)
+                         + "</tr></table>")
+            parts.append(svg_chart(s, domain))
     parts.append("</body></html>")
     return "".join(parts)
 
 
-def _svg(s: dict, width: int = 720, height: int = 200) -> str:
+def _nodes(snapshot: dict) -> dict:
+    nodes = snapshot.get("nodes") if isinstance(snapshot, dict) else None
+    if not isinstance(nodes, dict) or not all(isinstance(n, dict) and ("error" in n or "stages" in n)
+                                              for n in nodes.values()):
+        raise ValueError("not a status snapshot: expected {\"nodes\": {role: status}} as `rdma-bridge status "
+                         "--json` writes it")
+    return nodes
+
+
+def axis_domain(stages: list[dict]) -> tuple[int, int]:
+    """The decades (log10 µs) every chart spans: from the smallest sample of any stage
+    to the largest, at least one decade."""
+    if not stages:
+        return 0, 3
+    lows = [buckets(s["hdr"])[0][0] for s in stages]
+    lo = math.floor(math.log10(max(1.0, min(lows))))
+    hi = math.ceil(math.log10(max(s["max"] for s in stages) + 1))
+    return lo, max(hi, lo + 1)
+
+
+def svg_chart(s: dict, domain: tuple[int, int]) -> str:
+    return "".join(_svg_parts(s, domain))
+
+
+def _svg_parts(s: dict, domain: tuple[int, int]):
+    c = CHART
+    width, height, left, top = c["width"], c["height"], c["left"], c["top"]
+    plot_w, plot_h = width - left - c["right"], height - top - c["bottom"]
+    lo, hi = domain
     bins = buckets(s["hdr"])
-    lo = math.floor(math.log10(max(1.0, bins[0][0])))
-    hi = math.ceil(math.log10(max(bins[-1][1], s["max"] + 1)))
-    hi = max(hi, lo + 1)
     total = sum(n for _, _, n in bins)
-    top = max(n for _, _, n in bins) / total
+    top_share = _nice(max(n for _, _, n in bins) / total)
 
     def x(v: float) -> float:
-        return 40 + (math.log10(max(v, 1.0)) - lo) / (hi - lo) * (width - 60)
+        return left + (math.log10(max(v, 1.0)) - lo) / (hi - lo) * plot_w
 
-    out = [f"<svg width='{width}' height='{height + 30}' xmlns='http://www.w3.org/2000/svg'>"]
-    for b_lo, b_hi, n in bins:
-        h = n / total / top * height
-        out.append(f"<rect x='{x(b_lo):.1f}' y='{height - h:.1f}' width='{max(1.0, x(b_hi) - x(b_lo) - 1):.1f}' "
-                   f"height='{h:.1f}' fill='#4a7'><title>{_us(b_lo)}-{_us(b_hi)}: {n}</title></rect>")
+    def y(share: float) -> float:
+        return top + plot_h - share / top_share * plot_h
+
+    yield (f"<svg viewBox='0 0 {width} {height}' xmlns='http://www.w3.org/2000/svg' font-size='{c['font']}' "
+           "font-family='sans-serif'>")
+    for tick in (0.0, top_share / 2, top_share):
+        yield (f"<line x1='{left}' x2='{left + plot_w}' y1='{y(tick):.1f}' y2='{y(tick):.1f}' stroke='#e4e4e4'/>"
+               f"<text x='{left - 6}' y='{y(tick) + 4:.1f}' text-anchor='end'>{tick * 100:g} %</text>")
     for decade in range(lo, hi + 1):
         px = x(10 ** decade)
-        out.append(f"<line x1='{px:.1f}' x2='{px:.1f}' y1='0' y2='{height}' stroke='#ddd'/>"
-                   f"<text x='{px:.1f}' y='{height + 14}' font-size='11' text-anchor='middle'>{_us(10 ** decade)}</text>")
-    for key, color in (("p50", "#06c"), ("p99", "#c60"), ("p999", "#c00"), ("max", "#000")):
+        yield (f"<line x1='{px:.1f}' x2='{px:.1f}' y1='{top}' y2='{top + plot_h}' stroke='#e4e4e4'/>"
+               f"<text x='{px:.1f}' y='{top + plot_h + 17}' text-anchor='middle'>{_decade(decade)}</text>")
+    for b_lo, b_hi, n in bins:
+        yield (f"<rect x='{x(b_lo):.1f}' y='{y(n / total):.1f}' width='{max(1.0, x(b_hi) - x(b_lo) - 1):.1f}' "
+               f"height='{y(0) - y(n / total):.1f}' fill='#5aa87a'><title>{_us(b_lo)} to {_us(b_hi)}: {n} samples"
+               "</title></rect>")
+    for i, (key, label) in enumerate(LABELS.items()):
         px = x(s[key])
-        out.append(f"<line x1='{px:.1f}' x2='{px:.1f}' y1='0' y2='{height}' stroke='{color}' stroke-dasharray='4 2'/>"
-                   f"<text x='{px + 3:.1f}' y='{12 + 12 * list(PERCENTILES + (100.0,)).index(_p(key))}' "
-                   f"font-size='11' fill='{color}'>{key} {_us(s[key])}</text>")
-    out.append(f"<line x1='40' x2='{width - 20}' y1='{height}' y2='{height}' stroke='#000'/></svg>")
-    return "".join(out)
+        yield (f"<line x1='{px:.1f}' x2='{px:.1f}' y1='{top}' y2='{top + plot_h}' stroke='{COLORS[key]}' "
+               "stroke-width='2' stroke-dasharray='6 3'/>"
+               f"<rect x='{left + i * plot_w / 4:.1f}' y='8' width='18' height='4' fill='{COLORS[key]}'/>"
+               f"<text x='{left + i * plot_w / 4 + 24:.1f}' y='15' fill='{COLORS[key]}'>{label} {_us(s[key])}</text>")
+    yield (f"<line x1='{left}' x2='{left + plot_w}' y1='{top + plot_h}' y2='{top + plot_h}' stroke='#000'/>"
+           f"<line x1='{left}' x2='{left}' y1='{top}' y2='{top + plot_h}' stroke='#000'/>"
+           f"<text x='{left + plot_w / 2:.1f}' y='{height - 8}' text-anchor='middle'>latency (log scale)</text>"
+           f"<text transform='translate(16 {top + plot_h / 2:.1f}) rotate(-90)' text-anchor='middle'>"
+           "share of samples</text></svg>")
 
 
-def _p(key: str) -> float:
-    return {"p50": 50.0, "p99": 99.0, "p999": 99.9, "max": 100.0}[key]
+def _decade(decade: int) -> str:
+    """10^decade µs as an axis label: 1 µs, 10 µs, ..., 1 ms, ..., 1 s, 10 s."""
+    for unit, exp in (("s", 6), ("ms", 3), ("µs", 0)):
+        if decade >= exp:
+            return f"{10 ** (decade - exp)} {unit}"
+    return f"{10 ** decade} µs"
+
+
+def _nice(share: float) -> float:
+    """The y scale's top: the next of 1, 2, 5 x 10^k above the tallest bar."""
+    exp = math.floor(math.log10(share))
+    for step in (1, 2, 5, 10):
+        if step * 10 ** exp >= share:
+            return step * 10 ** exp
+    return 10 ** (exp + 1)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pymysql
 
 from bridge.config import MysqlUrl
+from bridge.errors import SourceError
 
 SCHEMA_DDL = (
     "CREATE TABLE {s}.accounts (id INT PRIMARY KEY, owner VARCHAR(40) NOT NULL, "
@@ -27,7 +28,10 @@ OWNERS = ("ana", "bo", "chen", "dagny", "émile", "李雷", "zoë")
 
 
 def connect(url: MysqlUrl) -> pymysql.Connection:
-    return pymysql.connect(**url.connect_args(), charset="utf8mb4", autocommit=True)
+    try:
+        return pymysql.connect(**url.connect_args(), charset="utf8mb4", autocommit=True, connect_timeout=10)
+    except pymysql.MySQLError as exc:
+        raise SourceError(f"connect to {url}: {exc.args[-1] if exc.args else exc}") from exc
 
 
 def create_schema(conn, schema: str) -> None:

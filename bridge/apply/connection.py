@@ -26,6 +26,7 @@ from bridge.wire.binlog import flavor_of
 log = logging.getLogger(__name__)
 # Can't connect, server gone away, lost connection, server shutdown in progress, killed.
 CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
+CANNOT_CONNECT = 2003
 LOCK_CONFLICT = {1205, 1213}  # lock wait timeout, deadlock
 CONNECT_TIMEOUT_S = 10
 
@@ -106,6 +107,8 @@ def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
     """Our error for a server error: a lost connection is retryable, the rest is not."""
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     detail = exc.args[-1] if exc.args else type(exc).__name__
+    if code == CANNOT_CONNECT:
+        return TargetConnectionLost(f"{context}: cannot reach the replica: {detail}", code)
     if code in CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
         return TargetConnectionLost(f"{context}: connection to the replica lost: {detail}", code)
     if code in LOCK_CONFLICT:

@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 from bridge.errors import RemoteProtocolError
-from bridge.model import Chunk, RowChange, RowEvents, Statement, Transaction
+from bridge.model import HEARTBEAT_TABLE, Chunk, RowChange, RowEvents, Statement, Transaction
 from bridge.wire import binlog, tablemap
 
-HEARTBEAT = ("rdma_bridge", "heartbeat")  # written by bridge.source.heartbeat
+HEARTBEAT = HEARTBEAT_TABLE
 
 
 def check_payload(seq: int, item: Transaction | Chunk, mode: str, has_format: bool) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from bridge.config import MysqlUrl
-from bridge.errors import ConsistencyError
+from bridge.errors import CheckError, ConsistencyError
 
 SYSTEM_SCHEMAS = {"mysql", "information_schema", "performance_schema", "sys", "rdma_bridge"}
 
@@ -67,6 +67,29 @@ def table_rows(conn: sa.Connection, schema: str, table: str) -> Counter:
     return Counter(tuple(row) for row in result)
 
 
+NO_SELECT = (1142, 1143, 1044)  # table / column / database access denied
+
+
+def _visible(conn: sa.Connection, schema: str, table: str) -> bool:
+    """True when the table is there but hidden from this user; False when it is absent."""
+    try:
+        conn.exec_driver_sql(f"SELECT 1 FROM `{schema}`.`{table}` LIMIT 0")
+    except sa.exc.DBAPIError as exc:
+        if getattr(exc.orig, "args", (0,))[0] in NO_SELECT:
+            return True
+        return False
+    return True
+
+
+def _fail(what: str, url: MysqlUrl, exc: sa.exc.SQLAlchemyError) -> CheckError:
+    orig = getattr(exc, "orig", None)
+    detail = orig.args[-1] if orig is not None and getattr(orig, "args", None) else str(exc).splitlines()[0]
+    code = orig.args[0] if orig is not None and getattr(orig, "args", None) else 0
+    fix = f"; it needs SELECT on every compared table (GRANT SELECT ON *.* TO {url.user})" if code in NO_SELECT \
+        else ""
+    return CheckError(f"compare: {what} on {url}: {detail}{fix}")
+
+
 def digest(rows: Counter) -> TableDigest:
     h = hashlib.sha256()
     for row in sorted(rows.elements(), key=repr):
@@ -78,17 +101,46 @@ ABSENT = Counter({("<table absent>",): 1})
 
 
 def compare_databases(primary: MysqlUrl, replica: MysqlUrl, schemas: list[str] | None = None) -> Comparison:
+    """Row by row. Raises CheckError (never a difference, never a match) when a server
+    cannot be reached, a named schema is unknown, or a table cannot be read."""
     p_eng, r_eng = engine(primary), engine(replica)
-    p_tables, r_tables = set(list_tables(p_eng, schemas)), set(list_tables(r_eng, schemas))
+    try:
+        return _compare(p_eng, r_eng, primary, replica, schemas)
+    finally:
+        p_eng.dispose()
+        r_eng.dispose()
+
+
+def _compare(p_eng, r_eng, primary: MysqlUrl, replica: MysqlUrl, schemas: list[str] | None) -> Comparison:
+    tables = {}
+    for side, eng, url in (("primary", p_eng, primary), ("replica", r_eng, replica)):
+        try:
+            tables[side] = set(list_tables(eng, schemas))
+            known = set(sa.inspect(eng).get_schema_names())
+        except sa.exc.SQLAlchemyError as exc:
+            raise _fail(f"list the tables of the {side}", url, exc) from exc
+        unknown = [s for s in schemas or () if s not in known]
+        if unknown:
+            raise CheckError(f"compare: schema {', '.join(unknown)} is unknown on the {side} {url} (or "
+                             f"{url.user} may not see it: it needs SELECT on it)")
     result = Comparison()
     with p_eng.connect() as p, r_eng.connect() as r:
-        for schema, table in sorted(p_tables | r_tables):
-            a = table_rows(p, schema, table) if (schema, table) in p_tables else ABSENT
-            b = table_rows(r, schema, table) if (schema, table) in r_tables else ABSENT
+        for schema, table in sorted(tables["primary"] | tables["replica"]):
+            a = _rows(p, primary, "primary", schema, table, tables["primary"])
+            b = _rows(r, replica, "replica", schema, table, tables["replica"])
             _record(result, f"{schema}.{table}", a, b)
-    p_eng.dispose()
-    r_eng.dispose()
     return result
+
+
+def _rows(conn: sa.Connection, url: MysqlUrl, side: str, schema: str, table: str, listed: set) -> Counter:
+    try:
+        if (schema, table) in listed:
+            return table_rows(conn, schema, table)
+        if _visible(conn, schema, table):
+            table_rows(conn, schema, table)  # raises the access error with its text
+        return ABSENT
+    except sa.exc.SQLAlchemyError as exc:
+        raise _fail(f"read {schema}.{table} on the {side}", url, exc) from exc
 
 
 def _record(result: Comparison, name: str, a: Counter, b: Counter) -> None:

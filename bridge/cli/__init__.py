@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
+import traceback
 
 import click
 
@@ -21,18 +23,36 @@ log = logging.getLogger("bridge")
 
 
 class BridgeGroup(click.Group):
+    """Every failure a user can meet is one line naming the thing at fault (and the fix);
+    --debug (or RDMA_BRIDGE_DEBUG=1) adds the traceback."""
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except BridgeError as exc:
-            click.echo(f"rdma-bridge: error: {exc}", err=True)
-            sys.exit(1)
+            _fail(ctx, f"rdma-bridge: error: {exc}")
+        except OSError as exc:
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            _fail(ctx, f"rdma-bridge: error: {exc.strerror or exc}{where}")
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a bug: still one line, the traceback with --debug
+            _fail(ctx, f"rdma-bridge: unexpected error: {type(exc).__name__}: {exc} (a bug: run again with --debug "
+                       "for the traceback, and report it)")
+
+
+def _fail(ctx, line: str) -> None:
+    if ctx.params.get("debug") or os.environ.get("RDMA_BRIDGE_DEBUG") == "1":
+        traceback.print_exc()
+    click.echo(line, err=True)
+    sys.exit(1)
 
 
 @click.group(cls=BridgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def main(log_level: str) -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of an error (else one line says what failed).")
+def main(log_level: str, debug: bool) -> None:
     """Replicate a MySQL/MariaDB primary into a replica through a ring buffer in the
     replica host's memory (RDMA WRITE, shared memory or TCP).
 

@@ -10,6 +10,7 @@ import click
 
 from bridge.cli import (DEFAULT_RING_BYTES, PASSWORD_ENV, PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, STATE_DIR,
                         TRANSPORT, MysqlUrl, _ring_bytes, main)
+from bridge.errors import ConfigError
 
 
 # --- status and report -------------------------------------------------------
@@ -57,13 +58,21 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
     P50/P99/P999/max, from the running pair or a saved snapshot."""
     from bridge.report import fetch_status, render_html
 
-    if source:
-        with open(source) as f:
-            snapshot = json.load(f)
-    else:
-        snapshot = fetch_status({"primary": primary_at, "replica": replica_at})
-    with open(out, "w") as f:
-        f.write(render_html(snapshot))
+    try:
+        if source:
+            with open(source, encoding="utf-8") as f:
+                snapshot = json.load(f)
+        else:
+            snapshot = fetch_status({"primary": primary_at, "replica": replica_at})
+        page = render_html(snapshot)
+    except (ValueError, UnicodeDecodeError) as exc:  # json's errors are ValueErrors too
+        raise ConfigError(f"report --from {source}: not a status snapshot (the JSON `rdma-bridge status --json` "
+                          f"prints): {exc}") from exc
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as exc:
+        raise ConfigError(f"report --out {out}: {exc.strerror}") from exc
     click.echo(f"report written: {out}")
 
 

@@ -36,7 +36,7 @@ from bridge.ring.producer import RingProducer
 from bridge.source import preflight
 from bridge.source.assembler import TransactionAssembler
 from bridge.source.reader import BinlogReader
-from bridge.transport import open_remote
+from bridge.transport import check_available, open_remote
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import binlog, control
 from bridge.wire.codec import encode_chunk, encode_transaction
@@ -54,8 +54,10 @@ def _event_of(fmt: binlog.FormatDescription | None) -> bytes:
 
 class PrimaryNode:
     def __init__(self, cfg: PrimaryConfig) -> None:
+        check_available(cfg.transport)
         self.cfg = cfg
-        self.shipped = 0
+        self.shipped = 0  # user transactions (heartbeat rows apart)
+        self.heartbeats_shipped = 0
         self.last_gtid = ""
         self._stop = threading.Event()
         self._control: ControlConnection | None = None
@@ -126,7 +128,8 @@ class PrimaryNode:
                 "replica": f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", "transport": self.cfg.transport,
                 "apply_mode": self.apply_mode,
                 "connected": self.remote is not None, "last_gtid": self.last_gtid,
-                "counters": {"transactions_shipped": self.shipped, "frames_resent": self.resent_frames,
+                "counters": {"transactions_shipped": self.shipped, "heartbeats_shipped": self.heartbeats_shipped,
+                             "frames_resent": self.resent_frames,
                              "binlog_reopens": self.binlog_reopens, "reconnects": self.reconnects,
                              "ring_backlog_frames": producer.backlog_frames if producer else 0,
                              "ring_backlog_bytes": producer.used if producer else 0},
@@ -278,8 +281,8 @@ class PrimaryNode:
 
     def _backoff(self, attempt: int, exc: BridgeError) -> None:
         delay = min(self.cfg.reconnect_backoff_max_s, self.cfg.reconnect_backoff_s * 2 ** (attempt - 1))
-        log.warning("session lost (%s); reconnect attempt %d/%d in %.1fs", exc, attempt,
-                    self.cfg.reconnect_attempts, delay)
+        what = "session lost" if self.binlog_reopens else "cannot start"  # no session yet: nothing was lost
+        log.warning("%s (%s); attempt %d/%d in %.1fs", what, exc, attempt, self.cfg.reconnect_attempts, delay)
         self.reconnects += 1
         self._stop.wait(delay)
 
@@ -317,7 +320,10 @@ class PrimaryNode:
             read_ns = time.time_ns()  # the commit event was just read
             self._place(FrameKind.TXN, encode_transaction(item, (read_ns, time.time_ns())), item.gtid)
             self.stages.record("place", (time.time_ns() - read_ns) / 1000)
-            self.shipped += 1
+            if item.is_heartbeat:
+                self.heartbeats_shipped += 1
+            else:
+                self.shipped += 1
         if self.semi_sync is not None and not self.assembler.in_transaction:
             request = reader.take_ack_request()
             if request is not None:

@@ -68,7 +68,8 @@ class ReplicaNode:
         self.host = make_host(cfg.transport, cfg.ring_bytes)
         self.consumer: RingConsumer | None = None
         self.session = ""
-        self.applied_count = 0
+        self.applied_count = 0  # user transactions (heartbeat rows apart)
+        self.heartbeats_applied = 0
         self.corrupt_frames = 0
         self.target_reconnects = 0
         self._pending: list = []  # work whose apply lost the replica connection: retried first
@@ -139,7 +140,8 @@ class ReplicaNode:
         pos = self.applier.position
         stats = getattr(self.applier, "stats", None)
         consumer = self.consumer
-        counters = {"transactions_applied": self.applied_count, "rows_applied": self.rows_applied,
+        counters = {"transactions_applied": self.applied_count, "heartbeats_applied": self.heartbeats_applied,
+                    "rows_applied": self.rows_applied,
                     "row_events_applied": self.row_events_applied,
                     "groups_applied": self.groups, "corrupt_frames": self.corrupt_frames,
                     "reconnects": self.target_reconnects, "applied_seq": pos.applied_seq,
@@ -262,7 +264,9 @@ class ReplicaNode:
             self.applied_count += 1
         else:
             self.applier.apply_group([(f.seq, txn) for f, txn, _ in work])
-            self.applied_count += len(work)
+            beats = sum(txn.is_heartbeat for _, txn, _ in work)
+            self.applied_count += len(work) - beats
+            self.heartbeats_applied += beats
             self.groups += 1
             self.largest_group = max(self.largest_group, len(work))
         for _, item, _ in work:

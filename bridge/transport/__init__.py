@@ -45,6 +45,13 @@ def _rdma():
     return rdma
 
 
+def check_available(transport: str) -> None:
+    """Refuse up front a transport this host cannot use (both start commands)."""
+    if transport == "rdma" and not rdma_available():
+        raise ConfigError("transport 'rdma': no RDMA device here (or pyverbs missing: `make rdma-deps`); use "
+                          "--transport tcp between hosts or shm on one host (`rdma-bridge doctor` explains)")
+
+
 def rdma_available() -> bool:
     """pyverbs imports and lists at least one device."""
     try:

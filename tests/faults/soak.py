@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -221,7 +222,7 @@ def _cpu_hog(seconds: float) -> None:
 
 def reconnects(proc: BridgeProcess) -> int:
     with open(proc.log_path, errors="replace") as f:
-        return sum("reconnect attempt" in line for line in f)
+        return sum(re.search(r"attempt \d+/\d+ in", line) is not None for line in f)
 
 
 def matrix(results: dict[str, list[dict]]) -> str:

@@ -1,0 +1,113 @@
+"""Every command with bad input ends with one line naming the thing at fault (and the
+fix), never a traceback; --debug shows the traceback. Waiting for a server that is not
+there costs no CPU."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bridge.sandbox import free_port
+
+
+def run(*args, env=None, timeout=60):
+    return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "RDMA_BRIDGE_SECRET": "", **(env or {})})
+
+
+def bad_urls(urls):
+    good = urls["replica_admin"]
+    return {"wrong password": f"mysql://{good.user}:not-the-password@{good.host}:{good.port}",
+            "closed port": f"mysql://u:pw@127.0.0.1:{free_port()}",
+            "malformed url": "not-a-url"}
+
+
+def one_line_error(result, *needles):
+    lines = [line for line in result.stderr.splitlines() if "rdma-bridge: error:" in line or line.startswith("Error")]
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+    assert lines, result.stderr
+    for needle in needles:
+        assert needle in lines[-1], (needle, lines[-1])
+    return lines[-1]
+
+
+@pytest.fixture
+def garbage(tmp_path):
+    path = tmp_path / "snapshot.json"
+    path.write_text("this is not json {")
+    return path
+
+
+def test_every_command_with_bad_input_says_one_line(urls, garbage, tmp_path):
+    for why, url in bad_urls(urls).items():
+        needle = "not-a-url" if why == "malformed url" else "127.0.0.1"
+        one_line_error(run("verify", "--primary", url, "--replica", url), needle)
+        one_line_error(run("checksum", "--primary", url, "--replica", url, "--offline"), needle)
+        one_line_error(run("start-replica", "--target", url, "--listen", "127.0.0.1:0"), needle)
+        one_line_error(run("start-primary", "--source", url, "--replica", "127.0.0.1:1", "--reconnect-attempts",
+                           "0"), needle)
+        one_line_error(run("workload", "--target", url, "--transactions", "1"), needle)
+    assert "not-the-password" not in run("verify", "--primary", "mysql://u:not-the-password@127.0.0.1:1",
+                                         "--replica", "x").stderr
+    admin = f"mysql://{urls['primary_admin'].user}:{urls['primary_admin'].password}@127.0.0.1:" \
+            f"{urls['primary_admin'].port}"
+    one_line_error(run("verify", "--primary", admin, "--replica", admin, "--schema", "no_such_schema"),
+                   "schema no_such_schema is unknown")
+    one_line_error(run("report", "--from", str(garbage), "--out", str(tmp_path / "r.html")), "not a status snapshot")
+    busy = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = busy.getsockname()[1]
+        replica_url = f"mysql://{urls['replica'].user}:{urls['replica'].password}@127.0.0.1:{urls['replica'].port}"
+        one_line_error(run("start-replica", "--target", replica_url, "--listen", f"127.0.0.1:{port}"),
+                       f"listen on 127.0.0.1:{port}: the address is in use")
+    finally:
+        busy.close()
+    one_line_error(run("start-primary", "--source", admin, "--replica", "127.0.0.1:1", "--transport", "rdma"),
+                   "transport 'rdma'")
+    shown = run("--debug", "report", "--from", str(garbage), "--out", str(tmp_path / "r.html"))
+    assert "Traceback" in shown.stderr and "not a status snapshot" in shown.stderr.splitlines()[-1]
+
+
+def test_a_user_without_select_is_an_error_not_a_difference(urls, fresh_schema):
+    from bridge.workload import connect
+
+    s = fresh_schema("noselect")
+    admin = connect(urls["primary_admin"])
+    with admin.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin=0")
+        cur.execute(f"CREATE DATABASE {s}")
+        cur.execute(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+        cur.execute("CREATE USER IF NOT EXISTS 'cli_blind'@'127.0.0.1' IDENTIFIED BY 'pw-blind'")
+        cur.execute(f"GRANT SELECT ON {s}.* TO 'cli_blind'@'127.0.0.1'")
+        cur.execute(f"CREATE TABLE {s}.hidden (id INT PRIMARY KEY)")
+        cur.execute(f"REVOKE SELECT ON {s}.* FROM 'cli_blind'@'127.0.0.1'")
+        cur.execute(f"GRANT SELECT ON {s}.t TO 'cli_blind'@'127.0.0.1'")
+    try:
+        p = urls["primary_admin"]
+        full = f"mysql://{p.user}:{p.password}@127.0.0.1:{p.port}"
+        blind = f"mysql://cli_blind:pw-blind@127.0.0.1:{p.port}"
+        line = one_line_error(run("verify", "--primary", full, "--replica", blind, "--schema", s))
+        assert f"{s}.hidden" in line and "SELECT command denied" in line and "GRANT SELECT" in line
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
+            cur.execute(f"DROP DATABASE {s}")
+            cur.execute("DROP USER 'cli_blind'@'127.0.0.1'")
+        admin.close()
+
+
+def test_waiting_for_an_absent_primary_costs_no_cpu_and_says_so_honestly():
+    proc = subprocess.Popen([sys.executable, "-m", "bridge", "start-primary", "--source",
+                             f"mysql://u:pw@127.0.0.1:{free_port()}", "--replica", "127.0.0.1:1", "--metrics", "off"],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "RDMA_BRIDGE_SECRET": ""})
+    time.sleep(4)
+    fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    proc.terminate()
+    _, err = proc.communicate(timeout=10)
+    assert cpu_s < 1.0, cpu_s  # the interpreter's start-up; the waiting itself sleeps
+    assert "cannot start" in err and "session lost" not in err, err
