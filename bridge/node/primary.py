@@ -44,7 +44,7 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
-ACK_REFRESH_S = 0.2  # how often the ring backlog (status, metrics) learns the replica's ack
+ACK_REFRESH_S = 0.05  # how often the ring backlog (status, metrics) learns the replica's ack
 BACKPRESSURE_LOG_S = 5.0
 
 

@@ -51,7 +51,12 @@ def test_a_second_primary_side_is_refused_naming_the_running_one(urls, fresh_sch
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_take_over_fences_the_running_primary_side(urls, fresh_schema, transport):
-    s = fresh_schema("takeover")
+    take_over(urls, fresh_schema("takeover"), transport)
+
+
+def take_over(urls, s, transport):
+    """A second primary side with --take-over while the first ships a workload (also run
+    over rdma by tests/rdma)."""
     pair = BridgePair(urls, transport).start()
     epochs = []
     try:

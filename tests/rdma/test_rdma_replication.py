@@ -42,6 +42,13 @@ def test_a_lost_session_resumes_over_rdma(urls):
         pair.stop()
 
 
+def test_take_over_over_rdma_fences_the_old_writer(urls):
+    """The old primary side's memory region is deregistered: its writes fail, none is applied."""
+    from tests.integration.test_fencing import take_over
+
+    take_over(urls, "rdma_takeover", "rdma")
+
+
 def test_doctor_passes_the_device_checks_on_a_real_verbs_device():
     from bridge import doctor
 
