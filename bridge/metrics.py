@@ -82,21 +82,43 @@ STAGE_METRICS = {
 }
 
 
+SIGNIFICANT_BITS = 11  # a recorded value keeps this many bits: under 0.05% off, finer than HDR's 3 digits
+
+
 class Stages:
-    """HDR histograms of the stages of one node; thread-safe."""
+    """HDR histograms of the stages of one node. Recording is on the hot path (a few
+    per transaction), so it only counts the value, rounded down to 11 significant
+    bits, in a plain dict (~0.3 µs); the HDR histograms take those counts when a
+    summary is asked for. One thread records per stage; a summary swaps the dict
+    away whole, so at worst a sample recorded in that instant is not counted."""
 
     def __init__(self, names) -> None:
         self._lock = threading.Lock()
         self._hist = {name: HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS) for name in names}
+        self._pending: dict[str, dict[int, int]] = {name: {} for name in names}
 
     def record(self, stage: str, micros: float, count: int = 1) -> None:
-        value = min(HIGHEST_US, max(LOWEST_US, int(micros)))
-        with self._lock:
-            self._hist[stage].record_value(value, count)
+        value = int(micros)
+        if value < LOWEST_US:
+            value = LOWEST_US
+        elif value > HIGHEST_US:
+            value = HIGHEST_US
+        shift = value.bit_length() - SIGNIFICANT_BITS
+        if shift > 0:
+            value = value >> shift << shift
+        counts = self._pending[stage]
+        counts[value] = counts.get(value, 0) + count
+
+    def _fold(self) -> None:
+        for name, h in self._hist.items():
+            counts, self._pending[name] = self._pending[name], {}
+            for value, n in counts.items():
+                h.record_value(value, n)
 
     def summary(self, with_histograms: bool = True) -> dict:
         """{stage: {count, p50, p99, p999, max (µs), hdr}}."""
         with self._lock:
+            self._fold()
             out = {}
             for name, h in self._hist.items():
                 entry = {"count": h.get_total_count(), "max": h.get_max_value() if h.get_total_count() else 0}

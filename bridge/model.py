@@ -30,6 +30,9 @@ class Gtid:
 
     @classmethod
     def parse(cls, text: str) -> Gtid:
+        parts = text.split("-")  # the common case first: once per replicated transaction
+        if len(parts) == 3 and all(p.isdigit() and p.isascii() for p in parts):
+            return cls(domain=parts[0], server=int(parts[1]), seq=int(parts[2]))
         text = text.strip()
         if m := _MARIADB_GTID.match(text):
             return cls(domain=m.group(1), server=int(m.group(2)), seq=int(m.group(3)))
@@ -90,6 +93,8 @@ class GtidSet:
 
     def add(self, gtid: Gtid) -> GtidSet:
         if gtid.is_mariadb:
+            if len(self.mariadb) == 1 and self.mariadb[0].domain == gtid.domain:
+                return GtidSet(mariadb=(gtid,))  # one domain: the common case, once per transaction
             kept = [g for g in self.mariadb if g.domain != gtid.domain]
             return GtidSet(mariadb=tuple(sorted([*kept, gtid], key=_domain_key)))
         found = dict(self.mysql)

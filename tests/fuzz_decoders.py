@@ -35,6 +35,7 @@ def seeds(rng: random.Random) -> list[tuple[str, bytes]]:
                                 Statement("", "INSERT", USER_VAR_STR + QUERY)), format_event=FDE)
     return [("txn", codec.encode_transaction(txn)),
             ("txn", codec.encode_transaction(raw)),
+            ("txn", codec.encode_transaction(Transaction("0-1-10", (raw.changes[0],), format_event=FDE))),
             ("row_events", TABLE_MAP + WRITE),
             ("query", USER_VAR_STR + QUERY),
             ("chunk", codec.encode_chunk(Chunk("0-1-8", 3, True, txn.changes))),

@@ -99,13 +99,13 @@ class BinlogRows:
 
     def _probe(self, fmt: binlog.FormatDescription) -> bool:
         """Does this server run the statements after a BINLOG of row events? One row
-        into rdma_bridge.bridge_probe and a SELECT, rolled back. If the SELECT's answer
+        into rdma_bridge.bridge_probe and a DO 1, rolled back. If the DO's answer
         never comes, the connection is lost (the caller reconnects and retries) and
         BINLOG ends every round trip from then on."""
         self.conn._sock.settimeout(PROBE_TIMEOUT_S)
         try:
             run_script(self.conn, "probe BINLOG", [binlog_sql.binlog_statement(binlog_sql.probe_events(fmt)),
-                                                   b"SELECT 1"])
+                                                   b"DO 1"])
         except TargetConnectionLost:
             log.warning("replica %s stops after a BINLOG statement: COMMIT takes a round trip of its own", self.url)
             self.goes_on = False

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pymysql
-from pymysql.constants import CLIENT
+from pymysql.constants import CLIENT, COMMAND
 
 from bridge.apply import sql
 from bridge.config import MysqlUrl
@@ -75,18 +75,17 @@ def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connec
 
 
 def run_script(conn: pymysql.Connection, context: str, statements: list[bytes],
-               describe: Callable[[int], str] = lambda _i: "") -> list[int]:
-    """The statements in one round trip; the affected-row count of each."""
-    counts: list[int] = []
+               describe: Callable[[int], str] = lambda _i: "") -> None:
+    """The statements in one round trip, each of which must answer OK (no rows): the
+    OK packets are only counted, not parsed (this is once per replicated transaction)."""
+    done = 0
     try:
-        conn.query(b";".join(statements))
-        counts.append(conn.affected_rows())
-        for _ in statements[1:]:
-            conn.next_result()
-            counts.append(conn.affected_rows())
+        conn._execute_command(COMMAND.COM_QUERY, b";".join(statements))
+        for done in range(len(statements)):
+            if not conn._read_packet().is_ok_packet():  # an error packet raises in _read_packet
+                raise ApplyError(f"{context}{describe(done)}: the statement returned rows, expected OK")
     except pymysql.MySQLError as exc:
-        raise apply_error(f"{context}{describe(len(counts))}", exc) from exc
-    return counts
+        raise apply_error(f"{context}{describe(done)}", exc) from exc
 
 
 def rollback(conn: pymysql.Connection, url: MysqlUrl) -> None:

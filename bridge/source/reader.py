@@ -66,6 +66,7 @@ class _StreamConnection(pymysql.connections.Connection):
     semi_sync = False  # announce a semi-sync replica; strip the 0xEF header; note ACK requests
     ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
     dumping = False  # the dump command was sent: every packet from here is an event
+    stashed = None  # a packet BinlogReader read itself but leaves to the library
 
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in _DUMP_COMMANDS:
@@ -76,6 +77,18 @@ class _StreamConnection(pymysql.connections.Connection):
         super()._write_bytes(data)
 
     def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
+        if self.stashed is not None:
+            packet, self.stashed = self.stashed, None
+            return packet
+        packet = self.read_stream_packet(packet_type)
+        if self.dumping and self.fast_path is not None:
+            event = self.fast_path(packet._data)
+            if event is not _LIBRARY:
+                raise _Handled(event)
+        return packet
+
+    def read_stream_packet(self, packet_type=pymysql.connections.MysqlPacket):
+        """The next packet, the semi-sync header taken off (ACK request noted)."""
         try:
             packet = super()._read_packet(packet_type)
         except pymysql.OperationalError as exc:
@@ -89,10 +102,6 @@ class _StreamConnection(pymysql.connections.Connection):
             if flag & _SEMI_SYNC_ACK_REQUESTED:
                 self.ack_wanted = int.from_bytes(packet._data[14:18], "little")  # header log_pos
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
-        if self.dumping and self.fast_path is not None:
-            event = self.fast_path(packet._data)
-            if event is not _LIBRARY:
-                raise _Handled(event)
         return packet
 
 
@@ -124,17 +133,32 @@ class BinlogReader:
         self._tables: dict[int, tuple] = {}  # id(library Table) -> (table, readers, key, column names)
 
     def next_event(self) -> SourceEvent | None:
+        conn = getattr(self._stream, "_stream_connection", None)
+        if conn is not None and conn.dumping and self.fast_rows:
+            # once the dump runs, packets are read here and only the rare ones go
+            # through the library's fetchone (it reads the packet left in ``stashed``)
+            try:
+                packet = conn.read_stream_packet()
+            except pymysql.MySQLError as exc:
+                raise self._stream_error(exc) from exc
+            event = self._fast_event(packet._data)
+            if event is not _LIBRARY:
+                return event
+            conn.stashed = packet
         try:
             event = self._stream.fetchone()
         except _Handled as handled:
             return handled.event
         except pymysql.MySQLError as exc:
-            code = exc.args[0] if exc.args else 0
-            error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
-            raise error(f"binlog stream from {self.url}: {exc}") from exc
+            raise self._stream_error(exc) from exc
         if event is None:
             raise SourceConnectionLost(f"binlog stream from {self.url}: server ended the stream")
         return self._translate(event)
+
+    def _stream_error(self, exc: pymysql.MySQLError) -> SourceError:
+        code = exc.args[0] if exc.args else 0
+        error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
+        return error(f"binlog stream from {self.url}: {exc}")
 
     @property
     def _checksum_bytes(self) -> int:

@@ -111,3 +111,19 @@ def test_chunk_round_trips(txn, index, last):
 def test_fuzz_findings_are_protocol_errors(payload):
     with pytest.raises(RemoteProtocolError):
         decode_transaction(payload)
+
+
+def test_raw_row_events_take_the_compact_layout_and_round_trip():
+    from bridge.model import RowEvents, Statement
+    from tests.unit.test_binlog_events import FDE, QUERY, TABLE_MAP, WRITE
+
+    raw = Transaction("0-1-77", (RowEvents(TABLE_MAP + WRITE, (("cap", "t"), ("é", "t2")), 1),), format_event=FDE)
+    payload = encode_transaction(raw, (11, 22))
+    assert payload[:1] == b"E"
+    back = decode_transaction(payload)
+    assert back == raw and back.stamps == (11, 22) and back.format_event == FDE
+    mixed = Transaction("0-1-78", (RowEvents(WRITE, (("s", "t"),), 1), Statement("s", "UPDATE t", QUERY)))
+    assert encode_transaction(mixed)[:1] != b"E" and decode_transaction(encode_transaction(mixed)) == mixed
+    for cut in range(1, len(payload) - len(TABLE_MAP + WRITE)):
+        with pytest.raises(RemoteProtocolError):
+            decode_transaction(payload[:cut])
