@@ -8,7 +8,8 @@ Two ways to apply rows (``mode``, chosen per session, see bridge.apply.modes):
 - ``binlog``: the row events as the primary logged them go to the replica's server
   in ``BINLOG`` statements (bridge.apply.binlog_sql): cascades, triggers (not fired
   for replicated rows), generated columns and types behave as in native replication.
-  Position, BINLOG and COMMIT travel in one round trip.
+  BINLOG and COMMIT travel in one round trip, the position as one more row event in
+  the BINLOG statement (bridge.apply.binlog_rows).
 - ``sql``: decoded rows become INSERT/UPDATE/DELETE (bridge.apply.sql), every
   UPDATE/DELETE must match exactly one row (anything else is divergence and raises).
 
@@ -42,6 +43,7 @@ from bridge.apply.payload import heartbeat_rows
 from bridge.wire import binlog, tablemap
 
 log = logging.getLogger(__name__)
+ROW_NOT_FOUND = 1032  # a row event's row is not on the replica
 
 
 class Applier:
@@ -62,7 +64,7 @@ class Applier:
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
         self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
         self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
-        self._binlog, self._sql, self._statements = BinlogRows(url), SqlRows(channel), StatementReplayer()
+        self._binlog, self._sql, self._statements = BinlogRows(url, channel), SqlRows(channel), StatementReplayer()
         self._connect()
         self.position = self._load_position()
 
@@ -207,7 +209,10 @@ class Applier:
     def commit_at(self, context: str, seq: int, gtids: GtidSet, fmt: binlog.FormatDescription | None) -> None:
         """The position and COMMIT in one round trip, for rows ``execute_rows`` ran."""
         try:
-            run_script(self.conn, context, [self._position_statement(seq, gtids), b"COMMIT"])
+            if self.mode == "binlog":
+                self._binlog.run(context, [], [b"COMMIT"], fmt, (seq, gtids))
+            else:
+                run_script(self.conn, context, [self._position_statement(seq, gtids), b"COMMIT"])
         except BaseException:
             self.rollback()
             raise
@@ -296,13 +301,25 @@ class Applier:
         changes, beats = self._heartbeats(changes, fmt)
         try:
             if self.mode == "binlog":
-                tail = beats + ([] if gtids is None else [self._position_statement(seq, gtids), b"COMMIT"])
-                self._binlog.run(context, changes, tail, fmt)
+                tail = beats + ([] if gtids is None else [b"COMMIT"])
+                self._binlog.run(context, changes, tail, fmt, None if gtids is None else (seq, gtids))
             else:
                 self._sql.run(context, seq, changes, gtids, beats)
-        except BaseException:
+        except BaseException as exc:
             self.rollback()
+            if isinstance(exc, ApplyError) and exc.code == ROW_NOT_FOUND and "'bridge_meta'" in str(exc):
+                raise self._position_row_gone(context, exc) from exc
             raise
+
+    def _position_row_gone(self, context: str, exc: ApplyError) -> ApplyError:
+        """The channel's row was deleted under a running applier (the position row
+        event finds nothing): how to put it back where the replica's data is."""
+        pos = self.position
+        restore = sql.POSITION_INSERT.removeprefix(sql.TAG) % tuple(self.conn.escape(v) for v in (self.channel, pos.applied_seq,
+                                                                              str(pos.gtid_set)))
+        return ApplyError(f"{context}: the row of channel {self.channel!r} in rdma_bridge.bridge_meta is gone from "
+                          f"replica {self.url} (deleted by hand?); the replica holds seq {pos.applied_seq}: put it "
+                          f"back with {restore}", exc.code)
 
     def _heartbeats(self, changes, fmt) -> tuple[list, list[bytes]]:
         """(the other changes, statements for the heartbeat rows). The heartbeat table is
@@ -321,7 +338,7 @@ class Applier:
         return others, [s.encode() for s in statements]
 
     def _position_statement(self, seq: int, gtids: GtidSet) -> bytes:
-        return (sql.POSITION_WRITE % tuple(self.conn.escape(v) for v in (self.channel, seq, str(gtids)))).encode()
+        return sql.position_write(self.conn.escape, self.channel, seq, gtids)
 
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         """Chunks of one transaction share one replica transaction; the last commits
@@ -372,6 +389,8 @@ class Applier:
     def _run_ddl(self, seq: int, txn: Transaction, gtids: GtidSet, fmt) -> None:
         after_crash = self.position.pending_ddl_seq == seq
         context = f"apply seq {seq} ({txn.gtid})"
+        if self.mode == "binlog" and any(isinstance(c, RowEvents) for c in txn.changes):
+            self._binlog.prepare(fmt, context)  # its first use probes and rolls back: not inside this transaction
         with self.conn.cursor() as cur:
             cur.execute(sql.DDL_PENDING, (seq, self.channel))
             self.conn.commit()

@@ -3,54 +3,81 @@
 The connection must have run the stream's FORMAT_DESCRIPTION through BINLOG before
 any row event (once per connection, again when it changes); then the row events go
 in as few round trips as the replica's max_allowed_packet allows, followed by the
-caller's tail (position, COMMIT) in the same round trip where the server goes on
-after a BINLOG. Whether it does is probed once per server (bridge.apply.binlog_sql).
+caller's tail (COMMIT) in the same round trip where the server goes on after a
+BINLOG. Whether it does is probed once per server (bridge.apply.binlog_sql). The
+channel's position rides in the last BINLOG statement as one more row event where
+the replica takes it (MariaDB, bridge_meta as the bridge created it; probed once),
+else as an SQL statement before the tail.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import pymysql
 
-from bridge.apply import binlog_sql
-from bridge.apply.connection import ServerInfo, rollback, run_script
+from bridge.apply import binlog_sql, sql
+from bridge.apply.connection import ServerInfo, apply_error, rollback, run_script
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, RemoteProtocolError, TargetConnectionLost
-from bridge.model import RowEvents
+from bridge.model import GtidSet, RowEvents
 from bridge.wire import binlog
 
 log = logging.getLogger(__name__)
-PACKET_MARGIN = 4096  # room next to the BINLOG statements for the position and COMMIT
+PACKET_MARGIN = 4096  # room next to the BINLOG statements for the heartbeats and COMMIT
 PROBE_TIMEOUT_S = 5.0
 DENIED = (1227, 1044, 1045, 1142)
+POSITION_COLUMNS_SELECT = ("SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_OCTET_LENGTH, DATETIME_PRECISION, "
+                           "CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA='rdma_bridge' "
+                           "AND TABLE_NAME='bridge_meta' ORDER BY ORDINAL_POSITION")
 
 
 class BinlogRows:
-    def __init__(self, url: MysqlUrl) -> None:
-        self.url = url
+    def __init__(self, url: MysqlUrl, channel: str) -> None:
+        self.url, self.channel = url, channel
         self.goes_on: bool | None = None  # the server runs statements after a BINLOG (probed once)
+        self.position_table: binlog_sql.PositionTable | None = None  # the position as a row event (probed once)
         self.conn: pymysql.Connection | None = None
         self.server: ServerInfo | None = None
         self._format = b""  # the FORMAT_DESCRIPTION this connection's BINLOG statements use
+        self._fmt: binlog.FormatDescription | None = None
+        self._position_map = b""  # the TABLE_MAP of bridge_meta, in that format
 
     def attach(self, conn: pymysql.Connection, server: ServerInfo) -> None:
         """A new connection: it has not seen any FORMAT_DESCRIPTION yet."""
-        self.conn, self.server, self._format = conn, server, b""
+        self.conn, self.server, self._format, self._fmt = conn, server, b"", None
 
-    def run(self, context: str, changes, tail: list[bytes], fmt: binlog.FormatDescription | None) -> None:
-        """The row events, then ``tail``. The caller rolls back on failure."""
+    def run(self, context: str, changes, tail: list[bytes], fmt: binlog.FormatDescription | None,
+            position: tuple[int, GtidSet] | None = None) -> None:
+        """The row events, the channel's ``position`` (seq, GTID set) if given, then
+        ``tail``. The caller rolls back on failure."""
         rows = [c for c in changes if isinstance(c, RowEvents)]
         if len(rows) != len(changes):
             raise RemoteProtocolError(f"{context}: decoded rows in a binlog-mode session")
+        self.prepare(fmt, context)
+        limit = self.server.max_allowed_packet - PACKET_MARGIN
+        datas = [c.data for c in rows]
+        if position is not None:
+            if self.position_table is not None:
+                datas.append(self._position_events(*position))
+            else:
+                tail = [sql.position_write(self.conn.escape, self.channel, *position)] + tail
+        tables = sorted({f"{s}.{t}" for c in rows for s, t in c.tables})
+        what = f" (row events on {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''})"
+        for trip in self._trips(self._statements(context, datas, limit) + tail, limit):
+            run_script(self.conn, context, trip, lambda i, trip=trip: what if trip[i].startswith(b"BINLOG") else "")
+
+    def prepare(self, fmt: binlog.FormatDescription | None, context: str) -> None:
+        """This connection ready for row events in ``fmt`` (probes on first use, so
+        call it outside any replica transaction the first time)."""
         if fmt is None:
             raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
         self._use_format(fmt, context)
-        limit = self.server.max_allowed_packet - PACKET_MARGIN
-        tables = sorted({f"{s}.{t}" for c in rows for s, t in c.tables})
-        what = f" (row events on {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''})"
-        for trip in self._trips(self._statements(context, [c.data for c in rows], limit) + tail, limit):
-            run_script(self.conn, context, trip, lambda i, trip=trip: what if trip[i].startswith(b"BINLOG") else "")
+
+    def _position_events(self, seq: int, gtids: GtidSet) -> bytes:
+        return self._position_map + self.position_table.update(self.channel.encode(), seq, str(gtids).encode(),
+                                                               time.time_ns() // 1000, self._fmt)
 
     def _statements(self, context: str, datas: list[bytes], limit: int) -> list[bytes]:
         out = []
@@ -93,9 +120,12 @@ class BinlogRows:
                                  f"GRANT BINLOG REPLAY ON *.* TO '{self.url.user}'@'<host>' (MariaDB; MySQL: "
                                  "BINLOG_ADMIN), or start-replica --apply-mode sql", exc.code) from exc
             raise
-        self._format = fmt.event
+        self._format, self._fmt = fmt.event, fmt
         if self.goes_on is None:
             self.goes_on = self._probe(fmt)
+            self.position_table = self._probe_position(fmt)
+        if self.position_table is not None:
+            self._position_map = self.position_table.table_map(fmt)
 
     def _probe(self, fmt: binlog.FormatDescription) -> bool:
         """Does this server run the statements after a BINLOG of row events? One row
@@ -115,3 +145,31 @@ class BinlogRows:
                 self.conn._sock.settimeout(None)
         rollback(self.conn, self.url)
         return True
+
+    def _probe_position(self, fmt: binlog.FormatDescription) -> binlog_sql.PositionTable | None:
+        """Does this replica take the channel's position as a row event? MariaDB only
+        (the event is MariaDB's v1 UPDATE_ROWS), and rdma_bridge.bridge_meta's leading
+        columns as the bridge creates them: the update is tried, and rolled back."""
+        if self.server.flavor != "mariadb" or not self.channel.isascii():
+            return None
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(POSITION_COLUMNS_SELECT)
+                table = binlog_sql.position_table(list(cur.fetchall()))
+        except pymysql.MySQLError as exc:
+            raise apply_error(f"read the columns of rdma_bridge.bridge_meta on replica {self.url}", exc) from exc
+        if table is None:
+            log.warning("replica %s: rdma_bridge.bridge_meta is not as the bridge creates it: the position is "
+                        "written with an SQL statement", self.url)
+            return None
+        events = table.table_map(fmt) + table.update(self.channel.encode(), 0, b"", 0, fmt)
+        try:
+            run_script(self.conn, "probe the position as a row event", [binlog_sql.binlog_statement(events)])
+        except ApplyError as exc:
+            if isinstance(exc, TargetConnectionLost):
+                raise
+            log.warning("replica %s does not take the position as a row event (%s): it is written with an SQL "
+                        "statement", self.url, exc)
+            table = None
+        rollback(self.conn, self.url)
+        return table

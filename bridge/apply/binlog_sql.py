@@ -21,12 +21,14 @@ from __future__ import annotations
 import base64
 import struct
 import zlib
+from dataclasses import dataclass
 
-from bridge.wire import binlog
+from bridge.wire import binlog, tablemap
 
 BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
 PROBE_SCHEMA, PROBE_TABLE = "rdma_bridge", "bridge_probe"  # created by sql/bridge_schema.sql
 _PROBE_TABLE_ID = (1 << 48) - 2  # any id: it only has to match within the one statement
+_POSITION_TABLE_ID = (1 << 48) - 3  # (1 << 48) - 1 is the servers' "no table"; primaries never get this far
 
 
 def binlog_statement(data: bytes) -> bytes:
@@ -94,17 +96,73 @@ def probe_events(fmt: binlog.FormatDescription) -> bytes:
     rdma_bridge.bridge_probe (id INT NOT NULL), in the stream's format (CRC32 or not):
     run inside a transaction that is rolled back, it shows whether this server goes on
     with the statements after a BINLOG and whether the user may run BINLOG at all."""
-    server_id = int.from_bytes(fmt.event[5:9], "little")
     names = b"".join(bytes([len(n)]) + n + b"\0" for n in (PROBE_SCHEMA.encode(), PROBE_TABLE.encode()))
     table_id = _PROBE_TABLE_ID.to_bytes(6, "little")
     table_map = table_id + b"\x01\x00" + names + b"\x01" + bytes([3]) + b"\x00" + b"\x00"  # 1 column, LONG, no meta
     rows = table_id + struct.pack("<H", binlog.STMT_END_F) + b"\x01\x01" + b"\x00" + struct.pack("<i", 1)
-    return _event(binlog.TABLE_MAP, table_map, server_id, fmt) + _event(binlog.WRITE_ROWS_V1, rows, server_id, fmt)
+    return _event(binlog.TABLE_MAP, table_map, fmt) + _event(binlog.WRITE_ROWS_V1, rows, fmt)
 
 
-def _event(kind: int, body: bytes, server_id: int, fmt: binlog.FormatDescription) -> bytes:
+def _event(kind: int, body: bytes, fmt: binlog.FormatDescription) -> bytes:
+    """An event as the primary (``fmt``'s server) would have logged it."""
     size = binlog.HEADER_BYTES + len(body) + fmt.checksum_bytes
-    event = struct.pack("<IBIIIH", 0, kind, server_id, size, 0, 0) + body
+    event = struct.pack("<IBIIIH", 0, kind, fmt.server_id, size, 0, 0) + body
     if fmt.checksum_bytes:
         event += struct.pack("<I", zlib.crc32(event) & 0xFFFFFFFF)
     return event
+
+
+# --- the channel's position as a row event ------------------------------------------
+# The position row changes in every replicated transaction. As an UPDATE statement it
+# costs the replica's server a parse and a plan each time (about 40 us of its CPU per
+# transaction, measured); as one more row event inside the transaction's BINLOG
+# statement it costs a row lookup. The event is an UPDATE_ROWS (v1) of
+# rdma_bridge.bridge_meta that names the row by its key (the channel) and sets the
+# position columns; the TABLE_MAP declares only the leading columns this writes, in
+# the replica's own definitions, so the columns after them (epoch) keep their values.
+
+POSITION_COLUMNS = ("channel", "applied_seq", "gtid_set", "pending_ddl_seq", "updated_at")
+_ASCII_CHARSETS = ("latin1", "utf8mb3", "utf8", "utf8mb4", "ascii", "binary")
+
+
+@dataclass(frozen=True, slots=True)
+class PositionTable:
+    """rdma_bridge.bridge_meta's leading columns as the replica defines them."""
+
+    channel_bytes: int  # VARCHAR length in bytes: 1- or 2-byte length prefix
+    updated_at_digits: int  # TIMESTAMP fractional digits
+
+    def table_map(self, fmt: binlog.FormatDescription) -> bytes:
+        names = b"".join(bytes([len(n)]) + n + b"\0" for n in (b"rdma_bridge", b"bridge_meta"))
+        types = bytes([tablemap.VARCHAR, tablemap.LONGLONG, tablemap.BLOB, tablemap.LONGLONG, tablemap.TIMESTAMP2])
+        meta = struct.pack("<H", self.channel_bytes) + bytes([2, self.updated_at_digits])  # TEXT: 2-byte length
+        body = (_POSITION_TABLE_ID.to_bytes(6, "little") + b"\x01\x00" + names + bytes([len(types)]) + types
+                + bytes([len(meta)]) + meta + b"\x00")  # no column is NULL
+        return _event(binlog.TABLE_MAP, body, fmt)
+
+    def update(self, channel: bytes, seq: int, gtids: bytes, now_us: int, fmt: binlog.FormatDescription) -> bytes:
+        """The row of ``channel`` found by its key, then applied_seq, gtid_set,
+        pending_ddl_seq (0) and updated_at set."""
+        prefix = 1 if self.channel_bytes < 256 else 2
+        seconds, micros = divmod(now_us, 1_000_000)
+        digits, width = self.updated_at_digits, (self.updated_at_digits + 1) // 2
+        fraction = (micros - micros % 10 ** (6 - digits)) // 10 ** (6 - 2 * width)  # my_timestamp_to_binary
+        body = (_POSITION_TABLE_ID.to_bytes(6, "little") + struct.pack("<H", binlog.STMT_END_F) + b"\x05"
+                + b"\x01" + b"\x1e"  # before image: channel; after image: the other four
+                + b"\x00" + len(channel).to_bytes(prefix, "little") + channel
+                + b"\x00" + struct.pack("<Q", seq) + struct.pack("<H", len(gtids)) + gtids + struct.pack("<Q", 0)
+                + struct.pack(">I", seconds) + fraction.to_bytes(width, "big"))
+        return _event(binlog.UPDATE_ROWS_V1, body, fmt)
+
+
+def position_table(columns: list[tuple]) -> PositionTable | None:
+    """From the replica's information_schema.COLUMNS rows of bridge_meta (name,
+    data type, octet length, datetime precision, character set), in ordinal order;
+    None when its leading columns are not the ones this writes."""
+    leading = [(str(c[0]).lower(), str(c[1]).lower()) for c in columns[:len(POSITION_COLUMNS)]]
+    if leading != list(zip(POSITION_COLUMNS, ("varchar", "bigint", "text", "bigint", "timestamp"))):
+        return None
+    channel, updated_at = columns[0], columns[4]
+    if str(channel[4]).lower() not in _ASCII_CHARSETS or str(columns[2][4]).lower() not in _ASCII_CHARSETS:
+        return None
+    return PositionTable(int(channel[2]), int(updated_at[3] or 0))

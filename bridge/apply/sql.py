@@ -77,6 +77,13 @@ def _match(c: RowChange) -> tuple[str, list]:
 POSITION_WRITE = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set, pending_ddl_seq) "
                   "VALUES (%s, %s, %s, 0) ON DUPLICATE KEY UPDATE applied_seq=VALUES(applied_seq), "
                   "gtid_set=VALUES(gtid_set), pending_ddl_seq=0")
+
+
+def position_write(escape, channel: str, seq: int, gtids) -> bytes:
+    """POSITION_WRITE with its values, escaped by the connection's ``escape``."""
+    return (POSITION_WRITE % (escape(channel), escape(seq), escape(str(gtids)))).encode()
+
+
 DDL_PENDING = f"{TAG}UPDATE rdma_bridge.bridge_meta SET pending_ddl_seq=%s WHERE channel=%s"
 HEARTBEAT_UPSERT = f"{TAG}REPLACE INTO rdma_bridge.heartbeat (source, ts_us) VALUES (%s, %s)"
 HEARTBEAT_DELETE = f"{TAG}DELETE FROM rdma_bridge.heartbeat WHERE source=%s"

@@ -95,6 +95,10 @@ class FormatDescription:
     checksum_bytes: int  # 4 with CRC32, else 0
 
     @property
+    def server_id(self) -> int:
+        return int.from_bytes(self.event[5:9], "little")
+
+    @property
     def id(self) -> str:
         """A short name for the event, compared when a session resumes."""
         return f"{zlib.crc32(self.event):08x}"

@@ -82,3 +82,47 @@ def test_the_probe_events_read_back_as_one_row_into_the_probe_table():
     [(table, kind, before, after)] = list(tablemap.rows_of(binlog_sql.probe_events(fmt), fmt.checksum_bytes))
     assert (table.schema, table.table, kind, before) == ("rdma_bridge", "bridge_probe", "insert", None)
     assert tablemap.as_int(after[0]) == 1
+
+
+BRIDGE_META = [("channel", "varchar", 256, None, "utf8mb4"), ("applied_seq", "bigint", None, None, None),
+               ("gtid_set", "text", 65535, None, "utf8mb4"), ("pending_ddl_seq", "bigint", None, None, None),
+               ("updated_at", "timestamp", None, 6, None), ("epoch", "bigint", None, None, None)]
+
+
+def test_the_position_table_is_taken_only_as_the_bridge_creates_it():
+    assert binlog_sql.position_table(BRIDGE_META) == binlog_sql.PositionTable(256, 6)
+    latin1 = [("channel", "varchar", 64, None, "latin1")] + BRIDGE_META[1:]
+    assert binlog_sql.position_table(latin1) == binlog_sql.PositionTable(64, 6)
+    assert binlog_sql.position_table(BRIDGE_META[:1] + [("note", "int", None, None, None)] + BRIDGE_META[1:]) is None
+    assert binlog_sql.position_table(BRIDGE_META[:2] + [("gtid_set", "mediumtext", 1 << 24, None, "utf8mb4")]
+                                     + BRIDGE_META[3:]) is None
+    assert binlog_sql.position_table([("channel", "varchar", 256, None, "ucs2")] + BRIDGE_META[1:]) is None
+    assert binlog_sql.position_table(BRIDGE_META[:4]) is None
+
+
+@pytest.mark.parametrize("channel_bytes,prefix", [(256, 2), (64, 1)])
+def test_the_position_event_names_the_row_by_its_channel_and_sets_the_position(channel_bytes, prefix):
+    fmt = binlog.parse_format_description(FDE)
+    table = binlog_sql.PositionTable(channel_bytes, 6)
+    tm, update = binlog.split_events(table.table_map(fmt) + table.update(b"main", 42, b"0-1-42", 1_700_000_000_123_456,
+                                                                          fmt))
+    parsed = tablemap.parse_table_map(tm, fmt.checksum_bytes)
+    assert (parsed.schema, parsed.table) == ("rdma_bridge", "bridge_meta")
+    assert parsed.types == (tablemap.VARCHAR, tablemap.LONGLONG, tablemap.BLOB, tablemap.LONGLONG, tablemap.TIMESTAMP2)
+    assert parsed.sizes == (-prefix, 8, -2, 8, 7)
+    assert binlog.event_type(update) == binlog.UPDATE_ROWS_V1 and binlog.rows_flags(update) == binlog.STMT_END_F
+    assert binlog.table_id(update) == binlog.table_id(tm) and binlog.read_header(update).server_id == fmt.server_id
+    body = update[binlog.HEADER_BYTES + 8:len(update) - fmt.checksum_bytes]
+    assert body == (b"\x05\x01\x1e" + b"\x00" + (4).to_bytes(prefix, "little") + b"main"
+                    + b"\x00" + (42).to_bytes(8, "little") + (6).to_bytes(2, "little") + b"0-1-42" + bytes(8)
+                    + (1_700_000_000).to_bytes(4, "big") + (123_456).to_bytes(3, "big"))
+
+
+@pytest.mark.parametrize("digits,fraction", [(0, b""), (1, bytes([10])), (2, bytes([12])), (3, (1230).to_bytes(2, "big")),
+                                             (4, (1234).to_bytes(2, "big")), (5, (123450).to_bytes(3, "big")),
+                                             (6, (123456).to_bytes(3, "big"))])
+def test_updated_at_is_stored_as_the_server_stores_a_timestamp_of_its_precision(digits, fraction):
+    fmt = binlog.parse_format_description(FDE)
+    event = binlog_sql.PositionTable(64, digits).update(b"c", 1, b"", 1_700_000_000_123_456, fmt)
+    end = len(event) - fmt.checksum_bytes
+    assert event[end - 4 - len(fraction):end] == (1_700_000_000).to_bytes(4, "big") + fraction
