@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import socket
+import struct
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -40,6 +42,7 @@ from bridge.wire import binlog
 
 log = logging.getLogger(__name__)
 LOST_CONNECTION_CODES = (2006, 2013)
+MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one
 MARIADB_FL_STANDALONE = 0x01
 _EPOCH = dt.datetime(1970, 1, 1)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
@@ -67,6 +70,7 @@ class _StreamConnection(pymysql.connections.Connection):
     ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
     dumping = False  # the dump command was sent: every packet from here is an event
     stashed = None  # a packet BinlogReader read itself but leaves to the library
+    _stall_s: float | None = None  # the read timeout, once the kernel keeps it (SO_RCVTIMEO)
 
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in _DUMP_COMMANDS:
@@ -77,32 +81,74 @@ class _StreamConnection(pymysql.connections.Connection):
         super()._write_bytes(data)
 
     def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
+        if not self.dumping:
+            return super()._read_packet(packet_type)
         if self.stashed is not None:
-            packet, self.stashed = self.stashed, None
-            return packet
-        packet = self.read_stream_packet(packet_type)
-        if self.dumping and self.fast_path is not None:
-            event = self.fast_path(packet._data)
-            if event is not _LIBRARY:
-                raise _Handled(event)
-        return packet
+            data, self.stashed = self.stashed, None
+        else:
+            data = self.read_stream_packet()
+            if self.fast_path is not None:
+                event = self.fast_path(data)
+                if event is not _LIBRARY:
+                    raise _Handled(event)
+        return packet_type(data, self.encoding)
 
-    def read_stream_packet(self, packet_type=pymysql.connections.MysqlPacket):
-        """The next packet, the semi-sync header taken off (ACK request noted)."""
-        try:
-            packet = super()._read_packet(packet_type)
-        except pymysql.OperationalError as exc:
-            if exc.args and exc.args[0] in LOST_CONNECTION_CODES:
-                raise SourceConnectionLost(f"binlog stream from {self.host}:{self.port}: connection lost "
-                                           f"({exc.args[0]})") from exc
-            raise
-        if self.semi_sync and packet._data[:2] == _SEMI_SYNC_MAGIC:
+    def read_stream_packet(self) -> bytes:
+        """The next packet's payload once the dump runs, read here rather than by
+        PyMySQL (no packet object per event), the semi-sync header taken off (ACK
+        request noted). A silent server ends the read after the kernel's receive
+        timeout (``_kernel_timeout``): no poll() before each read."""
+        if self._stall_s is None:
+            self._kernel_timeout()
+        rfile, parts = self._rfile, []
+        while True:
+            try:
+                header = rfile.read(4)  # None: the receive timeout passed
+                if header is None or len(header) < 4:
+                    raise self._stream_lost(header)
+                if header[3] != self._next_seq_id:
+                    raise self._stream_lost(f"packet number {header[3]}, expected {self._next_seq_id}")
+                self._next_seq_id = (self._next_seq_id + 1) % 256
+                length = int.from_bytes(header[:3], "little")
+                data = rfile.read(length)
+            except OSError as exc:
+                raise self._stream_lost(str(exc)) from exc
+            if data is None or len(data) < length:
+                raise self._stream_lost(data)
+            if length < MAX_PACKET or parts:
+                parts.append(data)
+            if length < MAX_PACKET:
+                break
+        if len(parts) > 1:
+            data = b"".join(parts)
+        if data[:1] == b"\xff":
+            pymysql.connections.MysqlPacket(data, self.encoding).raise_for_error()
+        if self.semi_sync and data[:2] == _SEMI_SYNC_MAGIC:
             # 0x00 | 0xEF | flag | event: the library would choke on the two extra bytes
-            flag, packet._data = packet._data[2], b"\0" + packet._data[3:]
+            flag, data = data[2], b"\0" + data[3:]
             if flag & _SEMI_SYNC_ACK_REQUESTED:
-                self.ack_wanted = int.from_bytes(packet._data[14:18], "little")  # header log_pos
+                self.ack_wanted = int.from_bytes(data[14:18], "little")  # header log_pos
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
-        return packet
+        return data
+
+    def _stream_lost(self, why: str | bytes | None) -> SourceConnectionLost:
+        """``why``: what went wrong, or what was read short (None: the timeout passed)."""
+        self._force_close()
+        if why is None:
+            why = f"nothing for {self._stall_s:g}s, not even a heartbeat"
+        elif isinstance(why, bytes):
+            why = "the server closed it"
+        return SourceConnectionLost(f"binlog stream from {self.host}:{self.port}: connection lost ({why})")
+
+    def _kernel_timeout(self) -> None:
+        """The read timeout as SO_RCVTIMEO on a blocking socket (a Python-level
+        timeout polls before every read)."""
+        self._stall_s = seconds = self._read_timeout or 0
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                              struct.pack("ll", int(seconds), int(seconds % 1 * 1e6)))
+        # blocking from here: PyMySQL's writes keep it so (their timeout is None too)
+        self._sock.settimeout(None)
+        self._current_timeout = self._read_timeout = self._write_timeout = None
 
 
 class BinlogReader:
@@ -138,13 +184,13 @@ class BinlogReader:
             # once the dump runs, packets are read here and only the rare ones go
             # through the library's fetchone (it reads the packet left in ``stashed``)
             try:
-                packet = conn.read_stream_packet()
+                data = conn.read_stream_packet()
             except pymysql.MySQLError as exc:
                 raise self._stream_error(exc) from exc
-            event = self._fast_event(packet._data)
+            event = self._fast_event(data)
             if event is not _LIBRARY:
                 return event
-            conn.stashed = packet
+            conn.stashed = data
         try:
             event = self._stream.fetchone()
         except _Handled as handled:
