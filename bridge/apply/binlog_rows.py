@@ -33,6 +33,12 @@ POSITION_COLUMNS_SELECT = ("SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_OCTET_LENGT
                            "AND TABLE_NAME='bridge_meta' ORDER BY ORDINAL_POSITION")
 
 
+def _tables_of(rows: list[RowEvents]) -> str:
+    """The tables of a failed BINLOG statement, for its error message."""
+    tables = sorted({f"{s}.{t}" for c in rows for s, t in c.tables})
+    return f" (row events on {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''})"
+
+
 class BinlogRows:
     def __init__(self, url: MysqlUrl, channel: str) -> None:
         self.url, self.channel = url, channel
@@ -63,10 +69,9 @@ class BinlogRows:
                 datas.append(self._position_events(*position))
             else:
                 tail = [sql.position_write(self.conn.escape, self.channel, *position)] + tail
-        tables = sorted({f"{s}.{t}" for c in rows for s, t in c.tables})
-        what = f" (row events on {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''})"
         for trip in self._trips(self._statements(context, datas, limit) + tail, limit):
-            run_script(self.conn, context, trip, lambda i, trip=trip: what if trip[i].startswith(b"BINLOG") else "")
+            run_script(self.conn, context, trip,
+                       lambda i, trip=trip: _tables_of(rows) if trip[i].startswith(b"BINLOG") else "")
 
     def prepare(self, fmt: binlog.FormatDescription | None, context: str) -> None:
         """This connection ready for row events in ``fmt`` (probes on first use, so

@@ -77,15 +77,41 @@ def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connec
 def run_script(conn: pymysql.Connection, context: str, statements: list[bytes],
                describe: Callable[[int], str] = lambda _i: "") -> None:
     """The statements in one round trip, each of which must answer OK (no rows): the
-    OK packets are only counted, not parsed (this is once per replicated transaction)."""
+    answers are read here, not by PyMySQL, and only their first byte is looked at
+    (this is once per replicated transaction)."""
     done = 0
     try:
         conn._execute_command(COMMAND.COM_QUERY, b";".join(statements))
         for done in range(len(statements)):
-            if not conn._read_packet().is_ok_packet():  # an error packet raises in _read_packet
+            first = _answer(conn)
+            if first == 0xFF:
+                conn._read_packet()  # raises the server's error (PyMySQL parses it)
+            if first != 0:
                 raise ApplyError(f"{context}{describe(done)}: the statement returned rows, expected OK")
     except pymysql.MySQLError as exc:
         raise apply_error(f"{context}{describe(done)}", exc) from exc
+
+
+def _answer(conn: pymysql.Connection) -> int:
+    """The first byte of the next answer packet, consumed; an error packet (0xFF) is
+    left for PyMySQL to read. Short reads are a lost connection, as in PyMySQL."""
+    rfile = conn._rfile
+    try:
+        header = rfile.peek(5)[:5] if rfile is not None else b""
+        if len(header) < 5 or header[3] != conn._next_seq_id:
+            return conn._read_packet()._data[0]  # PyMySQL reads it and raises what is wrong
+        if header[4] == 0xFF:
+            return 0xFF
+        length = int.from_bytes(header[:3], "little")
+        whole = len(rfile.read(4 + length)) == 4 + length and length < 0xFFFFFF
+    except OSError as exc:
+        conn._force_close()
+        raise pymysql.OperationalError(2013, f"Lost connection to the server during query ({exc})") from exc
+    if not whole:
+        conn._force_close()
+        raise pymysql.OperationalError(2013, "Lost connection to the server during query")
+    conn._next_seq_id = (conn._next_seq_id + 1) % 256
+    return header[4]
 
 
 def rollback(conn: pymysql.Connection, url: MysqlUrl) -> None:

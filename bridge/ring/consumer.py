@@ -1,9 +1,9 @@
 """Consumer side of the ring (pure): polls the replica's ring at its tail.
 
-A frame is present only when its seq is the next expected one and its crc32c
-matches. ``write_seq`` is read before the frame: if the producer had already
-published past a frame that still fails its check, the frame is corrupt and
-``CorruptFrame`` is raised; it is never applied.
+A frame is present once ``write_seq`` has reached it (every transport publishes
+after placing), its seq is the next expected one and its crc32c matches.
+``write_seq`` is read before the frame: a published frame that fails its check is
+corrupt and ``CorruptFrame`` is raised; it is never applied.
 """
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ class RingConsumer:
     def poll(self) -> Frame | None:
         """The next frame, or None when it has not arrived yet."""
         published = read_u64(self.region, WRITE_SEQ_AT)
+        if published < self.expected_seq:
+            return None  # the common empty poll: no frame header read
         for _ in range(2):  # at most one PAD (or implicit wrap) before a frame
             if self.size - self.tail < HEADER_BYTES:
                 self.tail = 0
             frame = self._frame_at_tail()
             if frame is None:
-                if published >= self.expected_seq:
-                    raise CorruptFrame(f"ring poll: seq {self.expected_seq} at offset {self.tail} failed its "
-                                       f"seq/crc check though seq {published} is published", self.expected_seq)
-                return None
+                raise CorruptFrame(f"ring poll: seq {self.expected_seq} at offset {self.tail} failed its "
+                                   f"seq/crc check though seq {published} is published", self.expected_seq)
             if frame.kind != FrameKind.PAD:
                 self.expected_seq += 1
                 self._ends.append((frame.seq, self.tail))
