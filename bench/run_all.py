@@ -1,7 +1,8 @@
-"""`make bench`: catch-up, lag, decode and the parallel-apply sweep, bridge vs
-baselines measured in the same run on the sandbox (native MariaDB replica, stock
-mysql-replication). Writes bench/results/<date>.json and .html (ratios first) and
-prints the ratios.
+"""`make bench`: catch-up, lag, CPU per transaction, decode, the parallel-apply
+sweep, semi-sync and checksum, bridge vs baselines measured in the same run on the
+sandbox (native MariaDB replica, stock mysql-replication). Writes
+bench/results/<date>.json and .html (ratios first), the flame graphs of both bridge
+processes (<date>-flame-*.svg) and prints the ratios.
 
     python -m bench.run_all [--transactions 200000] [--decode-transactions 100000] [--seconds 5]
                             [--sweep-transactions 20000]
@@ -16,7 +17,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import catchup, checksum, cpu, decode, lag, semisync, workers
+from bench import catchup, checksum, cpu, decode, flame, lag, semisync, workers
 
 MODES = ("binlog", "sql")
 
@@ -90,6 +91,8 @@ def main() -> None:
         result["lag"][mode] = lag.run([500, 2000, 5000], args.seconds, args.state_dir, "shm", apply_mode=mode)
     log("CPU per transaction ...")
     result["cpu"] = cpu.run(1000, args.cpu_seconds, args.state_dir, log=log)
+    log("flame graphs of both bridge processes ...")
+    result["flame_graphs"] = flame.run(args.cpu_seconds, 1000, args.state_dir, RESULTS, log=log)
     log("decode ...")
     result["decode"] = decode.run(args.decode_transactions, args.state_dir)
     log("parallel apply sweep ...")
