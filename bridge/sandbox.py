@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -154,16 +155,24 @@ class Sandbox:
         return _root(self._server(json.loads(self.state_file.read_text()), "native"))
 
     def _configure_native(self, state: dict) -> None:
-        """Replicate the primary from its position now (GTID, slave_pos)."""
+        """Copy the primary's schemas (mariadb-dump, one consistent snapshot) and
+        replicate from the snapshot's GTID position: a native replica started at the
+        position alone would stop at the first row event for a table it lacks (the
+        bridge's rdma_bridge.heartbeat, created on the primary by an earlier run)."""
         primary = _root(self._server(state, "primary"))
         with primary.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin=0")
             cur.execute("CREATE USER IF NOT EXISTS 'rdma_native'@'127.0.0.1' IDENTIFIED BY %s",
                         (state["passwords"]["apply"],))
             cur.execute("GRANT REPLICATION SLAVE ON *.* TO 'rdma_native'@'127.0.0.1'")
+            cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME NOT IN "
+                        "('mysql', 'information_schema', 'performance_schema', 'sys')")
+            schemas = [row[0] for row in cur.fetchall()]
             cur.execute("SELECT @@gtid_binlog_pos")
             position = cur.fetchone()[0]
         primary.close()
+        if schemas:
+            position = self._copy_schemas(state, schemas)
         native = _root(self._server(state, "native"))
         with native.cursor() as cur:
             cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s",
@@ -177,6 +186,23 @@ class Sandbox:
         native.close()
         state["native_configured"] = True
         self._save(state)
+
+    def _copy_schemas(self, state: dict, schemas: list[str]) -> str:
+        """The primary's ``schemas`` into the native replica; the snapshot's GTID position."""
+        primary, native = self._server(state, "primary"), self._server(state, "native")
+        dump = subprocess.run([find_binary("mariadb-dump"), f"--socket={primary.socket}", "--user=root",
+                               "--single-transaction", "--master-data=2", "--gtid", "--routines", "--events",
+                               "--triggers", "--databases", *schemas], capture_output=True)
+        found = re.search(rb"gtid_slave_pos='([^']*)'", dump.stdout)
+        if dump.returncode != 0 or not found:
+            raise SandboxError(f"sandbox: copying the primary's schemas for the native replica failed: "
+                               f"{dump.stderr.decode(errors='replace').strip()[-500:] or 'no GTID position in the dump'}")
+        loaded = subprocess.run([find_binary("mariadb"), f"--socket={native.socket}", "--user=root"],
+                                input=dump.stdout, capture_output=True)
+        if loaded.returncode != 0:
+            raise SandboxError(f"sandbox: loading the primary's schemas into the native replica failed: "
+                               f"{loaded.stderr.decode(errors='replace').strip()[-500:]}")
+        return found.group(1).decode()
 
     # --- state -----------------------------------------------------------
 
