@@ -12,8 +12,11 @@ CHROMIUM := $(shell command -v chromium 2>/dev/null)
 
 MINUTES ?= 5
 FUZZ_INPUTS ?= 1000000
+HOURS ?= 1
+RATE ?= 2000
+SEMI_SYNC ?= received
 
-.PHONY: demo test unit integration faults soak bench fuzz deps mariadb compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
+.PHONY: demo test unit integration faults soak bench stress fuzz deps mariadb compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
 
 $(STAMP): setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -87,10 +90,17 @@ faults: deps
 soak: deps
 	$(PY) -m tests.faults.soak --minutes $(MINUTES)
 
-# Catch-up, lag and decode against baselines measured in the same run (a native
-# MariaDB replica, the stock binlog library); writes bench/results/<date>.json/.html.
+# Catch-up, lag, CPU per transaction, decode and more against baselines measured in
+# the same run (a native MariaDB replica, the stock binlog library); writes
+# bench/results/<date>.json/.html and the flame graphs.
 bench: deps
 	$(PY) -m bench.run_all
+
+# The acceptance run: $(HOURS) hour(s) with the bridge as the primary's semi-sync
+# replica ($(SEMI_SYNC)) at $(RATE) txn/s beside a native replica, then a native
+# semi-sync window; writes bench/results/<date>-stress.json/.html.
+stress: deps
+	$(PY) -m bench.stress --hours $(HOURS) --rate $(RATE) --semi-sync $(SEMI_SYNC)
 
 # Mutated and random inputs into every wire/ring decoder: each must yield a value or
 # the protocol error type (a short property-based version runs in make test).
