@@ -1,4 +1,4 @@
-"""Parallelism sweep (the seed's §5.3): catch-up of a backlog of 4-row update
+"""Parallelism sweep: catch-up of a backlog of 4-row update
 transactions with 1..16 apply workers, on uniform keys and on a hot spot, bridge
 (`--workers N`) next to the native MariaDB replica (`slave_parallel_threads=N`,
 optimistic mode) in the same run; plus a mixed-write backlog (inserts, updates,
@@ -83,7 +83,8 @@ def run(count: int, workers: list[int], state_dir: str, log=print) -> dict:
             cur.execute(f"DROP DATABASE IF EXISTS {MIXED_SCHEMA}")
         bench.create_table(TABLE)
         with bench.primary.cursor() as cur:
-            cur.execute(f"INSERT INTO {BENCH_SCHEMA}.acct SELECT seq, 0, 'start' FROM {BENCH_SCHEMA}.seq_0_to_{ROWS - 1}")
+            cur.execute(f"INSERT INTO {BENCH_SCHEMA}.acct SELECT seq, 0, 'start' "
+                        f"FROM {BENCH_SCHEMA}.seq_0_to_{ROWS - 1}")
         create_schema(bench.primary, MIXED_SCHEMA)
         target = bench.primary_pos()
         bench.wait(bench.native_pos, target)

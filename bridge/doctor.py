@@ -1,4 +1,4 @@
-"""`rdma-bridge doctor`: preflight for the seed's six RDMA pitfalls and the MySQL side,
+"""`rdma-bridge doctor`: preflight for the usual RDMA pitfalls and the MySQL side,
 each check PASS / WARN / FAIL / INFO with a fix hint; any FAIL exits 1.
 
 RDMA facts come from sysfs (``/sys/class/infiniband``, ``/sys/class/net``), which is
@@ -93,7 +93,8 @@ def rdma_checks(transport: str, ring_bytes: int, sysfs: Path = SYSFS) -> list[Ch
         port = sysfs / dev / "ports" / "1"
         state = _read(port / "state")
         out.append(Check("PASS" if "ACTIVE" in state else "FAIL", f"{dev} port 1", state or "unreadable",
-                         "" if "ACTIVE" in state else "bring the link up (ip link set <if> up; check the cable/switch)"))
+                         "" if "ACTIVE" in state
+                         else "bring the link up (ip link set <if> up; check the cable/switch)"))
         types = {p.name: _read(p) for p in sorted((port / "gid_attrs" / "types").glob("*"))}
         v2 = [i for i, t in types.items() if "v2" in t.lower()]
         out.append(Check("PASS" if v2 else "WARN", f"{dev} GID type", f"RoCE v2 at GID index {v2[0]}" if v2 else

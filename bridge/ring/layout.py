@@ -1,4 +1,4 @@
-"""Ring header layout (both ends must agree; see DESIGN.md "The ring").
+"""Ring header layout (both ends must agree; docs/architecture.md, "The ring").
 
 Offset 0, little-endian: magic u64 | write_seq u64 | ack_seq u64 | head u32 |
 tail u32 | size u32 | waiting u32. The data area starts at DATA_OFFSET and is
@@ -56,7 +56,8 @@ def init_region(region, size: int) -> None:
 def read_ring_header(region) -> RingHeader:
     magic, write_seq, ack_seq, head, tail, size, _ = HEADER.unpack_from(region, 0)
     if magic != RING_MAGIC:
-        raise VersionSkew(f"ring header: magic {magic:#x}, expected {RING_MAGIC:#x} (layout version {RING_LAYOUT_VERSION})")
+        raise VersionSkew(f"ring header: magic {magic:#x}, expected {RING_MAGIC:#x} "
+                          f"(layout version {RING_LAYOUT_VERSION})")
     return RingHeader(magic, write_seq, ack_seq, head, tail, size)
 
 

@@ -1,5 +1,5 @@
-"""Semi-sync replication form as a first-class signal (the seed's §1.3: semi-sync
-silently degrades to async after a timeout and nobody notices for hours).
+"""Semi-sync replication form as a first-class signal (semi-sync silently
+degrades to async after an ACK timeout, and nobody notices for hours).
 
 ``SemiSyncMonitor`` polls the primary's ``Rpl_semi_sync_master_status`` (and its
 counters) and keeps: the current form (sync/async), how long the current async streak

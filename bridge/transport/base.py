@@ -1,4 +1,4 @@
-"""The one-sided transport contract (DESIGN.md "Transports").
+"""The one-sided transport contract (docs/architecture.md, "Transports").
 
 Primary side, ``RemoteRing``: place bytes at a region offset, publish progress,
 wait until placed, read the replica's ack_seq. The replica never answers a write.

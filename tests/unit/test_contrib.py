@@ -1,0 +1,78 @@
+"""The systemd units in contrib/ and the user-facing text: units that start the commands
+with options that exist, secrets kept out of the command line, and no reference to
+anything outside the repository."""
+
+import re
+import shlex
+from pathlib import Path
+
+import click
+import pytest
+
+from bridge.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+UNITS = sorted((ROOT / "contrib").glob("*.service"))
+
+
+def _unit(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def test_there_is_a_unit_for_each_side():
+    assert [p.name for p in UNITS] == ["rdma-bridge-primary.service", "rdma-bridge-replica.service"]
+
+
+@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+def test_a_unit_starts_its_command_with_options_that_exist_and_no_secret_on_the_command_line(path):
+    unit = _unit(path)
+    argv = shlex.split(unit["ExecStart"])
+    assert argv[0].endswith("/rdma-bridge")
+    command = main.commands[argv[1]]
+    names = {opt for p in command.params if isinstance(p, click.Option) for opt in p.opts}
+    options = [a for a in argv[2:] if a.startswith("--")]
+    assert options and set(options) <= names, set(options) - names
+    required = {p.opts[0] for p in command.params if isinstance(p, click.Option) and p.required and not p.envvar}
+    assert required <= set(options)
+    # every ${VAR} of the command line is named in the unit's comment, the URL comes from the environment
+    text = path.read_text()
+    for var in re.findall(r"\$\{(\w+)\}", unit["ExecStart"]):
+        assert f"#   {var}=" in text
+    assert "mysql://" not in unit["ExecStart"] and "--secret-file" in options
+    assert unit["EnvironmentFile"].startswith("/etc/rdma-bridge/")
+    assert unit["LimitMEMLOCK"] == "infinity" and unit["Restart"] == "on-failure"
+
+
+def _help_texts(group: click.Group, prefix: list[str]) -> dict[str, str]:
+    out = {}
+    for name, command in group.commands.items():
+        with click.Context(command, info_name=name) as ctx:
+            out[" ".join(prefix + [name])] = command.get_help(ctx)
+        if isinstance(command, click.Group):
+            out.update(_help_texts(command, prefix + [name]))
+    return out
+
+
+OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|the seed|seed's|seed article|§")
+
+
+def test_nothing_a_user_reads_points_outside_the_repository():
+    docs = {str(p.relative_to(ROOT)): p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "bridge").rglob("*.py")}
+    helps = _help_texts(main, ["rdma-bridge"])
+    assert len(helps) > 10 and "docs/architecture.md" in docs and "docs/operations.md" in docs
+    found = {name: OUTSIDE.findall(text) for name, text in {**docs, **sources, **helps}.items()}
+    assert not {name: hits for name, hits in found.items() if hits}
+
+
+def test_the_readme_links_the_docs_and_the_docs_link_what_exists():
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/architecture.md" in readme and "docs/operations.md" in readme
+    for doc in (ROOT / "docs").glob("*.md"):
+        for target in re.findall(r"\]\(([^)#:]+)\)", doc.read_text()):
+            assert (doc.parent / target).exists(), f"{doc.name} links {target}"
