@@ -1,5 +1,5 @@
 """Commands to observe, check and try a bridge: status, report, doctor, checksum,
-repair, verify, workload, demo (registered on ``bridge.cli.main``)."""
+repair, verify, workload, demo."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sys
 
 import click
 
-from bridge.cli import (DEFAULT_RING_BYTES, PASSWORD_ENV, PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, STATE_DIR,
-                        TRANSPORT, MysqlUrl, _ring_bytes, main)
+from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING_BYTES, STATE_DIR,
+                                TRANSPORT)
+from bridge.config import PASSWORD_ENV, MysqlUrl
 from bridge.errors import ConfigError
 
 
@@ -29,7 +30,7 @@ def node_options(fn):
     return fn
 
 
-@main.command("status")
+@click.command("status")
 @node_options
 @click.option("--json", "as_json", is_flag=True, help="Both nodes' status documents as one JSON object.")
 def status(primary_at: str, replica_at: str, as_json: bool) -> None:
@@ -47,7 +48,7 @@ def status(primary_at: str, replica_at: str, as_json: bool) -> None:
         sys.exit(1)
 
 
-@main.command("report")
+@click.command("report")
 @node_options
 @click.option("--from", "source", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A snapshot saved with `rdma-bridge status --json` instead of the running nodes.")
@@ -78,10 +79,10 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
 
 # --- doctor ---------------------------------------------------------------------
 
-@main.command("doctor")
+@click.command("doctor")
 @click.option("--transport", type=TRANSPORT, default="tcp", show_default=True,
               help="The transport you plan to use: with rdma, a missing device or memlock limit is a failure.")
-@click.option("--ring-bytes", type=int, default=DEFAULT_RING_BYTES, show_default=True, callback=_ring_bytes)
+@RING_BYTES
 @click.option("--source", envvar="RDMA_BRIDGE_SOURCE", default=None, metavar="URL",
               help="Also check the primary: binlog settings, server ids, the reader's grants.")
 @click.option("--target", envvar="RDMA_BRIDGE_TARGET", default=None, metavar="URL",
@@ -139,7 +140,7 @@ def _print_mismatches(mismatches) -> None:
                    f"primary {m.master_cnt} rows {m.master_crc}, replica {m.this_cnt} rows {m.this_crc}")
 
 
-@main.command("checksum")
+@click.command("checksum")
 @check_urls
 @click.option("--schema", "schemas", multiple=True, help="Schemas to check (default: all user schemas).")
 @click.option("--table", "tables", multiple=True, help="Only these tables (name or schema.name).")
@@ -171,7 +172,7 @@ def checksum(primary: str, replica: str, channel: str, schemas, tables, chunk_ti
     sys.exit(1 if run.mismatches else 0)
 
 
-@main.command("repair")
+@click.command("repair")
 @check_urls
 def repair(primary: str, replica: str, channel: str) -> None:
     """Re-copy the rows of every mismatched chunk found by `checksum` from the primary
@@ -196,7 +197,7 @@ def repair(primary: str, replica: str, channel: str) -> None:
 
 # --- verification and demo -------------------------------------------------
 
-@main.command("verify")
+@click.command("verify")
 @click.option("--primary", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_PRIMARY")
 @click.option("--replica", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_REPLICA")
 @click.option("--schema", "schemas", multiple=True, help="Schemas to compare (default: all user schemas).")
@@ -212,7 +213,7 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...]) -> None:
     click.echo(f"match: {len(result.digests)} tables identical")
 
 
-@main.command("workload")
+@click.command("workload")
 @click.option("--target", required=True, envvar="RDMA_BRIDGE_WORKLOAD", metavar="URL",
               help="The primary to write to (also $RDMA_BRIDGE_WORKLOAD; password also from "
                    "$RDMA_BRIDGE_WORKLOAD_PASSWORD).")
@@ -240,7 +241,7 @@ def workload(target: str, schema: str, transactions: int, rate: float) -> None:
     conn.close()
 
 
-@main.command("demo")
+@click.command("demo")
 @STATE_DIR
 @click.option("--transactions", type=int, default=5000, show_default=True)
 @click.option("--transport", type=click.Choice(["shm", "tcp"]), default="shm", show_default=True)

@@ -1,0 +1,204 @@
+"""The commands that run things: the sandbox servers and the two bridge ends. Options
+are parsed into frozen configs and handed to the nodes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+
+import click
+
+from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REPLICA_METRICS_PORT,
+                                RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, hostport_param, metrics_option)
+from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
+from bridge.sandbox import Sandbox
+
+log = logging.getLogger("bridge")
+
+
+@click.group()
+def sandbox() -> None:
+    """A local MariaDB primary + replica on free loopback ports."""
+
+
+
+@sandbox.command("up")
+@STATE_DIR
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the URLs.")
+@click.option("--native-replica", is_flag=True,
+              help="Also run a third server as a native MariaDB GTID replica of the primary (benchmark baseline).")
+def sandbox_up(state_dir: str, as_json: bool, native_replica: bool) -> None:
+    """Create (once) and start the servers. Idempotent."""
+    info = Sandbox(state_dir).up(native_replica=native_replica)
+    if as_json:
+        click.echo(json.dumps(info))
+    else:
+        click.echo(f"primary  {info['primary']}\nreplica  {info['replica']}\nstate    {info['state_dir']}")
+
+
+@sandbox.command("down")
+@STATE_DIR
+def sandbox_down(state_dir: str) -> None:
+    """Stop both servers (data is kept; `up` starts them again)."""
+    stopped = Sandbox(state_dir).down()
+    click.echo("stopped: " + (", ".join(stopped) or "nothing was running"))
+
+
+@sandbox.command("status")
+@STATE_DIR
+def sandbox_status(state_dir: str) -> None:
+    """Show whether the servers exist and run (as JSON)."""
+    click.echo(json.dumps(Sandbox(state_dir).status(), indent=2))
+
+
+@click.command("start-replica")
+@click.option("--target", required=True, envvar="RDMA_BRIDGE_TARGET", metavar="URL",
+              help="Replica server, mysql://user[:password]@host:port. Password also from "
+                   f"${PASSWORD_ENV['target']}; the URL also from $RDMA_BRIDGE_TARGET (keeps it out of ps).")
+@click.option("--listen", required=True, callback=hostport_param, metavar="HOST:PORT",
+              help="Control address the primary side connects to.")
+@TRANSPORT_OPTION
+@RING_BYTES
+@click.option("--channel", default="default", show_default=True,
+              help="Name of this replication stream in rdma_bridge.bridge_meta.")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Replica connections applying in parallel. Transactions whose rows (primary and unique "
+                   "keys) do not overlap run at once; commits stay in primary order, so the replica only "
+                   "ever shows a prefix of the primary's history. DDL and large transactions run alone.")
+@click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
+              help="binlog: the primary's row events are applied by the replica's own server (BINLOG statements, "
+                   "as mariadb-binlog | mariadb does), so foreign-key cascades, triggers (never fired for "
+                   "replicated rows), generated columns and every type behave as on a native replica; needs one "
+                   "flavor on both sides and BINLOG REPLAY. sql: rows replayed as INSERT/UPDATE/DELETE, for a "
+                   "MySQL primary into MariaDB or the reverse; refused while the replica has triggers. auto: "
+                   "binlog when both servers are of one flavor, else sql.")
+@click.option("--spin-us", type=click.IntRange(min=0), default=None, metavar="MICROSECONDS",
+              help="After a frame, keep polling the ring this long with zero sleeps (~70 µs apart: "
+                   "Linux's timer slack; about a quarter of a core meanwhile). Then shm and tcp sleep until "
+                   f"the primary rings the ring's doorbell, rdma polls every 200 µs. Default: 0 for shm and "
+                   f"tcp (polling only took CPU from the servers in our benchmarks), {RDMA_SPIN_US} for rdma "
+                   "(a one-sided write wakes nobody).")
+@PIN_NEAR_NIC
+@metrics_option(REPLICA_METRICS_PORT)
+@SECRET_FILE
+def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
+                  apply_mode: str, spin_us: int, pin_near_nic: bool, metrics, secret_file: str) -> None:
+    """Host the ring and apply what arrives into the replica, exactly once, in order.
+
+    \b
+    Example:
+      export RDMA_BRIDGE_TARGET_PASSWORD=...
+      rdma-bridge start-replica --target mysql://rdma_apply@127.0.0.1:3307 \\
+          --listen 127.0.0.1:7400 --transport shm
+    Runs in the foreground; SIGTERM or Ctrl-C stops after the transaction in flight.
+    """
+    from bridge.node.replica import ReplicaNode
+
+    _pin(pin_near_nic)
+    cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
+                        transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
+                        apply_mode=apply_mode,
+                        spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
+                        metrics=metrics, secret=read_secret(secret_file))
+    node = ReplicaNode(cfg)
+    _on_signals(node.stop)
+    try:
+        node.start()
+        click.echo(f"replica ready on {node.address[0]}:{node.address[1]}", err=True)
+        node.run()
+    finally:
+        node.close()
+    log.info("replica stopped after applying %d transactions", node.applied_count)
+
+
+@click.command("start-primary")
+@click.option("--source", required=True, envvar="RDMA_BRIDGE_SOURCE", metavar="URL",
+              help="Primary server, mysql://user[:password]@host:port. Password also from "
+                   f"${PASSWORD_ENV['source']}; the URL also from $RDMA_BRIDGE_SOURCE.")
+@click.option("--replica", required=True, callback=hostport_param, metavar="HOST:PORT",
+              help="The replica side's --listen address.")
+@TRANSPORT_OPTION
+@click.option("--server-id", type=int, default=4242, show_default=True,
+              help="Replica server id this reader registers with; unique among the primary's replicas.")
+@click.option("--start-gtid", default=None, metavar="GTIDSET|current",
+              help="Where a new channel starts (used once, when the replica has no position): "
+                   "a GTID set, 'current' for the primary's position now, or '' for the binlog start. Not "
+                   "given: the binlog start, except that a replica already holding data (another channel's, "
+                   "or a dump's) is refused rather than replayed into.")
+@click.option("--backpressure-timeout", type=float, default=5.0, show_default=True, metavar="SECONDS",
+              help="How long to wait for ring space before stopping with an error naming the backlog; "
+                   "0 waits as long as it takes. Either way nothing is lost: a restart resumes.")
+@click.option("--reconnect-attempts", type=click.IntRange(min=0), default=60, show_default=True,
+              help="Reconnects (with backoff up to 2s) after a lost replica link or primary connection; "
+                   "0 stops at the first loss.")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              metavar="SECONDS",
+              help="Write a heartbeat row (rdma_bridge.heartbeat) on the primary this often; the replica side "
+                   "reports primary-write -> replica-commit as the lag stage. 0: off.")
+@click.option("--semi-sync", type=click.Choice(["off", "received", "applied"]), default="off", show_default=True,
+              help="Act as a semi-sync replica of the primary (rpl_semi_sync_master_enabled=ON there). "
+                   "received: ACK once the transaction is placed in the replica's ring; applied: ACK once "
+                   "the replica committed it, so a client whose commit returned reads its write on the "
+                   "replica. The form (sync/async), degradations and their reasons show in `status`.")
+@PIN_NEAR_NIC
+@click.option("--take-over", is_flag=True,
+              help="If another primary side feeds this replica's channel, fence it off and take its place: the "
+                   "replica side closes its session, gives this one fresh ring memory (rdma: a new memory region "
+                   "and key), and never applies a frame of the old one. Without it, a second primary side is "
+                   "refused with the running one named.")
+@metrics_option(PRIMARY_METRICS_PORT)
+@SECRET_FILE
+def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str | None,
+                  backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
+                  pin_near_nic: bool, take_over: bool, metrics, secret_file: str) -> None:
+    """Read the primary's binlog and place each transaction in the replica's ring.
+
+    \b
+    Example:
+      export RDMA_BRIDGE_SOURCE_PASSWORD=...
+      rdma-bridge start-primary --source mysql://rdma_repl@127.0.0.1:3306 \\
+          --replica 127.0.0.1:7400 --transport shm
+    Resumes from the replica's recorded position; SIGTERM or Ctrl-C stops cleanly.
+    """
+    from bridge.node.primary import PrimaryNode
+
+    _pin(pin_near_nic)
+    url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
+    cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
+                        start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
+                        reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval, metrics=metrics,
+                        semi_sync=semi_sync, take_over=take_over,
+                        secret=read_secret(secret_file))
+    node = PrimaryNode(cfg)
+    _on_signals(node.stop)
+    try:
+        node.run()
+    finally:
+        node.close()
+    log.info("primary side stopped after shipping %d transactions (last %s)", node.shipped, node.last_gtid or "-")
+
+
+def _pin(wanted: bool) -> None:
+    if wanted:
+        from bridge.doctor import pin_near_nic
+
+        log.info("cpu affinity: %s", pin_near_nic())
+
+
+def _resolve_start(start_gtid: str | None, url: MysqlUrl) -> str | None:
+    if start_gtid != "current":
+        return start_gtid
+    from bridge.source import preflight
+
+    conn = preflight.connect(url, "primary")
+    try:
+        settings = preflight.read_settings(conn)
+    finally:
+        conn.close()
+    return settings["gtid_binlog_pos"] or settings["gtid_executed"]
+
+
+def _on_signals(stop) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop())

@@ -1,0 +1,114 @@
+"""The command group and the options its commands share: errors printed as one line
+naming the thing at fault, URLs, addresses, the ring size, metrics and the secret."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+
+import click
+
+from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, parse_hostport
+from bridge.errors import BridgeError
+from bridge.ring.layout import check_ring_bytes
+from bridge.sandbox import DEFAULT_STATE_DIR
+
+TRANSPORT = click.Choice(["shm", "tcp", "rdma"])
+log = logging.getLogger("bridge")
+
+
+class BridgeGroup(click.Group):
+    """Every failure a user can meet is one line naming the thing at fault (and the fix);
+    --debug (or RDMA_BRIDGE_DEBUG=1) adds the traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BridgeError as exc:
+            _fail(ctx, f"rdma-bridge: error: {exc}")
+        except OSError as exc:
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            _fail(ctx, f"rdma-bridge: error: {exc.strerror or exc}{where}")
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a bug: still one line, the traceback with --debug
+            _fail(ctx, f"rdma-bridge: unexpected error: {type(exc).__name__}: {exc} (a bug: run again with --debug "
+                       "for the traceback, and report it)")
+
+
+def _fail(ctx, line: str) -> None:
+    if ctx.params.get("debug") or os.environ.get("RDMA_BRIDGE_DEBUG") == "1":
+        traceback.print_exc()
+    click.echo(line, err=True)
+    sys.exit(1)
+
+
+@click.group(cls=BridgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--debug", is_flag=True, help="Show the traceback of an error (else one line says what failed).")
+def main(log_level: str, debug: bool) -> None:
+    """Replicate a MySQL/MariaDB primary into a replica through a ring buffer in the
+    replica host's memory (RDMA WRITE, shared memory or TCP).
+
+    \b
+    Quick try on this machine:
+      rdma-bridge sandbox up --json          # local MariaDB primary + replica
+      rdma-bridge demo                       # both bridges, a workload, a verified match
+    """
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# --- sandbox ---------------------------------------------------------------
+
+
+STATE_DIR = click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
+                         type=click.Path(file_okay=False), help="Where the servers keep their data.")
+
+
+def ring_bytes_param(_ctx, _param, value: int) -> int:
+    try:
+        return check_ring_bytes(value)
+    except BridgeError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def hostport_param(_ctx, _param, value: str) -> tuple[str, int]:
+    try:
+        return parse_hostport(value)
+    except BridgeError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _metrics_address(_ctx, _param, value: str) -> tuple[str, int] | None:
+    if value.lower() in ("off", "none", ""):
+        return None
+    try:
+        return parse_hostport(value)
+    except BridgeError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def metrics_option(default_port: int):
+    return click.option("--metrics", default=f"127.0.0.1:{default_port}", show_default=True, callback=_metrics_address,
+                        metavar="HOST:PORT|off",
+                        help="Serve Prometheus /metrics and a JSON /status here (read by `rdma-bridge status`).")
+
+
+PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT = 9401, 9402
+RDMA_SPIN_US = 5000
+SECRET_FILE = click.option(
+    "--secret-file", type=click.Path(dir_okay=False), default=None,
+    help=f"File whose first line is the control channel's shared secret (else ${SECRET_ENV}). Both sides "
+         "prove it to each other; required when the replica listens beyond loopback.")
+PIN_NEAR_NIC = click.option(
+    "--pin-near-nic", is_flag=True,
+    help="Run on the CPUs of the RDMA NIC's NUMA node (a poller on the far NUMA node pays about twice the memory "
+         "latency). Said in the log; no effect without NUMA information.")
+TRANSPORT_OPTION = click.option("--transport", type=TRANSPORT, default="shm", show_default=True,
+                                help="How frames reach the replica's ring: shm (one host), tcp, rdma.")
+RING_BYTES = click.option("--ring-bytes", type=int, default=DEFAULT_RING_BYTES, show_default=True,
+                          callback=ring_bytes_param, help="Ring data area size, a power of two.")
