@@ -74,6 +74,7 @@ demo: deps
 
 test: deps compose chromium
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check
 	$(PY) -m pytest -q tests
 
 unit: $(STAMP)

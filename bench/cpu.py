@@ -108,7 +108,8 @@ def _tables(bench: Bench) -> None:
         cur.execute(f"DELETE FROM {BENCH_SCHEMA}.cpu1")
         cur.execute(f"SELECT COUNT(*) FROM {BENCH_SCHEMA}.cpu3")
         if cur.fetchone()[0] < ROWS:
-            cur.execute(f"INSERT IGNORE INTO {BENCH_SCHEMA}.cpu3 SELECT seq, 0, 'r' FROM {BENCH_SCHEMA}.seq_0_to_{ROWS - 1}")
+            cur.execute(f"INSERT IGNORE INTO {BENCH_SCHEMA}.cpu3 SELECT seq, 0, 'r' "
+                        f"FROM {BENCH_SCHEMA}.seq_0_to_{ROWS - 1}")
     target = bench.primary_pos()
     bench.wait(bench.native_pos, target)
     bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)

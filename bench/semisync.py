@@ -59,7 +59,8 @@ def run(count: int, state_dir: str, log=print) -> dict:
         for mode in ("off", "received", "applied", "native"):
             bench.stop()
             bench.bridge_primary = bench.bridge_replica = None
-            bench.native_sql("STOP SLAVE", f"SET GLOBAL rpl_semi_sync_slave_enabled={'ON' if mode == 'native' else 'OFF'}",
+            native_semi = 'ON' if mode == 'native' else 'OFF'
+            bench.native_sql("STOP SLAVE", f"SET GLOBAL rpl_semi_sync_slave_enabled={native_semi}",
                              "START SLAVE")
             primary_sql(bench, f"SET GLOBAL rpl_semi_sync_master_enabled={'OFF' if mode == 'off' else 'ON'}")
             bench.extra_primary = ("--semi-sync", mode if mode in ("received", "applied") else "off",

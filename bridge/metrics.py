@@ -200,7 +200,7 @@ class MetricsServer:
 
     def __init__(self, address: tuple[str, int], role: str, status: Callable[[], dict]) -> None:
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:  # http.server's name
                 path = self.path.split("?")[0]
                 if path == "/metrics":
                     body, ctype = prometheus_text(role, status()).encode(), "text/plain; version=0.0.4; charset=utf-8"

@@ -195,8 +195,8 @@ class Sandbox:
                                "--triggers", "--databases", *schemas], capture_output=True)
         found = re.search(rb"gtid_slave_pos='([^']*)'", dump.stdout)
         if dump.returncode != 0 or not found:
-            raise SandboxError(f"sandbox: copying the primary's schemas for the native replica failed: "
-                               f"{dump.stderr.decode(errors='replace').strip()[-500:] or 'no GTID position in the dump'}")
+            why = dump.stderr.decode(errors='replace').strip()[-500:] or 'no GTID position in the dump'
+            raise SandboxError(f"sandbox: copying the primary's schemas for the native replica failed: {why}")
         loaded = subprocess.run([find_binary("mariadb"), f"--socket={native.socket}", "--user=root"],
                                 input=dump.stdout, capture_output=True)
         if loaded.returncode != 0:

@@ -93,7 +93,8 @@ class MixedWorkload:
 
     def ledger_duplicates(self) -> None:
         row = (self._id(), 1, "dup")
-        self._exec(("INSERT INTO {s}.ledger (account, amount, note) VALUES (%s,%s,%s)", row), ("INSERT INTO {s}.ledger (account, amount, note) VALUES (%s,%s,%s)", row))
+        insert = ("INSERT INTO {s}.ledger (account, amount, note) VALUES (%s,%s,%s)", row)
+        self._exec(insert, insert)
         if self.rng.random() < 0.3:
             self._exec(("DELETE FROM {s}.ledger WHERE account=%s AND note='dup' LIMIT 1", (row[0],)))
 

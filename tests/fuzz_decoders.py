@@ -18,7 +18,7 @@ from bridge.errors import ProtocolError
 from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import init_region, region_bytes, write_publish
-from bridge.wire import binlog, codec, control, placement, tablemap
+from bridge.wire import codec, control, placement, tablemap
 from bridge.wire.frame import Frame, FrameKind, encode_frame
 from tests.unit.test_binlog_events import FDE, QUERY, TABLE_MAP, USER_VAR_STR, WRITE  # captured from MariaDB 10.11
 

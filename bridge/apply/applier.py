@@ -315,8 +315,8 @@ class Applier:
         """The channel's row was deleted under a running applier (the position row
         event finds nothing): how to put it back where the replica's data is."""
         pos = self.position
-        restore = sql.POSITION_INSERT.removeprefix(sql.TAG) % tuple(self.conn.escape(v) for v in (self.channel, pos.applied_seq,
-                                                                              str(pos.gtid_set)))
+        values = (self.channel, pos.applied_seq, str(pos.gtid_set))
+        restore = sql.POSITION_INSERT.removeprefix(sql.TAG) % tuple(self.conn.escape(v) for v in values)
         return ApplyError(f"{context}: the row of channel {self.channel!r} in rdma_bridge.bridge_meta is gone from "
                           f"replica {self.url} (deleted by hand?); the replica holds seq {pos.applied_seq}: put it "
                           f"back with {restore}", exc.code)

@@ -239,7 +239,7 @@ class ParallelApplier:
                 applier.rollback()
                 return
             applier.commit_at(context, seg.last_seq, gtids, fmt)
-        except BaseException as exc:  # noqa: BLE001 - recorded; the coordinator decides
+        except BaseException as exc:  # recorded; the coordinator decides
             applier.rollback()
             window.fail(seg.index, exc)
             return

@@ -159,7 +159,10 @@ def without_columns(c: RowChange, dropped: frozenset[str]) -> RowChange:
     if not dropped or not dropped.intersection(c.columns):
         return c
     keep = [i for i, col in enumerate(c.columns) if col not in dropped]
-    pick = (lambda image: None if image is None else tuple(image[i] for i in keep))
+
+    def pick(image):
+        return None if image is None else tuple(image[i] for i in keep)
+
     return RowChange(c.kind, c.schema, c.table, tuple(c.columns[i] for i in keep), c.key, pick(c.before),
                      pick(c.after), c.flags)
 

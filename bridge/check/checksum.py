@@ -251,7 +251,7 @@ class Checksummer:
             wanted = {(c.db, c.tbl) for c in only}
             plans = [p for p in plans if (p.db, p.tbl) in wanted]
         if not plans:
-            raise ConfigError("checksum: no tables to check (schemas %s, tables %s)" % (schemas or "all", tables or "all"))
+            raise ConfigError(f"checksum: no tables to check (schemas {schemas or 'all'}, tables {tables or 'all'})")
         if not self.offline:
             self._prepare_in_band()
         for plan in plans:

@@ -39,7 +39,8 @@ def pending_diffs(replica_conn) -> list[tuple[int, ChunkResult]]:
                            "table_name='checksum_diffs'", (SCHEMA,)):
             return []
         cur.execute(f"SELECT id, db, tbl, chunk, chunk_index, lower_boundary, upper_boundary, where_sql, master_cnt, "
-                    f"master_crc, this_cnt, this_crc FROM {SCHEMA}.checksum_diffs WHERE repaired_at IS NULL ORDER BY id")
+                    f"master_crc, this_cnt, this_crc FROM {SCHEMA}.checksum_diffs "
+                    "WHERE repaired_at IS NULL ORDER BY id")
         latest: dict[tuple, tuple[int, ChunkResult]] = {}
         for row in cur.fetchall():
             latest[(row[1], row[2], row[3])] = (row[0], ChunkResult(*row[1:]))

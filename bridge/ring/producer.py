@@ -76,7 +76,7 @@ class RingProducer:
         chunk's payload may be a megabyte). The padding bytes are left as they are:
         the crc covers only header and payload."""
         head, n = encode_header(frame), len(frame.payload)
-        at, start = self.head, DATA_OFFSET + self.head
+        start = DATA_OFFSET + self.head
         self.region[start:start + HEADER_BYTES] = head
         self.region[start + HEADER_BYTES:start + HEADER_BYTES + n] = frame.payload
         size = frame_bytes(n)

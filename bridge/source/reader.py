@@ -48,7 +48,7 @@ _EPOCH = dt.datetime(1970, 1, 1)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 
 
-class _Handled(Exception):  # noqa: N818 - control flow, never seen outside this module
+class _Handled(Exception):  # control flow, never seen outside this module
     """Our fast path took the event: it leaves the library's fetchone by this exception."""
 
     def __init__(self, event) -> None:

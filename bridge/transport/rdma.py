@@ -191,7 +191,7 @@ class RdmaRingHost:
         conn.sock.settimeout(None)
         try:
             conn.recv()  # returns (or raises) when the primary closes the session
-        except Exception as exc:  # noqa: BLE001 - any end of the connection ends the session
+        except Exception as exc:  # any end of the connection ends the session
             log.info("rdma transport: session from %s ended: %s", conn.peer, exc)
         finally:
             if qp in self._qps:

@@ -81,7 +81,8 @@ def check_hello(msg: dict, expect_type: str = "hello") -> dict:
     if msg.get("type") == "error":
         raise_refusal(msg)
     if msg.get("type") != expect_type or msg.get("magic") != PROTOCOL_MAGIC:
-        raise RemoteProtocolError(f"handshake: expected {expect_type!r} with magic {PROTOCOL_MAGIC!r}, got {msg.get('type')!r}")
+        raise RemoteProtocolError(f"handshake: expected {expect_type!r} with magic {PROTOCOL_MAGIC!r}, "
+                                  f"got {msg.get('type')!r}")
     if msg.get("version") != PROTOCOL_VERSION:
         raise VersionSkew(f"handshake: peer speaks protocol version {msg.get('version')}, we speak {PROTOCOL_VERSION}")
     return msg

@@ -7,7 +7,6 @@ import threading
 from click.testing import CliRunner
 
 from bridge.check.checksum import Checksummer
-from bridge.check.compare import compare_databases
 from bridge.check.repair import Repairer
 from bridge.cli import main
 from bridge.workload import connect
