@@ -15,6 +15,8 @@ Phases, on the sandbox (primary, bridge replica, native replica):
    would say nothing about either.
 2. native (``--native-minutes``): the bridge's primary side stops (planned) and the
    native replica becomes the semi-sync replica: the baseline's degradations and lag.
+   Its probes start once it runs as the semi-sync replica again and has caught up
+   (runs before 2026-12-01 14:00 measured the switch-over too).
 3. the bridge's primary side starts again, catches up; the load stops; the stress
    schema is compared row by row on both replicas with the primary's.
 
@@ -279,6 +281,14 @@ class Run:
                 "corrupt_frames": r.get("corrupt_frames"), "acks_sent": semi.get("acks_sent"),
                 "acks_skipped": semi.get("acks_skipped"), "bridge_seen_degradations": semi.get("degradations")}
 
+    def stages(self) -> dict:
+        """Both bridge processes' stage percentiles (µs) over the bridge phase, GC pauses included."""
+        b = self.bench
+        nodes = fetch_status({"primary": b.bridge_primary.metrics_address,
+                              "replica": b.bridge_replica.metrics_address})["nodes"]
+        return {role: {stage: {k: v for k, v in s.items() if k != "hdr"} for stage, s in node.get("stages", {}).items()}
+                for role, node in nodes.items()}
+
     def stop_watching_bridge(self) -> None:
         """No more probes for the bridge's watcher; the ones it waits for arrive first."""
         self.active[0] = 0
@@ -334,10 +344,17 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
         log(f"bridge phase: {minutes} min at {rate} txn/s, the bridge the primary's semi-sync replica ({semi_sync})")
         stress.phase("bridge", minutes, 1)
         counters_end = stress._counters()
+        stages = stress.stages()
         stress.stop_watching_bridge()
+        stress.active[1] = 0  # no probes while the native replica restarts as the semi-sync one
         bench.stop_bridge_reader()
         bench.native_sql("STOP SLAVE", "SET GLOBAL rpl_semi_sync_slave_enabled=ON", "START SLAVE")
         wait_clients(bench, 1)
+        bench.wait(bench.native_pos, bench.primary_pos())
+        deadline = time.monotonic() + 60
+        while semi_status(bench).get("status", "OFF").upper() != "ON" and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first commit acknowledged by the native replica turns it on again
+        stress.active[1] = 1
         log(f"native phase: {native_minutes} min, the native replica the semi-sync replica")
         stress.phase("native", native_minutes, minutes + 1)
         stress.stop()
@@ -358,6 +375,7 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
     counters = {k: (counters_end.get(k) or 0) - (counters_start.get(k) or 0) for k in RECONNECTS}
     result = summarize(stress, compared, counters, minutes, native_minutes, rate, semi_sync, ack_timeout_ms,
                        started_at)
+    result["bridge_stages_us"] = stages
     out.mkdir(parents=True, exist_ok=True)
     name = f"{started_at.date().isoformat()}-stress{'' if minutes >= 60 else '-short'}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
