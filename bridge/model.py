@@ -198,6 +198,14 @@ class RowEvents:
 Change = RowChange | Statement | RowEvents
 
 
+def starts_with_repair_marker(changes) -> bool:
+    first = changes[0] if changes else None
+    if isinstance(first, RowEvents):
+        return bool(first.tables) and first.tables[0] == REPAIR_MARKER_TABLE
+    return isinstance(first, RowChange) and first.kind == "insert" and \
+        (first.schema, first.table) == REPAIR_MARKER_TABLE
+
+
 @dataclass(frozen=True, slots=True)
 class Transaction:
     """A committed primary transaction, in binlog order."""
@@ -221,11 +229,7 @@ class Transaction:
     @property
     def is_repair(self) -> bool:
         """A `rdma-bridge repair` transaction: it starts with its marker row."""
-        first = self.changes[0] if self.changes else None
-        if isinstance(first, RowEvents):
-            return bool(first.tables) and first.tables[0] == REPAIR_MARKER_TABLE
-        return isinstance(first, RowChange) and first.kind == "insert" and \
-            (first.schema, first.table) == REPAIR_MARKER_TABLE
+        return starts_with_repair_marker(self.changes)
 
     @property
     def is_heartbeat(self) -> bool:
@@ -267,4 +271,9 @@ class Chunk:
     @property
     def row_count(self) -> int:
         return row_count(self.changes)
+
+    @property
+    def is_repair(self) -> bool:
+        """The first chunk of a `rdma-bridge repair` transaction whose copy is large."""
+        return self.index == 0 and starts_with_repair_marker(self.changes)
 

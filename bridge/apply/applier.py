@@ -63,6 +63,7 @@ class Applier:
         self.format: binlog.FormatDescription | None = None  # the primary's, as of the applied position
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
         self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
+        self._open_repair: dict | None = None  # the marker of a repair cut in chunks, until its last chunk
         self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
         self._binlog, self._sql, self._statements = BinlogRows(url, channel), SqlRows(channel), StatementReplayer()
         self._connect()
@@ -247,11 +248,17 @@ class Applier:
         all end as the primary had them at this point of the stream."""
         fmt = self.format_for(txn)
         fields = self._marker_fields(txn.changes[0], fmt)
+        context = f"apply seq {seq} ({txn.gtid}): repair of {fields['db']}.{fields['tbl']}"
+        gtids = self.position.gtid_set.add_text(txn.gtid)
+        self._replace_range(context, fields, txn.changes, seq, gtids, fmt)
+        self.position, self.format = Position(seq, gtids), fmt
+
+    def _replace_range(self, context: str, fields: dict, changes, seq: int, gtids: GtidSet, fmt) -> None:
+        """The last rows of a repair (the copy), then the replica's rows of the range
+        replaced by the copy, the position and COMMIT; all rolled back on failure."""
         db, tbl, copy, where = fields["db"], fields["tbl"], fields["copy_table"], fields["where_sql"]
         if not str(copy).startswith("repair_copy_"):
-            raise ApplyError(f"apply seq {seq} ({txn.gtid}): repair marker names copy table {copy!r}")
-        context = f"apply seq {seq} ({txn.gtid}): repair of {db}.{tbl}"
-        gtids = self.position.gtid_set.add_text(txn.gtid)
+            raise ApplyError(f"{context}: repair marker names copy table {copy!r}")
         # no cascade: the replica's rows of the range are replaced, not deleted
         replace = [b"SET SESSION foreign_key_checks=0",
                    f"{sql.TAG}DELETE FROM {sql.table_name(db, tbl)} WHERE {where}".encode(),
@@ -260,13 +267,12 @@ class Applier:
                    self._position_statement(seq, gtids), b"COMMIT",
                    b"SET SESSION foreign_key_checks=%d" % (self.mode == "sql")]
         try:
-            self._apply_rows(context, 0, txn.changes, None, fmt)
+            self._apply_rows(context, 0, changes, None, fmt)
             run_script(self.conn, context, replace, lambda i: " (replacing the range)" if i < 3 else "")
         except BaseException:
             self.rollback()
             raise
         log.warning("%s: replaced the rows of %s with the primary's", context, where[:200])
-        self.position, self.format = Position(seq, gtids), fmt
 
     def _marker_fields(self, first, fmt) -> dict:
         if isinstance(first, RowEvents):
@@ -352,11 +358,16 @@ class Applier:
             raise ApplyError(f"apply chunk {chunk.index} of {chunk.gtid}: a chunked transaction holds DDL")
         fmt = self.format_for(chunk)
         gtids = self.position.gtid_set.add_text(chunk.gtid) if chunk.last else None
+        if starts:  # a repair whose copy is too large for one frame: the range is replaced at its last chunk
+            self._open_repair = self._marker_fields(chunk.changes[0], fmt) if chunk.is_repair else None
         self._open = (chunk.gtid, seq - 1)
+        context = f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}"
         try:
             # rolls the whole transaction back on failure
-            self._apply_rows(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}", seq, chunk.changes, gtids,
-                             fmt)
+            if chunk.last and self._open_repair is not None:
+                self._replace_range(context, self._open_repair, chunk.changes, seq, gtids, fmt)
+            else:
+                self._apply_rows(context, seq, chunk.changes, gtids, fmt)
         except BaseException:
             self._open = None
             raise

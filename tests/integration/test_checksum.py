@@ -4,6 +4,7 @@ injected on the replica (changed, deleted, extra and duplicated rows) is found e
 
 import threading
 
+import pytest
 from click.testing import CliRunner
 
 from bridge.check.checksum import Checksummer
@@ -11,6 +12,7 @@ from bridge.check.repair import Repairer
 from bridge.cli import main
 from bridge.workload import connect
 from tests.conftest import BridgePair
+from tests.integration.test_types import ROWS as TYPE_ROWS, TYPES_TABLE
 
 ROWS = 3000
 
@@ -141,5 +143,39 @@ def test_the_md5_hash_for_servers_without_crc32c_finds_divergence_too(urls, fres
         finally:
             c.close()
         assert [(m.tbl, m.master_cnt, m.this_cnt) for m in run.mismatches] == [("bag", 3, 4)]
+    finally:
+        pair.stop()
+
+
+@pytest.mark.parametrize("mode", ["binlog", "sql"])
+def test_repair_fixes_a_table_of_every_column_type(urls, fresh_schema, mode):
+    s = fresh_schema("repairtypes")
+    pair = BridgePair(urls, "shm", apply_mode=mode).start()
+    try:
+        pair.sql(f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s))
+        for row in TYPE_ROWS:
+            pair.sql(f"INSERT INTO {s}.types VALUES {row}")
+        pair.sql(f"INSERT INTO {s}.types SELECT id + 10, ti, tiu, si, siu, mi, miu, i, iu, bi, biu, d1, d2, d3, f, db, "
+                 f"b1, b3, b64, dt, dtm, dtm6, ts, ts3, tm, tm2, tm6, y, c, vc, tx, mtx, lat, bn, vb, bl, lbl, j, e, st "
+                 f"FROM {s}.types")
+        pair.sync()
+        with pair.replica.cursor() as cur:  # damage of every kind, on rows of every type
+            cur.execute(f"UPDATE {s}.types SET f = f + 1, ts3 = '2001-01-01 00:00:00.123', j = '[]', b64 = b'1', "
+                        f"bn = x'01', st = 'b', d2 = 1, tx = 'changed' WHERE id IN (1, 13)")
+            cur.execute(f"DELETE FROM {s}.types WHERE id = 3")
+            cur.execute(f"INSERT INTO {s}.types (id, f, db, ts3, j) VALUES (99, 1.5, 2.5, NOW(3), '{{}}')")
+        pair.replica.commit()
+        c = checker(urls, pair)
+        try:
+            assert c.run([s]).mismatches
+        finally:
+            c.close()
+        repairer = Repairer(urls["primary_admin"], urls["replica_admin"], pair.channel)
+        try:
+            repaired, recheck = repairer.run()
+        finally:
+            repairer.close()
+        assert repaired and recheck.mismatches == [], recheck.mismatches
+        pair.assert_same(s)
     finally:
         pair.stop()
