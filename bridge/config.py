@@ -141,6 +141,8 @@ class ReplicaConfig:
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0
     metrics: tuple[str, int] | None = None  # /metrics and /status; None: off
+    delay_s: float = 0.0  # apply each transaction no earlier than this long after the primary side read its commit
+    until_gtid: str = ""  # stop applying once the replica holds this GTID set
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,7 @@ class PrimaryConfig:
     heartbeat_row_s: float = 0.0  # write rdma_bridge.heartbeat on the primary this often; 0: off
     semi_sync: str = "off"  # off | received (ACK once placed in the ring) | applied (once committed)
     take_over: bool = False  # fence off a primary side already feeding the channel
+    behind_poll_s: float = 1.0  # how often the primary side measures how far behind the replica is
     metrics: tuple[str, int] | None = None  # /metrics and /status; None: off
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1

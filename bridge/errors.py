@@ -92,6 +92,10 @@ class SourceConnectionLost(SourceError):
     """The binlog stream connection dropped; the bridge decides how to resume."""
 
 
+class BinlogPurged(SourceError):
+    """The primary no longer has the binlog for the replica's position."""
+
+
 class PreflightError(SourceError):
     """A primary setting makes replication unsafe; the message names the fix."""
 

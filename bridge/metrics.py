@@ -10,6 +10,8 @@ that takes them):
     apply    replica   picked up -> committed on the replica
     bridge   replica   commit read from the primary's binlog -> committed on the replica
     lag      replica   heartbeat row written on the primary -> committed on the replica
+    gc       both      one pause of Python's cyclic garbage collector (every thread of
+                       the process waits while it runs; not per transaction)
 
 ``deliver``, ``bridge`` and ``lag`` subtract a primary-host time from a replica-host
 time: across hosts they are only as good as the clock sync (PTP/chrony) between
@@ -23,10 +25,12 @@ Each node serves, on its metrics address (loopback by default):
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -38,8 +42,8 @@ log = logging.getLogger(__name__)
 LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3  # 1 µs .. 1 h, 3 significant digits
 PERCENTILES = (50.0, 99.0, 99.9)
 STAGES = {
-    "primary": ("place",),
-    "replica": ("deliver", "apply", "bridge", "lag"),
+    "primary": ("place", "gc"),
+    "replica": ("deliver", "apply", "bridge", "lag", "gc"),
 }
 
 # status key -> (Prometheus name, type, help). Keys a node does not report are skipped.
@@ -83,6 +87,26 @@ STAGE_METRICS = {
 
 
 SIGNIFICANT_BITS = 11  # a recorded value keeps this many bits: under 0.05% off, finer than HDR's 3 digits
+
+
+class GcPauses:
+    """Each pause of the cyclic garbage collector, recorded in the ``gc`` stage: it
+    stops the whole process, so it is tail latency whatever stage it falls in."""
+
+    def __init__(self, stages: Stages) -> None:
+        self._stages, self._started = stages, 0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        elif self._started:
+            self._stages.record("gc", (time.perf_counter_ns() - self._started) / 1000)
+            self._started = 0
+
+    def close(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
 
 
 class Stages:
@@ -167,6 +191,25 @@ def prometheus_text(role: str, st: dict) -> str:
         value = st.get("counters", {}).get(key)
         if value is not None:
             family(name, kind, doc, [({"role": role}, value)])
+    if "apply_stopped" in st:
+        stopped = st["apply_stopped"]
+        family("rdma_bridge_apply_stopped", "gauge", "1 while applying is stopped on an error (code: the server's "
+               "error number; `rdma-bridge resume` or `skip` go on), 0 while it applies.",
+               [({"role": role, "code": stopped.get("code", 0) if stopped else ""}, 1 if stopped else 0)])
+    behind = st.get("behind")
+    if behind:
+        family("rdma_bridge_behind_transactions", "gauge", "Transactions the primary committed that the replica "
+               "has not (not yet read from the binlog, plus in the ring).", [({"role": role}, behind["transactions"])])
+        family("rdma_bridge_behind_bytes", "gauge", "Binlog bytes the replica has not applied (unread binlog plus "
+               "ring backlog).", [({"role": role}, behind["bytes"])])
+        for key, name, doc in (("apply_rate_tps", "rdma_bridge_apply_rate", "Transactions the replica commits per "
+                                "second (last 10 s)."),
+                               ("write_rate_tps", "rdma_bridge_primary_write_rate", "Transactions the primary "
+                                "commits per second (last 10 s)."),
+                               ("catch_up_eta_s", "rdma_bridge_catch_up_eta_seconds", "Seconds until the replica "
+                                "has caught up at the current rates (absent while it is not catching up).")):
+            if behind.get(key) is not None:
+                family(name, "gauge", doc, [({"role": role}, behind[key])])
     semi = st.get("semi_sync") or {}
     if semi.get("state"):
         family("rdma_bridge_semi_sync_on", "gauge", "1 while the primary runs semi-sync (an ACK is awaited), "

@@ -18,6 +18,7 @@ STAGE_MEANING = {
     "apply": "replica: picked up -> committed on the replica",
     "bridge": "replica: commit read from the binlog -> committed on the replica",
     "lag": "replica: heartbeat written on the primary -> committed on the replica",
+    "gc": "either side: one pause of Python's garbage collector (the whole process waits)",
 }
 
 
@@ -66,6 +67,7 @@ def status_table(snapshot: dict) -> str:
             lines.append(f"primary side  {node['source']} -> replica bridge {node['replica']} over "
                          f"{node['transport']} ({'connected' if node['connected'] else 'NOT connected'})")
             lines.append(f"  {'last GTID shipped':34s}{node['last_gtid'] or '-'}")
+            lines.append(f"  {'replica behind the primary':34s}{_behind(node.get('behind'))}")
             hb = node.get("heartbeat")
             lines.append(f"  {'heartbeat':34s}" + (f"{hb['state']}, every {hb['interval_s']}s, {hb['written']} written"
                                                  if hb else "off"))
@@ -84,6 +86,11 @@ def status_table(snapshot: dict) -> str:
                          f"{node['listen']} ({node['transport']}, {node['workers']} apply worker(s), "
                          f"{'session open' if node['session'] else 'no session'})")
             lines.append(f"  {'replica holds':34s}{node['gtid_set'] or '-'}")
+            stopped = node.get("apply_stopped")
+            lines.append(f"  {'applying':34s}" + (
+                f"STOPPED at seq {stopped['seq']} ({stopped['gtid']}) since {stopped['since']}: {stopped['error']}; "
+                f"fix the cause and run `rdma-bridge resume`, or `rdma-bridge skip --gtid {stopped['gtid']}`"
+                if stopped else "running"))
         for key, value in node["counters"].items():
             value = round(value, 6) if isinstance(value, float) else value
             lines.append(f"  {COUNTER_LABELS.get(key, key):34s}{value:>12}")
@@ -95,6 +102,17 @@ def status_table(snapshot: dict) -> str:
         else:
             lines.append("  no latency samples yet")
     return "\n".join(lines)
+
+
+def _behind(b: dict | None) -> str:
+    if not b:
+        return "- (measured once a second)"
+    rates = (f"; applying {b['apply_rate_tps']} txn/s, the primary writes {b['write_rate_tps']} txn/s"
+             if b.get("apply_rate_tps") is not None else "")
+    eta = b.get("catch_up_eta_s")
+    when = "" if not b["transactions"] else f"; caught up in ~{eta:.0f}s" if eta is not None else \
+        "; not catching up at these rates"
+    return f"{b['transactions']} transactions, {b['bytes']} bytes{rates}{when}"
 
 
 LABELS = {"p50": "P50", "p99": "P99", "p999": "P99.9", "max": "max"}  # one naming, chart and table alike

@@ -21,3 +21,14 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.heartbeat (
   source VARCHAR(128) NOT NULL PRIMARY KEY,
   ts_us  BIGINT NOT NULL
 ) ENGINE=InnoDB;
+-- Transactions an operator skipped (`rdma-bridge skip --gtid G`) after applying stopped
+-- on them: which, when, by whom, and the error they stopped on.
+CREATE TABLE IF NOT EXISTS rdma_bridge.skipped (
+  id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  channel     VARCHAR(64) NOT NULL,
+  seq         BIGINT UNSIGNED NOT NULL,
+  gtid        VARCHAR(128) NOT NULL,
+  error       TEXT NOT NULL,
+  skipped_by  VARCHAR(255) NOT NULL,
+  skipped_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB;

@@ -44,9 +44,10 @@ class BridgePair:
     the primary committed; ``assert_same()`` compares the schemas row by row."""
 
     def __init__(self, urls, transport, ring_bytes=1 << 20, secret="", workers=1, metrics=False, heartbeat_s=0.0,
-                 apply_mode="auto"):
+                 apply_mode="auto", **replica_options):
         self.urls, self.transport, self.ring_bytes, self.secret = urls, transport, ring_bytes, secret
         self.workers, self.heartbeat_s, self.apply_mode = workers, heartbeat_s, apply_mode
+        self.replica_options = replica_options  # more ReplicaConfig fields (delay_s, until_gtid, ...)
         self.metrics = ("127.0.0.1", 0) if metrics else None
         n = next(_channels)
         self.channel, self.server_id = f"t{n}_{int(time.time())}", 5000 + n
@@ -59,7 +60,8 @@ class BridgePair:
     def start_replica(self, port=0, target=None):
         cfg = ReplicaConfig(target=target or self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
                             ring_bytes=self.ring_bytes, channel=self.channel, secret=self.secret,
-                            workers=self.workers, metrics=self.metrics, apply_mode=self.apply_mode)
+                            workers=self.workers, metrics=self.metrics, apply_mode=self.apply_mode,
+                            **self.replica_options)
         self.replica_node = ReplicaNode(cfg)
         self.replica_node.start()
         self._thread(self.replica_node.run, "replica")
@@ -99,6 +101,8 @@ class BridgePair:
         with self.replica.cursor() as cur:
             while time.monotonic() < deadline:
                 assert not self.errors, f"bridge failed: {self.errors}"
+                halt = self.replica_node.halt if self.replica_node is not None else None
+                assert halt is None, f"applying stopped at seq {halt.seq} ({halt.gtid}): {halt.error}"
                 cur.execute("SELECT gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (self.channel,))
                 row = cur.fetchone()
                 if row and GtidSet.parse(row[0]).contains_all(target):  # heartbeats may run past it

@@ -30,7 +30,7 @@ import pymysql
 from bridge.apply import modes, sql
 from bridge.apply.binlog_rows import BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
-                                  schemas_with_tables)
+                                  record_skip, schemas_with_tables)
 from bridge.apply.connection import (apply_error, connect, current_grants, rollback, run_script, session_setup,
                                      trigger_names)
 from bridge.apply.sql_rows import SqlRows
@@ -221,6 +221,15 @@ class Applier:
 
     def rollback(self) -> None:
         rollback(self.conn, self.url)
+
+    def skip(self, seq: int, gtid: str, error: str, by: str) -> None:
+        """Move the position past transaction ``seq`` without applying it, recorded in
+        rdma_bridge.skipped (the operator's `rdma-bridge skip`)."""
+        if seq != self.position.applied_seq + 1:
+            raise ApplyError(f"skip seq {seq} ({gtid}): the replica is at seq {self.position.applied_seq}")
+        gtids = self.position.gtid_set.add_text(gtid)
+        record_skip(self.conn, self.channel, seq, gtids, gtid, error, by)
+        self.position = Position(seq, gtids)
 
     def unique_keys(self, schema: str, table: str) -> tuple[tuple[str, ...], ...]:
         """The primary and unique keys of a replica table, as column tuples (cached;

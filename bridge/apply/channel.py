@@ -60,6 +60,21 @@ def init_position(conn: pymysql.Connection, channel: str, gtid_set: GtidSet) -> 
     conn.commit()
 
 
+def record_skip(conn: pymysql.Connection, channel: str, seq: int, gtids: GtidSet, gtid: str, error: str,
+                by: str) -> None:
+    """The position moved past a transaction that is not applied, and the record of
+    it, in one replica transaction."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql.position_write(conn.escape, channel, seq, gtids).decode())
+            cur.execute(f"{sql.TAG}INSERT INTO rdma_bridge.skipped (channel, seq, gtid, error, skipped_by) "
+                        "VALUES (%s, %s, %s, %s, %s)", (channel, seq, gtid, error[:4000], by[:255]))
+        conn.commit()
+    except pymysql.MySQLError as exc:
+        conn.rollback()
+        raise apply_error(f"skip seq {seq} ({gtid})", exc) from exc
+
+
 def next_epoch(conn: pymysql.Connection, channel: str) -> int:
     """The epoch of a new session, committed before the session starts."""
     with conn.cursor() as cur:

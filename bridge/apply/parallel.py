@@ -158,6 +158,9 @@ class ParallelApplier:
         else:
             self.apply_group([(seq, txn)])
 
+    def skip(self, seq: int, gtid: str, error: str, by: str) -> None:
+        self.main.skip(seq, gtid, error, by)
+
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         self.main.apply_chunk(seq, chunk)
 

@@ -12,6 +12,7 @@ import click
 from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REPLICA_METRICS_PORT,
                                 RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, hostport_param, metrics_option)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
+from bridge.model import GtidSet
 from bridge.sandbox import Sandbox
 
 log = logging.getLogger("bridge")
@@ -80,10 +81,17 @@ def sandbox_status(state_dir: str) -> None:
                    f"tcp (polling only took CPU from the servers in our benchmarks), {RDMA_SPIN_US} for rdma "
                    "(a one-sided write wakes nobody).")
 @PIN_NEAR_NIC
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
+              help="A delayed replica: apply each transaction no earlier than SECONDS after its commit on the "
+                   "primary (as MASTER_DELAY), to have time to stop a bad DROP or UPDATE before it arrives.")
+@click.option("--until-gtid", default="", metavar="GTIDSET",
+              help="Stop applying once the replica holds this GTID set (point-in-time recovery); the process "
+                   "stays up, `status` says so, `rdma-bridge resume` applies on.")
 @metrics_option(REPLICA_METRICS_PORT)
 @SECRET_FILE
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
-                  apply_mode: str, spin_us: int, pin_near_nic: bool, metrics, secret_file: str) -> None:
+                  apply_mode: str, spin_us: int, pin_near_nic: bool, delay: float, until_gtid: str, metrics,
+                  secret_file: str) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -100,7 +108,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                         transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
                         apply_mode=apply_mode,
                         spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
-                        metrics=metrics, secret=read_secret(secret_file))
+                        metrics=metrics, secret=read_secret(secret_file), delay_s=delay,
+                        until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "")
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:

@@ -1,5 +1,5 @@
-"""Commands to observe, check and try a bridge: status, report, doctor, checksum,
-repair, verify, workload, demo."""
+"""Commands to observe, operate, check and try a bridge: status, report, resume, skip,
+doctor, checksum, repair, verify, workload, demo."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 
 import click
 
-from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING_BYTES, STATE_DIR,
-                                TRANSPORT)
-from bridge.config import PASSWORD_ENV, MysqlUrl
+from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING_BYTES, SECRET_FILE, STATE_DIR,
+                                TRANSPORT, hostport_param)
+from bridge.config import PASSWORD_ENV, MysqlUrl, read_secret
 from bridge.errors import ConfigError
 
 
@@ -193,6 +193,56 @@ def repair(primary: str, replica: str, channel: str) -> None:
     click.echo(f"repaired {repaired} chunks; re-check: "
                + (f"{len(recheck.mismatches)} still differ" if recheck.mismatches else "clean"))
     sys.exit(1 if recheck.mismatches else 0)
+
+
+# --- operating a stopped replica side -----------------------------------------
+
+REPLICA_ADDRESS = click.option("--replica", "replica", required=True, callback=hostport_param, metavar="HOST:PORT",
+                               help="The replica side's --listen address.")
+
+
+@click.command("resume")
+@REPLICA_ADDRESS
+@SECRET_FILE
+def resume(replica, secret_file: str | None) -> None:
+    """Apply again after applying stopped on an error (once its cause is fixed).
+
+    The transaction it stopped at is retried first; the answer says whether it went
+    through or stopped again, and why. `rdma-bridge status` shows where it stopped.
+
+    \b
+    Example:
+      rdma-bridge resume --replica 127.0.0.1:7400
+    """
+    from bridge.node import admin
+
+    click.echo(admin.request(replica, read_secret(secret_file), {"type": "resume"}))
+
+
+@click.command("skip")
+@click.option("--gtid", required=True, help="The GTID of the transaction applying stopped at (status shows it).")
+@REPLICA_ADDRESS
+@SECRET_FILE
+def skip(gtid: str, replica, secret_file: str | None) -> None:
+    """Skip the one transaction applying stopped at, and apply on.
+
+    Only that transaction can be skipped. Its changes are not applied; the position
+    moves past it, and rdma_bridge.skipped on the replica records the GTID, the
+    error, the time and who skipped it. Use it when the replica already holds the
+    change (applied there by hand); otherwise the replica now differs from the
+    primary (`rdma-bridge checksum` finds where).
+
+    \b
+    Example:
+      rdma-bridge skip --gtid 0-1-4711 --replica 127.0.0.1:7400
+    """
+    import getpass
+    import socket
+
+    from bridge.node import admin
+
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    click.echo(admin.request(replica, read_secret(secret_file), {"type": "skip", "gtid": gtid, "by": by}))
 
 
 # --- verification and demo -------------------------------------------------

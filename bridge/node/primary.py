@@ -25,9 +25,10 @@ import threading
 import time
 
 from bridge.config import PrimaryConfig
-from bridge.metrics import STAGES, MetricsServer, Stages
+from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BackpressureTimeout, BridgeError, Fenced, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
+from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
 from bridge.node.fencing import HEARTBEAT_S
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
 ACK_REFRESH_S = 0.05  # how often the ring backlog (status, metrics) learns the replica's ack
 BACKPRESSURE_LOG_S = 5.0
+APPLY_STOPPED_LOG_S = 30.0  # while the replica side's applying is stopped, a reminder this often
 
 
 def _event_of(fmt: binlog.FormatDescription | None) -> bytes:
@@ -78,15 +80,19 @@ class PrimaryNode:
                        "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         self._progress = Progress()
         self.stages = Stages(STAGES["primary"])
+        self.gc_pauses = GcPauses(self.stages)
         self.metrics = MetricsServer(cfg.metrics, "primary", self.status) if cfg.metrics else None
         self.heartbeat = HeartbeatWriter(cfg.source, cfg.heartbeat_row_s, self.report_as) \
             if cfg.heartbeat_row_s > 0 else None
         self._services_started = False
         self._ack_refresh_at = 0.0
         self._waiting_for_space = False
+        self.apply_stopped: dict | None = None  # the replica side stopped applying (bridge.node.halt): wait
+        self.replica_delay_s = 0.0  # start-replica --delay: a full ring is expected, not a slow replica
         self._bad_frame_at: int | None = None  # applied seq when the replica last refused a frame
         self.semi_sync = SemiSyncMonitor(cfg.source, self._degradation_reason) if cfg.semi_sync != "off" else None
         self.semi_sync_timeout_s = 10.0
+        self.behind = BehindMonitor(cfg.source, self._reading, cfg.behind_poll_s)
         self.apply_mode = ""  # the replica's choice for this session: binlog (raw row events) or sql
         self._format_sent: binlog.FormatDescription | None = None  # the last one that went into the ring
         self.acks_sent = 0
@@ -101,9 +107,17 @@ class PrimaryNode:
         if self._services_started:
             return
         self._services_started = True
-        for service in (self.metrics, self.semi_sync):
+        for service in (self.metrics, self.semi_sync, self.behind):
             if service is not None:
                 service.start()
+
+    def _reading(self) -> Reading | None:
+        """Where this side is, for the behind monitor (its thread): None without a session."""
+        reader, producer = self.reader, self.producer
+        if reader is None or producer is None:
+            return None
+        return Reading(self.last_gtid, reader.log_file, reader.commit_pos, producer.backlog_frames, producer.used,
+                       producer.write_seq - producer.backlog_frames)
 
     def _start_writing(self) -> None:
         """The heartbeat writer, the only thing this side writes to the primary: once the
@@ -128,6 +142,7 @@ class PrimaryNode:
                 "replica": f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", "transport": self.cfg.transport,
                 "apply_mode": self.apply_mode,
                 "connected": self.remote is not None, "last_gtid": self.last_gtid,
+                "apply_stopped": self.apply_stopped, "behind": self.behind.status(),
                 "counters": {"transactions_shipped": self.shipped, "heartbeats_shipped": self.heartbeats_shipped,
                              "frames_resent": self.resent_frames,
                              "binlog_reopens": self.binlog_reopens, "reconnects": self.reconnects,
@@ -144,7 +159,9 @@ class PrimaryNode:
         welcome = self._handshake(settings["version"])
         resume = GtidSet.parse(welcome["gtid_set"])
         # the primary's position read again: the replica may have applied more since the preflight
-        preflight.check_position({**settings, **self._preflight(check=False)}, resume, self.cfg.source)
+        now = self._preflight(check=False)
+        preflight.check_position({**settings, **now}, resume, self.cfg.source)
+        preflight.check_not_purged(GtidSet.parse(now["binlog_start"]), resume, self.cfg.source)
         self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
                                      epoch=welcome["epoch"])
@@ -166,6 +183,7 @@ class PrimaryNode:
         conn = preflight.connect(self.cfg.source, "primary")
         try:
             settings = preflight.read_settings(conn)
+            settings["binlog_start"] = preflight.binlog_start(conn)
             if not check:
                 return settings
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
@@ -191,17 +209,32 @@ class PrimaryNode:
         self._link_down.clear()
         self._link_reason, self._link_code = "", ""
         self._control_heard_at = time.monotonic()
+        self._apply_state(welcome.get("apply_stopped"))
+        self.replica_delay_s = float(welcome.get("delay_s") or 0.0)
         threading.Thread(target=self._watch_control, args=(self._control,), name="primary-control",
                          daemon=True).start()
         return welcome
 
+    def _apply_state(self, stopped: dict | None) -> None:
+        """The replica side stopped applying (it says where and why) or goes on again."""
+        if stopped and not self.apply_stopped:
+            log.warning("the replica side stopped applying at seq %s (%s): %s; waiting (the ring fills, then this "
+                        "side waits as long as it takes) for `rdma-bridge resume` or `skip` there",
+                        stopped.get("seq"), stopped.get("gtid"), stopped.get("error"))
+        elif self.apply_stopped and not stopped:
+            log.info("the replica side applies again")
+        self.apply_stopped = stopped or None
+
     def _watch_control(self, conn: ControlConnection) -> None:
-        """The replica only speaks to end a session (error, with a code) or by closing it."""
+        """The replica speaks to say that applying stopped or goes on again, and to end a
+        session (error, with a code) or by closing it."""
         code = ""
         try:
             while True:
                 msg = conn.recv()
-                if msg.get("type") == "error":
+                if msg.get("type") in ("apply_stopped", "apply_resumed"):
+                    self._apply_state(msg if msg["type"] == "apply_stopped" else None)
+                elif msg.get("type") == "error":
                     code = str(msg.get("code", ""))
                     raise TransportError(f"replica ended the session: {msg.get('reason')}")
         except BridgeError as exc:
@@ -375,6 +408,13 @@ class PrimaryNode:
                 if self._link_down.is_set():
                     raise TransportError(f"ship {gtid}: link to replica lost: {self._link_reason}") from full
                 self.producer.acknowledge(self.remote.read_ack())
+                self._say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
+                if self.apply_stopped or self.replica_delay_s:  # stopped or delayed on purpose: no timeout
+                    next_log = self._remind_waiting(next_log)
+                    started = time.monotonic()  # the backpressure timeout counts once applying goes on
+                    if self._stop.wait(ACK_POLL_S):
+                        return None
+                    continue
                 waited = time.monotonic() - started
                 if timeout > 0 and waited > timeout:
                     raise BackpressureTimeout(
@@ -388,6 +428,21 @@ class PrimaryNode:
                 if self._stop.is_set():
                     return None
                 time.sleep(ACK_POLL_S)
+
+    def _remind_waiting(self, next_log: float) -> float:
+        """A reminder every 30 s of why this side waits for ring space."""
+        now = time.monotonic()
+        if now <= next_log:
+            return next_log
+        stopped = self.apply_stopped
+        if stopped:
+            log.warning("ring full with %d frames: the replica side stopped applying at seq %s (%s): %s; waiting "
+                        "for `rdma-bridge resume` or `skip` there", self.producer.backlog_frames, stopped.get("seq"),
+                        stopped.get("gtid"), stopped.get("error"))
+        else:
+            log.info("ring full with %d frames: the replica side applies %.0fs behind on purpose (--delay)",
+                     self.producer.backlog_frames, self.replica_delay_s)
+        return now + APPLY_STOPPED_LOG_S
 
     def stop(self) -> None:
         self._stop.set()
@@ -408,6 +463,6 @@ class PrimaryNode:
     def close(self) -> None:
         self._stop.set()
         self.disconnect()
-        for service in (self.heartbeat, self.semi_sync, self.metrics):
+        for service in (self.heartbeat, self.semi_sync, self.behind, self.metrics, self.gc_pauses):
             if service is not None:
                 service.close()

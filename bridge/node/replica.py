@@ -20,11 +20,13 @@ from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
-from bridge.metrics import STAGES, MetricsServer, Stages
-from bridge.errors import (BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError, TargetConnectionLost,
-                           TransportError)
+from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
+from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
+                           TargetConnectionLost, TransportError)
 from bridge.model import GtidSet
 from bridge.node.fencing import WriterSeat
+from bridge.node import admin
+from bridge.node.halt import Halt
 from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host
@@ -36,6 +38,7 @@ from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0
+HALTED_WAIT_S = 0.5  # how often a stopped apply loop looks at its stop flag
 
 
 class ReplicaNode:
@@ -82,6 +85,7 @@ class ReplicaNode:
         self.row_events_applied = 0
         self.last_lag_s: float | None = None
         self.stages = Stages(STAGES["replica"])
+        self.gc_pauses = GcPauses(self.stages)
         self.metrics = MetricsServer(cfg.metrics, "replica", self.status) if cfg.metrics else None
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
@@ -91,6 +95,11 @@ class ReplicaNode:
         self._control: ControlConnection | None = None
         self.writers = WriterSeat(cfg.channel)  # which primary side may feed the ring (bridge.node.fencing)
         self._rung = False  # the current session's producer rings the doorbell
+        self.halt: Halt | None = None  # applying stopped on this error (bridge.node.halt)
+        self._unhalted = threading.Event()  # set by resume and skip
+        self._until = GtidSet.parse(cfg.until_gtid) if cfg.until_gtid else None  # --until-gtid, until reached
+        self._not_before = 0.0  # --delay: the next transaction is due then (wall clock, s)
+        self.last_gtid_applied = ""
 
     # --- lifecycle -------------------------------------------------------
 
@@ -107,8 +116,16 @@ class ReplicaNode:
         idle_since = None
         while not self._stop.is_set():
             self._report_progress()
+            if self.halt is not None:  # stopped, not dead: wait for resume, skip or SIGTERM
+                self._unhalted.wait(HALTED_WAIT_S)
+                self._unhalted.clear()
+                continue
             if self.step():
                 idle_since = None
+                continue
+            if self._not_before:  # --delay: the next transaction is not due yet
+                wait, self._not_before = self._not_before - time.time(), 0.0
+                self._stop.wait(min(max(wait, 0.0), HALTED_WAIT_S))
                 continue
             now = time.monotonic()
             idle_since = idle_since or now
@@ -155,6 +172,7 @@ class ReplicaNode:
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
                 "workers": self.cfg.workers, "apply_mode": self.apply_mode or self.cfg.apply_mode,
                 "session": bool(self.session), "gtid_set": str(pos.gtid_set),
+                "apply_stopped": self.halt.status() if self.halt else None,
                 "counters": counters, "stages": self.stages.summary()}
 
     def _record_stages(self, work: list) -> None:
@@ -190,10 +208,10 @@ class ReplicaNode:
         """Apply the next unit of work; False when there was nothing to do. A unit is
         one DDL transaction, one chunk, or a group of the consecutive row-only
         transactions already in the ring (applied as one replica transaction)."""
-        if self._session_waiting.is_set():
+        if self._session_waiting.is_set() or self.halt is not None:
             return False  # a new session resets the ring: let it in first
         with self._lock:
-            if self.consumer is None:
+            if self.consumer is None or self._reached_until():
                 return False
             try:
                 work = self._pending or self._take()
@@ -205,17 +223,118 @@ class ReplicaNode:
                 return False
             try:
                 self._apply(work)
-            except TargetConnectionLost as exc:
-                chunked = work[0][0].kind == FrameKind.CHUNK
-                self._pending = [] if chunked else work  # rolled back by the server: retry it
-                self._reconnect_target(exc)
-                if chunked:  # its earlier chunks are gone from the ring: resend from the binlog
-                    self._end_session(f"replica connection lost inside chunked transaction at seq {work[0][0].seq}",
-                                      "chunk_lost")
+            except ApplyError as exc:
+                self._apply_failed(work, exc)
                 return False
             self._pending = []
             self.consumer.acknowledge(work[-1][0].seq)
+            self._reached_until()
             return True
+
+    def _reached_until(self) -> bool:
+        """--until-gtid: once the replica holds that set, applying stops (not an error)."""
+        if self._until is None or not self.applier.position.gtid_set.contains_all(self._until):
+            return False
+        pos = self.applier.position
+        self.halt = Halt(pos.applied_seq, self.last_gtid_applied or str(pos.gtid_set),
+                         f"reached --until-gtid {self._until}", 0, time.time(), skippable=False, until=True)
+        self._until = None  # resume applies on
+        log.info("applying stopped at seq %d: the replica holds --until-gtid %s (%s)", pos.applied_seq,
+                 self.halt.error.removeprefix("reached --until-gtid "), self.halt.hint())
+        self._tell_primary(self.halt.message())
+        return True
+
+    def _due(self, entry) -> bool:
+        """--delay: due that long after the primary side read its commit (a chunk, whose
+        commit is not read yet: after it was picked up here, which is later still)."""
+        frame, item, picked_ns = entry
+        read_ns = item.stamps[0] if frame.kind == FrameKind.TXN and item.stamps else picked_ns
+        due = read_ns / 1e9 + self.cfg.delay_s
+        if time.time() >= due:
+            return True
+        self._not_before = due
+        return False
+
+    def _apply_failed(self, work: list, exc: ApplyError) -> None:
+        """A lost replica connection is retried; any other error stops applying at the
+        transaction at fault (a group is applied again one transaction at a time to
+        find it, the ones before it committed), the process and the session kept."""
+        if isinstance(exc, TargetConnectionLost):
+            self._target_lost(work, exc)
+            return
+        if len(work) > 1:
+            for index, entry in enumerate(work):
+                try:
+                    self._apply([entry])
+                except ApplyError as one:
+                    if index:
+                        self.consumer.acknowledge(work[index - 1][0].seq)
+                    if isinstance(one, TargetConnectionLost):
+                        self._target_lost(work[index:], one)
+                    else:
+                        self._halt(work[index:], one)
+                    return
+            # applied one by one: the group's error did not come back
+            self._pending = []
+            self.consumer.acknowledge(work[-1][0].seq)
+            return
+        self._halt(work, exc)
+
+    def resume(self) -> Halt | None:
+        """Apply again from the transaction applying stopped at (`rdma-bridge resume`)."""
+        with self._lock:
+            halt, self.halt = self.halt, None
+            if halt is not None:
+                log.info("resume: applying again from seq %d (%s)", halt.seq, halt.gtid)
+                self._tell_primary({"type": "apply_resumed"})
+        self._unhalted.set()
+        return halt
+
+    def skip(self, gtid: str, by: str) -> Halt:
+        """Skip the one transaction applying stopped at (`rdma-bridge skip --gtid`):
+        the position moves past it, rdma_bridge.skipped records it, applying goes on."""
+        with self._lock:
+            halt = self.halt
+            if halt is None:
+                raise ConfigError(f"skip {gtid}: applying is not stopped on replica {self.cfg.target}; nothing to "
+                                  "skip")
+            halt.check_skip(gtid)
+            self.applier.skip(halt.seq, halt.gtid, halt.error, by)
+            if self._pending and self._pending[0][0].seq == halt.seq:
+                self._pending = self._pending[1:]
+                if self.consumer is not None:
+                    self.consumer.acknowledge(halt.seq)
+            self.halt = None
+            log.warning("skipped seq %d (%s) by %s: it stopped applying with: %s", halt.seq, halt.gtid, by,
+                        halt.error)
+            self._tell_primary({"type": "apply_resumed"})
+        self._unhalted.set()
+        return halt
+
+    def _tell_primary(self, msg: dict) -> None:
+        if self._control is not None:
+            _try_send(self._control, msg)
+
+    def _target_lost(self, work: list, exc: TargetConnectionLost) -> None:
+        chunked = work[0][0].kind == FrameKind.CHUNK
+        self._pending = [] if chunked else work  # rolled back by the server: retry it
+        self._reconnect_target(exc)
+        if chunked:  # its earlier chunks are gone from the ring: resend from the binlog
+            self._end_session(f"replica connection lost inside chunked transaction at seq {work[0][0].seq}",
+                              "chunk_lost")
+
+    def _halt(self, work: list, exc: ApplyError) -> None:
+        """Stop applying at ``work[0]``; it is retried first by resume."""
+        frame, item, _ = work[0]
+        chunked = frame.kind == FrameKind.CHUNK
+        self.applier.abort_open()
+        self._pending = [] if chunked else work  # a chunked transaction comes again from the binlog
+        self.halt = Halt(frame.seq, item.gtid, str(exc), exc.code, time.time(), skippable=not chunked)
+        log.error("applying stopped at seq %d (%s): %s; the replica side keeps running: %s", frame.seq, item.gtid,
+                  exc, self.halt.hint())
+        self._tell_primary(self.halt.message())
+        if chunked:
+            self._end_session(f"applying stopped inside chunked transaction at seq {frame.seq}", "chunk_lost")
 
     def _take(self) -> list:
         """[(frame, decoded)], grouping row-only transactions up to the configured bounds
@@ -223,10 +342,14 @@ class ReplicaNode:
         group never waits for more."""
         work, rows, size = [], 0, 0
         cfg, workers = self.cfg, self.cfg.workers
+        held = self.applier.position.gtid_set if self._until is not None else None
         while len(work) < cfg.group_max_txns * workers and rows < cfg.group_max_rows * workers \
                 and size < cfg.group_max_bytes * workers:
             entry, self._stash = self._stash or self._next_decoded(), None
             if entry is None:
+                break
+            if cfg.delay_s and not self._due(entry):
+                self._stash = entry  # taken again once due
                 break
             groupable = entry[0].kind == FrameKind.TXN and not entry[1].is_barrier and \
                 not (work and entry[1].format_event)  # a new format starts a group: the group has one format
@@ -238,6 +361,10 @@ class ReplicaNode:
             work.append(entry)
             rows += entry[1].row_count
             size += len(entry[0].payload)
+            if held is not None:  # --until-gtid: a group ends where the set is reached
+                held = held.add_text(entry[1].gtid)
+                if held.contains_all(self._until):
+                    break
         return work
 
     def _next_decoded(self):
@@ -269,6 +396,7 @@ class ReplicaNode:
             self.heartbeats_applied += beats
             self.groups += 1
             self.largest_group = max(self.largest_group, len(work))
+        self.last_gtid_applied = work[-1][1].gtid
         for _, item, _ in work:
             rows, events = rows_and_events(item.changes)
             self.rows_applied += rows
@@ -307,6 +435,7 @@ class ReplicaNode:
             self.applier.close()
         if self.metrics is not None:
             self.metrics.close()
+        self.gc_pauses.close()
 
     # --- connections -----------------------------------------------------
 
@@ -328,6 +457,8 @@ class ReplicaNode:
             msg = self._authenticate(conn)
             if msg.get("role") == "data":
                 self._serve_data(conn, msg)
+            elif msg.get("role") == "admin":
+                self._serve_admin(conn, msg)
             else:
                 self._serve_control(conn, msg)
         except TransportError as exc:  # closed or timed out: nobody to answer
@@ -354,6 +485,30 @@ class ReplicaNode:
         if not self.session or msg.get("session") != self.session or not hasattr(self.host, "accept"):
             raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
         self.host.accept(conn, self._proof_for(msg), msg)
+
+    def _serve_admin(self, conn: ControlConnection, msg: dict) -> None:
+        """One operator command (`rdma-bridge resume`, `skip`), authenticated like the
+        primary side; answers once the outcome is known."""
+        conn.send({"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
+                   "auth": self._proof_for(msg)})
+        command = conn.recv()
+        if command.get("type") == "resume":
+            halt = self.resume()
+            answer = admin.outcome(halt, self._wait_past) if halt else "applying was not stopped"
+        elif command.get("type") == "skip":
+            halt = self.skip(str(command.get("gtid", "")), f"{command.get('by', '?')} from {conn.peer}")
+            answer = f"skipped seq {halt.seq} ({halt.gtid}), recorded in rdma_bridge.skipped; applying goes on"
+        else:
+            raise RemoteProtocolError(f"admin command {command.get('type')!r}: unknown")
+        conn.send({"type": "done", "message": answer})
+        conn.close()
+
+    def _wait_past(self, seq: int, timeout_s: float) -> Halt | None:
+        """Until the position passes ``seq`` or applying stops again; the new halt, if any."""
+        deadline = time.monotonic() + timeout_s
+        while self.applier.position.applied_seq <= seq and self.halt is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.halt
 
     def _serve_control(self, conn: ControlConnection, msg: dict) -> None:
         if msg.get("transport") != self.cfg.transport:
@@ -413,7 +568,8 @@ class ReplicaNode:
                     "params": {**self.host.params(), "session": self.session},
                     "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel,
                     "apply_mode": mode, "format": self.applier.format.id if self.applier.format else "",
-                    "epoch": epoch}
+                    "epoch": epoch, "apply_stopped": self.halt.message() if self.halt else None,
+                    "delay_s": self.cfg.delay_s}
 
     def _end_session(self, reason: str, code: str = "bad_frame") -> None:
         log.error("session %s ended: %s", self.session, reason)

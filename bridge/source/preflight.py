@@ -8,7 +8,7 @@ from __future__ import annotations
 import pymysql
 
 from bridge.config import MysqlUrl
-from bridge.errors import PreflightError, SourceConnectionLost, SourceError
+from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
 from bridge.model import GtidSet
 
 REQUIRED = (
@@ -91,3 +91,33 @@ def check_position(settings: dict[str, str], resume: GtidSet, url: MysqlUrl) -> 
         if g.seq > have.seq:
             raise SourceError(f"resume from {resume} on {url}: replica is ahead of the primary "
                               f"({g} > {have}); it replicated another history")
+
+
+def binlog_start(conn) -> str:
+    """MariaDB: the GTID state before the primary's oldest binlog, i.e. what was
+    purged ('' when nothing was, and on MySQL, whose gtid_purged says it instead)."""
+    try:
+        with conn.cursor() as cur:
+            if not cur.execute("SHOW BINARY LOGS"):
+                return ""
+            first = cur.fetchone()[0]
+            cur.execute("SELECT BINLOG_GTID_POS(%s, 4)", (first,))
+            row = cur.fetchone()
+    except pymysql.MySQLError:  # MySQL has no BINLOG_GTID_POS; a missing privilege is the dump's to report
+        return ""
+    return str(row[0] or "") if row else ""
+
+
+def check_not_purged(start: GtidSet, resume: GtidSet, url: MysqlUrl) -> None:
+    """Refuse, with the missing range, a resume position older than the primary's
+    oldest binlog: those transactions are gone, and no retry brings them back."""
+    missing = []
+    for first in start.mariadb:
+        have = next((g.seq for g in resume.mariadb if g.domain == first.domain), 0)
+        if first.seq > have:
+            missing.append(f"domain {first.domain}: seq {have + 1} to {first.seq}")
+    if missing:
+        raise BinlogPurged(f"resume from {resume or '(the start of the binlog)'} on {url}: the primary's binlogs "
+                           f"start after {start}, the transactions in between were purged ({'; '.join(missing)}); "
+                           "the replica cannot catch up from this primary: copy its data again (docs/operations.md, "
+                           "step 4) and start the channel at the copy's GTID position")

@@ -176,6 +176,7 @@ class BinlogReader:
         self.fast_rows = fast_rows  # our row-image decoder where it covers the table (tests compare both)
         self.raw_rows = raw_rows  # binlog apply mode: TABLE_MAP and row events kept whole, not decoded
         self.format: binlog.FormatDescription | None = None  # the stream's FORMAT_DESCRIPTION event
+        self.commit_pos = 0  # the binlog offset after the last commit (XID or QUERY event) read
         self._tables: dict[int, tuple] = {}  # id(library Table) -> (table, readers, key, column names)
 
     def next_event(self) -> SourceEvent | None:
@@ -222,6 +223,7 @@ class BinlogReader:
             return _LIBRARY
         etype = data[5]
         if etype == _XID_EVENT:
+            self.commit_pos = int.from_bytes(data[14:18], "little")  # the event header's next position
             return _COMMIT
         if etype in _GTID_EVENTS:
             return GtidStart(*binlog.parse_gtid(data[1:]))
@@ -276,6 +278,7 @@ class BinlogReader:
 
     def _whole_event(self, etype: int, event: bytes):
         if etype == binlog.QUERY:
+            self.commit_pos = int.from_bytes(event[13:17], "little")
             query = binlog.parse_query(event, self._checksum_bytes)
             return QueryRead(query.schema, query.text, event)
         if etype in binlog.CONTEXT_EVENTS:
@@ -286,6 +289,11 @@ class BinlogReader:
         if etype == binlog.TABLE_MAP:
             return RawRowEvent(event, binlog.table_map_names(event))
         return RawRowEvent(event, None, bool(binlog.rows_flags(event) & binlog.STMT_END_F))
+
+    @property
+    def log_file(self) -> str:
+        """The binlog file being read (the library follows ROTATE events)."""
+        return self._stream.log_file or ""
 
     def take_ack_request(self) -> tuple[int, str] | None:
         """(next-event position, binlog file) of the last event the primary asked a

@@ -11,10 +11,12 @@ import time
 import pytest
 
 from bridge.config import MysqlUrl, PrimaryConfig
-from bridge.errors import PreflightError, RemoteProtocolError, SourceConnectionLost, SourceError, TransportError
+from bridge.errors import (BinlogPurged, PreflightError, RemoteProtocolError, SourceConnectionLost, SourceError,
+                           TransportError)
 from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
-from bridge.source.preflight import check_position
+from bridge.sandbox import Sandbox
+from bridge.source.preflight import check_not_purged, check_position
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from tests.conftest import BridgePair
@@ -106,6 +108,44 @@ def test_position_checks():
     with pytest.raises(SourceError, match="ahead of the primary"):
         check_position(settings, GtidSet.parse("0-1-101"), url)
     check_position(settings, GtidSet.parse("0-1-99"), url)
+    check_not_purged(GtidSet.parse("0-1-40"), GtidSet.parse("0-1-40"), url)  # the oldest binlog starts right there
+    check_not_purged(GtidSet(), GtidSet.parse("0-1-3"), url)  # nothing purged
+    with pytest.raises(BinlogPurged, match=r"domain 0: seq 4 to 40; domain 1: seq 1 to 7\).*copy its data again"):
+        check_not_purged(GtidSet.parse("0-1-40,1-2-7"), GtidSet.parse("0-1-3"), url)
+
+
+def test_a_purged_binlog_is_named_with_the_missing_range_and_not_retried(tmp_path):
+    box = Sandbox(tmp_path / "purged")
+    info = box.up()
+    urls = {k: MysqlUrl.parse(v) for k, v in info.items() if v.startswith("mysql://")}
+    pair = BridgePair(urls, "shm")
+    try:
+        pair.start()
+        pair.sql("CREATE DATABASE purged", "CREATE TABLE purged.t (id INT PRIMARY KEY)", "INSERT INTO purged.t VALUES (1)")
+        pair.sync()
+        pair.primary_node.close()
+        with pair.primary.cursor() as cur:
+            deadline = time.monotonic() + 30  # a binlog still held by a dump thread is not purged
+            while cur.execute("SELECT 1 FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'"):
+                assert time.monotonic() < deadline, "the closed primary side's dump thread did not end"
+                time.sleep(0.05)
+            cur.execute("INSERT INTO purged.t VALUES (2)")
+            cur.execute("INSERT INTO purged.t VALUES (3)")
+            cur.execute("SELECT @@gtid_binlog_pos")
+            last = GtidSet.parse(cur.fetchone()[0]).mariadb[0]
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute("SHOW MASTER STATUS")
+            current = cur.fetchone()[0]
+            while cur.execute(f"PURGE BINARY LOGS TO '{current}'") is not None and \
+                    cur.execute("SHOW BINARY LOGS") > 1:  # the older one goes once its checkpoint is written
+                assert time.monotonic() < deadline, "the older binlog was never purged"
+                time.sleep(0.1)
+        with pytest.raises(BinlogPurged, match=rf"domain 0: seq {last.seq - 1} to {last.seq}\).*copy its data again"):
+            pair.start_primary()
+        assert not pair.errors
+    finally:
+        pair.stop()
+        box.down()
 
 
 def test_wrong_transport_version_skew_and_garbage_keep_the_replica_serving(urls, fresh_schema):

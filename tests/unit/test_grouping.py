@@ -20,7 +20,7 @@ def txn(seq: int, rows: int = 1, pad: int = 0, ddl: bool = False) -> tuple:
 def grouper(entries, **bounds) -> ReplicaNode:
     node = ReplicaNode.__new__(ReplicaNode)  # only the grouping state: no listener, no replica connection
     node.cfg = ReplicaConfig(target=MysqlUrl.parse("mysql://u@127.0.0.1:1"), listen=("127.0.0.1", 0), **bounds)
-    node._stash = None
+    node._stash, node._until = None, None
     pending = list(entries)
     node._next_decoded = lambda: pending.pop(0) if pending else None
     return node
