@@ -401,14 +401,18 @@ def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: in
     growth = {k: round(v[-1] - v[min(1, len(v) - 1)], 1) for k, v in rss.items() if v}
     reconnects = sum(reconnect_counters.values())
     b, n, n_async = lag["bridge"].get("bridge"), lag["native"].get("native"), lag["bridge"].get("native")
+    bridge_rate = txns / max(1, 60 * len(bridge_rows))
+    native_rate = sum(m["transactions"] for m in native_rows) / max(1, 60 * len(native_rows))
+    comparable = abs(native_rate - bridge_rate) <= 0.1 * max(bridge_rate, 1)  # else the load was not the same
     criteria = {
         "zero reconnects on the bridge": {"met": reconnects == 0, "value": reconnect_counters},
         "zero semi-sync degradations with the bridge": {
             "met": semi["bridge"]["degradations"] == 0 and semi["bridge"]["commits_not_acked"] == 0,
             "value": semi["bridge"], "native_phase": semi["native"]},
         "P999 lag at least 10x below native's": {
-            "met": bool(b and n and b["p999"] * 10 <= n["p999"]),
-            "value": {"bridge_p999_us": b and b["p999"], "native_semi_sync_p999_us": n and n["p999"],
+            "met": bool(b and n and b["p999"] * 10 <= n["p999"] and comparable),
+            "value": {"rates_comparable": comparable, "bridge_p999_us": b and b["p999"],
+                      "native_semi_sync_p999_us": n and n["p999"],
                       "ratio": _ratio(n, b), "native_async_same_time_p999_us": n_async and n_async["p999"],
                       "ratio_async": _ratio(n_async, b)}},
         "replica side apply cost at most 50 us per transaction": {"met": cpu_sum["replica side"] <= 50,
