@@ -18,6 +18,13 @@ from bridge.sandbox import Sandbox
 log = logging.getLogger("bridge")
 
 
+def server_url_option(role: str, what: str):
+    """--source / --target: the URL, its password also from the environment (kept out of ps)."""
+    return click.option(f"--{role}", required=True, envvar=f"RDMA_BRIDGE_{role.upper()}", metavar="URL",
+                        help=f"{what}, mysql://user[:password]@host:port. Password also from ${PASSWORD_ENV[role]}; "
+                             f"the URL also from $RDMA_BRIDGE_{role.upper()} (keeps it out of ps).")
+
+
 @click.group()
 def sandbox() -> None:
     """A local MariaDB primary + replica on free loopback ports."""
@@ -54,9 +61,7 @@ def sandbox_status(state_dir: str) -> None:
 
 
 @click.command("start-replica")
-@click.option("--target", required=True, envvar="RDMA_BRIDGE_TARGET", metavar="URL",
-              help="Replica server, mysql://user[:password]@host:port. Password also from "
-                   f"${PASSWORD_ENV['target']}; the URL also from $RDMA_BRIDGE_TARGET (keeps it out of ps).")
+@server_url_option("target", "Replica server")
 @click.option("--listen", required=True, callback=hostport_param, metavar="HOST:PORT",
               help="Control address the primary side connects to.")
 @TRANSPORT_OPTION
@@ -122,9 +127,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 
 
 @click.command("start-primary")
-@click.option("--source", required=True, envvar="RDMA_BRIDGE_SOURCE", metavar="URL",
-              help="Primary server, mysql://user[:password]@host:port. Password also from "
-                   f"${PASSWORD_ENV['source']}; the URL also from $RDMA_BRIDGE_SOURCE.")
+@server_url_option("source", "Primary server")
 @click.option("--replica", required=True, callback=hostport_param, metavar="HOST:PORT",
               help="The replica side's --listen address.")
 @TRANSPORT_OPTION

@@ -5,8 +5,9 @@ side listens on loopback only), one answer once the outcome is known."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 
+from bridge.errors import RemoteProtocolError
 from bridge.node.halt import Halt
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control
@@ -29,9 +30,31 @@ def request(address: tuple[str, int], secret: str, command: dict, timeout_s: flo
         conn.close()
 
 
-def outcome(resumed: Halt, wait_past: Callable[[int, float], Halt | None]) -> str:
-    """What became of the transaction a resume retried."""
-    again = wait_past(resumed.seq, OUTCOME_WAIT_S)
+def serve(node, conn: ControlConnection, proof: str) -> None:
+    """The replica side's end: one command on an authenticated connection (``proof``
+    answers the client's challenge), answered once the outcome is known."""
+    conn.send({"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
+               "auth": proof})
+    command = conn.recv()
+    if command.get("type") == "resume":
+        halt = node.resume()
+        answer = outcome(node, halt) if halt else "applying was not stopped"
+    elif command.get("type") == "skip":
+        halt = node.skip(str(command.get("gtid", "")), f"{command.get('by', '?')} from {conn.peer}")
+        answer = f"skipped seq {halt.seq} ({halt.gtid}), recorded in rdma_bridge.skipped; applying goes on"
+    else:
+        raise RemoteProtocolError(f"admin command {command.get('type')!r}: unknown")
+    conn.send({"type": "done", "message": answer})
+    conn.close()
+
+
+def outcome(node, resumed: Halt) -> str:
+    """What became of the transaction a resume retried: the position passed it, or
+    applying stopped again (waits up to OUTCOME_WAIT_S)."""
+    deadline = time.monotonic() + OUTCOME_WAIT_S
+    while node.applier.position.applied_seq <= resumed.seq and node.halt is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    again = node.halt
     if again is not None:
         return f"applying stopped again at seq {again.seq} ({again.gtid}): {again.error}"
     return f"applying again from seq {resumed.seq} ({resumed.gtid})"

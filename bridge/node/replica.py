@@ -458,7 +458,7 @@ class ReplicaNode:
             if msg.get("role") == "data":
                 self._serve_data(conn, msg)
             elif msg.get("role") == "admin":
-                self._serve_admin(conn, msg)
+                admin.serve(self, conn, self._proof_for(msg))
             else:
                 self._serve_control(conn, msg)
         except TransportError as exc:  # closed or timed out: nobody to answer
@@ -485,30 +485,6 @@ class ReplicaNode:
         if not self.session or msg.get("session") != self.session or not hasattr(self.host, "accept"):
             raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
         self.host.accept(conn, self._proof_for(msg), msg)
-
-    def _serve_admin(self, conn: ControlConnection, msg: dict) -> None:
-        """One operator command (`rdma-bridge resume`, `skip`), authenticated like the
-        primary side; answers once the outcome is known."""
-        conn.send({"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
-                   "auth": self._proof_for(msg)})
-        command = conn.recv()
-        if command.get("type") == "resume":
-            halt = self.resume()
-            answer = admin.outcome(halt, self._wait_past) if halt else "applying was not stopped"
-        elif command.get("type") == "skip":
-            halt = self.skip(str(command.get("gtid", "")), f"{command.get('by', '?')} from {conn.peer}")
-            answer = f"skipped seq {halt.seq} ({halt.gtid}), recorded in rdma_bridge.skipped; applying goes on"
-        else:
-            raise RemoteProtocolError(f"admin command {command.get('type')!r}: unknown")
-        conn.send({"type": "done", "message": answer})
-        conn.close()
-
-    def _wait_past(self, seq: int, timeout_s: float) -> Halt | None:
-        """Until the position passes ``seq`` or applying stops again; the new halt, if any."""
-        deadline = time.monotonic() + timeout_s
-        while self.applier.position.applied_seq <= seq and self.halt is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.halt
 
     def _serve_control(self, conn: ControlConnection, msg: dict) -> None:
         if msg.get("transport") != self.cfg.transport:
