@@ -7,6 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/dev/null)
+OPENSSL := $(shell command -v openssl 2>/dev/null)
 COMPOSE := $(shell command -v docker-compose 2>/dev/null)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 
@@ -16,7 +17,7 @@ HOURS ?= 1
 RATE ?= 2000
 SEMI_SYNC ?= received
 
-.PHONY: demo test unit integration faults soak bench stress fuzz deps mariadb compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
+.PHONY: demo test unit integration faults soak bench stress fuzz deps mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
 
 $(STAMP): setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -24,12 +25,19 @@ $(STAMP): setup.cfg
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-deps: $(STAMP) mariadb
+deps: $(STAMP) mariadb openssl
 
 mariadb:
 ifeq ($(MARIADBD),)
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+endif
+
+# The openssl command makes certificates (`rdma-bridge tls-certs`, `sandbox up --tls`, the TLS tests).
+openssl:
+ifeq ($(OPENSSL),)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
 endif
 
 # docker-compose (Debian's) validates the compose demo offline in the tests.
@@ -77,7 +85,7 @@ test: deps compose chromium
 	$(VENV)/bin/ruff check
 	$(PY) -m pytest -q tests
 
-unit: $(STAMP)
+unit: $(STAMP) openssl
 	$(PY) -m pytest -q tests/unit
 
 integration: deps compose

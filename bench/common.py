@@ -4,10 +4,12 @@ processes, positions, backlog generation."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pymysql
 from pymysql.constants import CLIENT
 
+from bridge.certs import make_set
 from bridge.config import MysqlUrl
 from bridge.model import GtidSet
 from bridge.procs import primary_process, replica_process, wait_port
@@ -17,7 +19,15 @@ from bridge.workload import connect
 BENCH_SCHEMA = "bench"
 
 
+def tls_args(state_dir: str) -> tuple[str, ...]:
+    """--tls-* for both bridge ends: certificates of a CA kept in the state directory."""
+    files = make_set(Path(state_dir) / "bridge-tls", ["localhost", "127.0.0.1"])
+    return "--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)
+
+
 class Bench:
+    """``transport``: shm, tcp, rdma, or tcp+tls (tcp with TLS on the bridge's connections)."""
+
     def __init__(self, state_dir: str, transport: str = "shm", extra_primary: tuple[str, ...] = (),
                  extra_replica: tuple[str, ...] = ()) -> None:
         self.box = Sandbox(state_dir)
@@ -25,8 +35,9 @@ class Bench:
         self.primary = connect(MysqlUrl.parse(self.info["primary_admin"]))
         self.replica = connect(MysqlUrl.parse(self.info["replica_admin"]))
         self.native = self.box.native_connection()
-        self.transport, self.state_dir = transport, state_dir
-        self.extra_primary, self.extra_replica = extra_primary, extra_replica
+        self.transport, self.state_dir = transport.removesuffix("+tls"), state_dir
+        tls = tls_args(state_dir) if transport.endswith("+tls") else ()
+        self.extra_primary, self.extra_replica = (*extra_primary, *tls), (*extra_replica, *tls)
         self.channel = f"bench_{time.time_ns()}"
         self.server_id = 10_000 + time.time_ns() % 1_000_000  # each benchmark's bridge is another replica
         self.start_gtid = str(self.primary_pos())  # where this channel starts, whenever it first connects

@@ -8,7 +8,9 @@ is user+system time from /proc/<pid>/stat before and after (every thread of the
 process), divided by the transactions the primary committed in between (the load
 and the heartbeat rows, which both replicas apply).
 
-    python -m bench.cpu [--rate 1000] [--seconds 10] [--transports shm,tcp] [--modes binlog,sql]
+    python -m bench.cpu [--rate 1000] [--seconds 10] [--transports shm,tcp,tcp+tls] [--modes binlog,sql]
+
+tcp+tls: the tcp transport with TLS on the bridge's connections (the cost of TLS).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int) 
             "ratio_bridge_total_over_native_server": round(bridge_total / us["native replica server"], 2)}
 
 
-def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp"), modes=("binlog", "sql"),
+def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tcp+tls"), modes=("binlog", "sql"),
         log=print) -> dict:
     rows, first = [], 1
     for mode in modes:
@@ -119,7 +121,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--transports", default="shm,tcp")
+    ap.add_argument("--transports", default="shm,tcp,tcp+tls")
     ap.add_argument("--modes", default="binlog,sql")
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()

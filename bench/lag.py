@@ -163,7 +163,7 @@ def main() -> None:
     ap.add_argument("--rates", default="500,2000,5000")
     ap.add_argument("--seconds", type=float, default=6.0, help="per rate and side, over all rounds")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--transport", default="shm", choices=["shm", "tcp"])
+    ap.add_argument("--transport", default="shm", choices=["shm", "tcp", "tcp+tls"])
     ap.add_argument("--apply-mode", default="binlog", choices=["binlog", "sql"])
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()

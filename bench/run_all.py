@@ -63,6 +63,24 @@ def ratios(result: dict) -> dict:
     for r in result["workers"]["mixed"]:
         out[f"catch-up of mixed writes, {r['workers']} workers vs native {r['workers']} thread(s) "
             "(higher is better)"] = r["ratio_bridge_over_native"]
+    out.update(tls_ratios(result))
+    return out
+
+
+def tls_ratios(result: dict) -> dict:
+    """The cost of TLS on the bridge's connections: tcp+tls over tcp, same run."""
+    out = {}
+    rows = {(r["apply_mode"], r["transport"], r["workload"]): r for r in result["cpu"]["rows"]}
+    for (mode, transport, workload), with_tls in rows.items():
+        plain = rows.get((mode, "tcp", workload))
+        if transport == "tcp+tls" and plain:
+            out[f"TLS cost: CPU of both bridge processes per txn, {workload} ({mode} apply), with TLS over without "
+                "(lower is better)"] = round(with_tls["bridge_processes_us"] / plain["bridge_processes_us"], 2)
+    if "lag_tls" in result:
+        for plain, with_tls in zip(result["lag_tls"]["tcp"]["rates"], result["lag_tls"]["tcp+tls"]["rates"]):
+            for p in ("p50", "p99"):
+                out[f"TLS cost: bridge lag {p} at {plain['rate']} txn/s over tcp, with TLS over without "
+                    "(lower is better)"] = round(with_tls["bridge"][f"{p}_us"] / plain["bridge"][f"{p}_us"], 2)
     return out
 
 
@@ -103,6 +121,8 @@ def main() -> None:
     for mode in MODES:
         log(f"lag ({mode} apply) ...")
         result["lag"][mode] = lag.run([500, 2000, 5000], args.seconds, args.state_dir, "shm", apply_mode=mode)
+    log("lag over tcp, without and with TLS on the bridge's connections ...")
+    result["lag_tls"] = {t: lag.run([500, 2000], args.seconds, args.state_dir, t) for t in ("tcp", "tcp+tls")}
     log("CPU per transaction ...")
     result["cpu"] = cpu.run(1000, args.cpu_seconds, args.state_dir, log=log)
     log("flame graphs of both bridge processes ...")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -74,6 +75,16 @@ class MysqlUrl:
         return args
 
 
+def tls_refusal(exc: BaseException) -> str | None:
+    """Why a server's TLS certificate was refused, with the fix, if that is what a
+    connection error (PyMySQL's, raised from the ssl module's) comes down to."""
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return (f"its TLS certificate is refused ({cause.verify_message}): the URL's ssl-ca must be the CA that "
+                "issued the server's certificate (and, with ssl-verify-identity, the certificate must name the host)")
+    return None
+
+
 def _options(query: str, shown: str) -> tuple[tuple[str, str], ...]:
     out = []
     for key, value in parse_qsl(query, keep_blank_values=True):
@@ -82,7 +93,24 @@ def _options(query: str, shown: str) -> tuple[tuple[str, str], ...]:
         if key in _FILE_OPTIONS and not os.path.exists(value):
             raise ConfigError(f"parse url {shown!r}: {key} file {value!r} does not exist")
         out.append((key, value))
+    _load_tls_files(dict(out), shown)
     return tuple(out)
+
+
+def _load_tls_files(options: dict, shown: str) -> None:
+    """The URL's TLS files loaded once here, so that a wrong one is named at start (the
+    client library would fail on it at each connection, in whichever thread)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for key, load in (("ssl-ca", lambda: ctx.load_verify_locations(cafile=options["ssl-ca"])),
+                      ("ssl-cert", lambda: ctx.load_cert_chain(options["ssl-cert"], options.get("ssl-key")))):
+        if key not in options:
+            continue
+        try:
+            load()
+        except (ssl.SSLError, OSError) as exc:
+            what = "a PEM CA certificate" if key == "ssl-ca" else "a PEM certificate with its ssl-key"
+            raise ConfigError(f"parse url {shown!r}: {key} {options[key]!r} is not {what} "
+                              f"({getattr(exc, 'reason', None) or exc})") from exc
 
 
 def _mask(text: str) -> str:
@@ -123,6 +151,16 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """TLS on the bridge's own connections: this end's certificate and key, and the CA
+    that must have signed the other end's certificate (both ends verify each other)."""
+
+    cert: str
+    key: str
+    ca: str
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     target: MysqlUrl
     listen: tuple[str, int]
@@ -143,6 +181,8 @@ class ReplicaConfig:
     metrics: tuple[str, int] | None = None  # /metrics and /status; None: off
     delay_s: float = 0.0  # apply each transaction no earlier than this long after the primary side read its commit
     until_gtid: str = ""  # stop applying once the replica holds this GTID set
+    tls: TlsFiles | None = None  # None: plain TCP (refused beyond loopback unless insecure_transport)
+    insecure_transport: bool = False  # plain TCP beyond loopback, said at start
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,3 +207,4 @@ class PrimaryConfig:
     reconnect_attempts: int = 60
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0
+    tls: TlsFiles | None = None  # None: plain TCP to the replica side

@@ -18,9 +18,10 @@ from pathlib import Path
 import pymysql
 
 from bridge.apply import modes
-from bridge.config import MysqlUrl
+from bridge.config import MysqlUrl, TlsFiles
 from bridge.errors import BridgeError
 from bridge.source import preflight
+from bridge.transport import tls
 from bridge.wire.binlog import flavor_of
 
 SYSFS = Path("/sys/class/infiniband")
@@ -226,6 +227,18 @@ def grant_checks(conn, role: str, user: str, required: tuple, wanted: tuple) -> 
                      f"{user} also has {', '.join(broad)}" if broad else "nothing broader than needed",
                      f"use a dedicated user with sql/{role}_grants.sql only" if broad else ""))
     return out
+
+
+def tls_checks(files: TlsFiles) -> list[Check]:
+    """The bridge's --tls-* files: readable, the key private and matching, the chain
+    and the dates verified by a handshake of the files with themselves."""
+    try:
+        warnings = tls.check_files(files)
+    except BridgeError as exc:
+        return [Check("FAIL", "tls files", str(exc), "fix the file named; `rdma-bridge tls-certs` makes a new set")]
+    found = [Check("WARN", "tls expiry", w, "issue a new certificate before then") for w in warnings]
+    return found or [Check("PASS", "tls files", f"{files.cert} (key {files.key}) verifies against {files.ca}, "
+                                                 f"key private")]
 
 
 def render(checks: list[Check]) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pymysql
 
+from bridge.certs import make_set
 from bridge.errors import SandboxError
 from bridge.sqlfiles import sql_statements
 
@@ -58,6 +59,14 @@ NATIVE_CNF = """relay_log=relay-bin
 slave_parallel_mode=optimistic
 """
 ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF)}
+# sandbox up --tls: every server serves TLS with a certificate of the sandbox's own CA, and
+# refuses clients over TCP without it (unix-socket clients, as root here, are let in)
+TLS_CNF = """ssl-ca={tls}/ca.pem
+ssl-cert={tls}/localhost.pem
+ssl-key={tls}/localhost-key.pem
+require_secure_transport=ON
+"""
+TLS_NAMES = ["localhost", "127.0.0.1"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,23 +103,36 @@ class Sandbox:
         self.dir = Path(state_dir).resolve()
         self.state_file = self.dir / "sandbox.json"
 
-    def up(self, native_replica: bool = False) -> dict:
+    def up(self, native_replica: bool = False, tls: bool = False) -> dict:
         """Start (creating once) the primary and the replica; with ``native_replica``
         also a third server replicating the primary with MariaDB's own GTID
-        replication, the baseline of the benchmarks."""
+        replication, the baseline of the benchmarks. ``tls``: the servers take only
+        TLS over TCP (certificates of the sandbox's own CA, in STATE_DIR/tls; the URLs
+        verify them), once asked for it stays so."""
         state = self._load_or_create()
+        if tls and not state.get("tls"):
+            self._enable_tls(state)
         if native_replica and "native" not in state["ports"]:
             state["ports"]["native"] = free_port()
             self._save(state)
         for role in self._roles(state):
             server = self._server(state, role)
             if not self._running(server):
-                self._start(server)
+                self._start(server, tls=bool(state.get("tls")))
         if not state.get("bootstrapped"):
             self._bootstrap(state)
         if "native" in state["ports"] and not state.get("native_configured"):
             self._configure_native(state)
         return self.info(state)
+
+    def _enable_tls(self, state: dict) -> None:
+        running = [role for role in self._roles(state) if self._running(self._server(state, role))]
+        if running:
+            raise SandboxError(f"sandbox in {self.dir}: {', '.join(running)} running without TLS; "
+                               f"`rdma-bridge sandbox down --state-dir {self.dir}` first, then `sandbox up --tls`")
+        make_set(self.dir / "tls", TLS_NAMES)
+        state["tls"] = True
+        self._save(state)
 
     @staticmethod
     def _roles(state: dict) -> list[str]:
@@ -138,16 +160,21 @@ class Sandbox:
         state = state or json.loads(self.state_file.read_text())
         p, r = state["ports"]["primary"], state["ports"]["replica"]
         pw = state["passwords"]
+        tls = f"?ssl-ca={self.dir / 'tls' / 'ca.pem'}&ssl-verify-cert=1" if state.get("tls") else ""
         info = {
             "state_dir": str(self.dir),
-            "primary": f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{p}",
-            "replica": f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{r}",
-            "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}",
-            "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}",
+            "primary": f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{p}{tls}",
+            "replica": f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{r}{tls}",
+            "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}{tls}",
+            "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}{tls}",
         }
         if "native" in state["ports"]:
             info["native_socket"] = str(self.dir / "native" / "mysqld.sock")
-            info["native_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports']['native']}"
+            info["native_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports']['native']}{tls}"
+        if state.get("tls"):  # the same certificate serves the bridge's two ends on this host
+            info["tls"] = {"cert": str(self.dir / "tls" / "localhost.pem"),
+                           "key": str(self.dir / "tls" / "localhost-key.pem"),
+                           "ca": str(self.dir / "tls" / "ca.pem")}
         return info
 
     def native_connection(self) -> pymysql.Connection:
@@ -179,9 +206,11 @@ class Sandbox:
                         (state["passwords"]["admin"],))
             cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
             cur.execute("SET GLOBAL gtid_slave_pos=%s", (position,))
+            tls = ", MASTER_SSL=1, MASTER_SSL_VERIFY_SERVER_CERT=1, MASTER_SSL_CA=%s" if state.get("tls") else ""
             cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='rdma_native', "
-                        "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos",
-                        (state["ports"]["primary"], state["passwords"]["apply"]))
+                        "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos" + tls,
+                        (state["ports"]["primary"], state["passwords"]["apply"],
+                         *([str(self.dir / "tls" / "ca.pem")] if tls else [])))
             cur.execute("START SLAVE")
         native.close()
         state["native_configured"] = True
@@ -233,12 +262,13 @@ class Sandbox:
         pid = _read_pid(server.pid_file)
         return pid is not None and _alive(pid) and server.socket.exists()
 
-    def _start(self, server: ServerState) -> None:
+    def _start(self, server: ServerState, tls: bool = False) -> None:
         server_id, extra = ROLES[server.role]
         cnf = server.dir / "my.cnf"
+        server.dir.mkdir(parents=True, exist_ok=True)
+        cnf.write_text(COMMON_CNF.format(dir=server.dir, port=server.port, server_id=server_id) + extra +
+                       (TLS_CNF.format(tls=self.dir / "tls") if tls else ""))
         if not (server.dir / "data").exists():
-            server.dir.mkdir(parents=True, exist_ok=True)
-            cnf.write_text(COMMON_CNF.format(dir=server.dir, port=server.port, server_id=server_id) + extra)
             (server.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: no clash with other servers' temp files
             self._install_db(server, cnf)
         (server.dir / "tmp").mkdir(exist_ok=True)

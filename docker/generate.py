@@ -60,8 +60,11 @@ def compose() -> dict:
             "replica": mariadb("replica", "replica_grants.sql", "rdma_apply", "APPLY_PASSWORD"),
             "bridge-replica": {
                 **image,
+                # the compose project's own network; between hosts give --tls-cert/--tls-key/--tls-ca
+                # instead (docs/operations.md)
                 "command": ["start-replica", "--listen", "0.0.0.0:7400", "--transport", "tcp",
-                            "--metrics", "0.0.0.0:9402", "--secret-file", "/run/secrets/bridge_secret"],
+                            "--metrics", "0.0.0.0:9402", "--secret-file", "/run/secrets/bridge_secret",
+                            "--insecure-transport"],
                 "environment": {"RDMA_BRIDGE_TARGET": "mysql://rdma_apply@replica:3306",
                                 "RDMA_BRIDGE_TARGET_PASSWORD": "${APPLY_PASSWORD:-change-me-replica}"},
                 "secrets": ["bridge_secret"],

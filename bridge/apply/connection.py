@@ -19,7 +19,7 @@ import pymysql
 from pymysql.constants import CLIENT, COMMAND
 
 from bridge.apply import sql
-from bridge.config import MysqlUrl
+from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
 from bridge.wire.binlog import flavor_of
 
@@ -132,6 +132,9 @@ def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
     """Our error for a server error: a lost connection is retryable, the rest is not."""
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     detail = exc.args[-1] if exc.args else type(exc).__name__
+    refused = tls_refusal(exc)
+    if refused:  # no retry mends a certificate
+        return ApplyError(f"{context}: {refused}", code)
     if code == CANNOT_CONNECT:
         return TargetConnectionLost(f"{context}: cannot reach the replica: {detail}", code)
     if code in CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):

@@ -8,7 +8,8 @@ from bridge.cli import nodes, tools
 from bridge.cli.options import main
 
 COMMANDS = (nodes.sandbox, nodes.start_replica, nodes.start_primary, tools.status, tools.report, tools.resume,
-            tools.skip, tools.doctor, tools.checksum, tools.repair, tools.verify, tools.workload, tools.demo)
+            tools.skip, tools.doctor, tools.tls_certs, tools.checksum, tools.repair, tools.verify, tools.workload,
+            tools.demo)
 for _command in COMMANDS:
     main.add_command(_command)
 

@@ -10,7 +10,8 @@ import signal
 import click
 
 from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REPLICA_METRICS_PORT,
-                                RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, hostport_param, metrics_option)
+                                RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, hostport_param, metrics_option,
+                                tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
 from bridge.model import GtidSet
 from bridge.sandbox import Sandbox
@@ -36,13 +37,20 @@ def sandbox() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the URLs.")
 @click.option("--native-replica", is_flag=True,
               help="Also run a third server as a native MariaDB GTID replica of the primary (benchmark baseline).")
-def sandbox_up(state_dir: str, as_json: bool, native_replica: bool) -> None:
+@click.option("--tls", is_flag=True,
+              help="The servers take TCP clients only over TLS, with certificates of a CA the sandbox makes "
+                   "(STATE_DIR/tls); the URLs verify them (ssl-ca, ssl-verify-cert), and the same files serve "
+                   "the bridge's --tls-cert/--tls-key/--tls-ca. Once on, stays on for this state directory.")
+def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool) -> None:
     """Create (once) and start the servers. Idempotent."""
-    info = Sandbox(state_dir).up(native_replica=native_replica)
+    info = Sandbox(state_dir).up(native_replica=native_replica, tls=tls)
     if as_json:
         click.echo(json.dumps(info))
     else:
         click.echo(f"primary  {info['primary']}\nreplica  {info['replica']}\nstate    {info['state_dir']}")
+        if "tls" in info:
+            click.echo(f"tls      --tls-cert {info['tls']['cert']} --tls-key {info['tls']['key']} "
+                       f"--tls-ca {info['tls']['ca']}")
 
 
 @sandbox.command("down")
@@ -94,9 +102,13 @@ def sandbox_status(state_dir: str) -> None:
                    "stays up, `status` says so, `rdma-bridge resume` applies on.")
 @metrics_option(REPLICA_METRICS_PORT)
 @SECRET_FILE
+@tls_options
+@click.option("--insecure-transport", is_flag=True,
+              help="Listen beyond loopback without TLS (said in the log at start): every replicated row crosses the "
+                   "network in clear text. Only for a network you trust.")
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
                   apply_mode: str, spin_us: int, pin_near_nic: bool, delay: float, until_gtid: str, metrics,
-                  secret_file: str) -> None:
+                  secret_file: str, tls, insecure_transport: bool) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -114,7 +126,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                         apply_mode=apply_mode,
                         spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
                         metrics=metrics, secret=read_secret(secret_file), delay_s=delay,
-                        until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "")
+                        until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "", tls=tls,
+                        insecure_transport=insecure_transport)
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:
@@ -161,9 +174,10 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                    "refused with the running one named.")
 @metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
+@tls_options
 def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str | None,
                   backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
-                  pin_near_nic: bool, take_over: bool, metrics, secret_file: str) -> None:
+                  pin_near_nic: bool, take_over: bool, metrics, secret_file: str, tls) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -181,7 +195,7 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
                         reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval, metrics=metrics,
                         semi_sync=semi_sync, take_over=take_over,
-                        secret=read_secret(secret_file))
+                        secret=read_secret(secret_file), tls=tls)
     node = PrimaryNode(cfg)
     _on_signals(node.stop)
     try:

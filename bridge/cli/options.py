@@ -3,6 +3,7 @@ naming the thing at fault, URLs, addresses, the ring size, metrics and the secre
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -10,7 +11,7 @@ import traceback
 
 import click
 
-from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, parse_hostport
+from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostport
 from bridge.errors import BridgeError
 from bridge.ring.layout import check_ring_bytes
 from bridge.sandbox import DEFAULT_STATE_DIR
@@ -112,3 +113,33 @@ TRANSPORT_OPTION = click.option("--transport", type=TRANSPORT, default="shm", sh
                                 help="How frames reach the replica's ring: shm (one host), tcp, rdma.")
 RING_BYTES = click.option("--ring-bytes", type=int, default=DEFAULT_RING_BYTES, show_default=True,
                           callback=ring_bytes_param, help="Ring data area size, a power of two.")
+
+
+_TLS_FILE = click.Path(dir_okay=False)
+_TLS_OPTIONS = (
+    click.option("--tls-cert", type=_TLS_FILE, envvar="RDMA_BRIDGE_TLS_CERT", metavar="PEM",
+                 help="This end's certificate. With --tls-key and --tls-ca the control and data connections run over "
+                      "TLS 1.2+ and each end verifies the other's certificate (also $RDMA_BRIDGE_TLS_CERT)."),
+    click.option("--tls-key", type=_TLS_FILE, envvar="RDMA_BRIDGE_TLS_KEY", metavar="PEM",
+                 help="The certificate's private key; refused if every user may read it (also $RDMA_BRIDGE_TLS_KEY)."),
+    click.option("--tls-ca", type=_TLS_FILE, envvar="RDMA_BRIDGE_TLS_CA", metavar="PEM",
+                 help="The CA that issued the other end's certificate; the primary side also checks that the replica "
+                      "side's certificate names the host it dials (also $RDMA_BRIDGE_TLS_CA). `rdma-bridge tls-certs` "
+                      "makes a first set."),
+)
+
+
+def tls_options(command):
+    """--tls-cert, --tls-key, --tls-ca: all three or none; the command gets ``tls``
+    (TlsFiles, or None for plain TCP)."""
+    @functools.wraps(command)
+    def with_tls(*args, tls_cert: str | None, tls_key: str | None, tls_ca: str | None, **kwargs):
+        given = [f for f in (tls_cert, tls_key, tls_ca) if f]
+        if given and len(given) < 3:
+            raise click.UsageError("--tls-cert, --tls-key and --tls-ca go together (one end's certificate, its key, "
+                                   "and the CA that issued the other end's)")
+        return command(*args, tls=TlsFiles(tls_cert, tls_key, tls_ca) if given else None, **kwargs)
+
+    for option in reversed(_TLS_OPTIONS):
+        with_tls = option(with_tls)
+    return with_tls

@@ -9,7 +9,7 @@ import sys
 import click
 
 from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING_BYTES, SECRET_FILE, STATE_DIR,
-                                TRANSPORT, hostport_param)
+                                TRANSPORT, hostport_param, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, read_secret
 from bridge.errors import ConfigError
 
@@ -90,11 +90,13 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
 @click.option("--server-id", type=int, default=4242, show_default=True)
 @click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
               help="The start-replica --apply-mode to check the replica user's privileges for.")
+@tls_options
 def doctor(transport: str, ring_bytes: int, source: str | None, target: str | None, server_id: int,
-           apply_mode: str) -> None:
+           apply_mode: str, tls) -> None:
     """Check this host and the servers for the known pitfalls before you start: RDMA
     device and port, RoCE v2 GID, MTU, memlock, NUMA placement, firmware, PFC/ECN; the
-    primary's binlog settings and server ids; least-privilege grants on both servers.
+    primary's binlog settings and server ids; least-privilege grants on both servers;
+    with --tls-*, the certificate files (readable, key private and matching, chain, expiry).
 
     \b
     Each line is PASS, WARN, FAIL or INFO, with a fix; exit code 1 on any FAIL.
@@ -102,6 +104,8 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     from bridge import doctor as checks
 
     found = checks.rdma_checks(transport, ring_bytes)
+    if tls is not None:
+        found += checks.tls_checks(tls)
     primary_flavor = None
     if source:
         primary = MysqlUrl.parse(source, PASSWORD_ENV["source"])
@@ -112,6 +116,31 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
                                        primary_flavor=primary_flavor)
     click.echo(checks.render(found))
     sys.exit(1 if any(c.status == "FAIL" for c in found) else 0)
+
+
+@click.command("tls-certs")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for the files.")
+@click.option("--name", "names", multiple=True, required=True, metavar="HOST",
+              help="A name the certificate is valid for: the replica side's host name or IP address as the primary "
+                   "side dials it (--replica), and any other. Repeatable.")
+def tls_certs(out: str, names: tuple[str, ...]) -> None:
+    """Make a private CA and one certificate it signs (for serving and for connecting),
+    for the bridge's --tls-cert/--tls-key/--tls-ca: a first set for two hosts.
+
+    \b
+    Files (keys mode 0600): ca.pem, ca-key.pem (keep it off the bridge hosts),
+    HOST.pem, HOST-key.pem (HOST: the first --name). A CA already in --out is kept
+    and signs the new one: run it once per host, copy ca.pem and that host's pair.
+    \b
+    Example:
+      rdma-bridge tls-certs --out /etc/rdma-bridge/tls --name replica.example --name 10.0.0.2
+    """
+    from pathlib import Path
+
+    from bridge.certs import make_set
+
+    files = make_set(Path(out), list(names))
+    click.echo(f"--tls-cert {files.cert} --tls-key {files.key} --tls-ca {files.ca}")
 
 
 # --- checksum and repair ------------------------------------------------------
@@ -204,7 +233,8 @@ REPLICA_ADDRESS = click.option("--replica", "replica", required=True, callback=h
 @click.command("resume")
 @REPLICA_ADDRESS
 @SECRET_FILE
-def resume(replica, secret_file: str | None) -> None:
+@tls_options
+def resume(replica, secret_file: str | None, tls) -> None:
     """Apply again after applying stopped on an error (once its cause is fixed).
 
     The transaction it stopped at is retried first; the answer says whether it went
@@ -216,14 +246,15 @@ def resume(replica, secret_file: str | None) -> None:
     """
     from bridge.node import admin
 
-    click.echo(admin.request(replica, read_secret(secret_file), {"type": "resume"}))
+    click.echo(admin.request(replica, read_secret(secret_file), {"type": "resume"}, tls=tls))
 
 
 @click.command("skip")
 @click.option("--gtid", required=True, help="The GTID of the transaction applying stopped at (status shows it).")
 @REPLICA_ADDRESS
 @SECRET_FILE
-def skip(gtid: str, replica, secret_file: str | None) -> None:
+@tls_options
+def skip(gtid: str, replica, secret_file: str | None, tls) -> None:
     """Skip the one transaction applying stopped at, and apply on.
 
     Only that transaction can be skipped. Its changes are not applied; the position
@@ -242,7 +273,8 @@ def skip(gtid: str, replica, secret_file: str | None) -> None:
     from bridge.node import admin
 
     by = f"{getpass.getuser()}@{socket.gethostname()}"
-    click.echo(admin.request(replica, read_secret(secret_file), {"type": "skip", "gtid": gtid, "by": by}))
+    click.echo(admin.request(replica, read_secret(secret_file), {"type": "skip", "gtid": gtid, "by": by},
+                             tls=tls))
 
 
 # --- verification and demo -------------------------------------------------

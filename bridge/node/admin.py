@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import time
 
+from bridge.config import TlsFiles
 from bridge.errors import RemoteProtocolError
 from bridge.node.halt import Halt
+from bridge.transport import tls as transport_tls
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control
 
 OUTCOME_WAIT_S = 10.0  # how long resume waits to say whether the transaction went through
 
 
-def request(address: tuple[str, int], secret: str, command: dict, timeout_s: float = 30.0) -> str:
+def request(address: tuple[str, int], secret: str, command: dict, timeout_s: float = 30.0,
+            tls: TlsFiles | None = None) -> str:
     """Send ``command`` ({"type": "resume"} or {"type": "skip", "gtid": ...}); the
-    replica side's answer, or the error it refused the command with."""
-    conn = ControlConnection(connect(address, timeout_s))
+    replica side's answer, or the error it refused the command with. ``tls``: a
+    replica side that requires TLS (this host's certificate serves)."""
+    conn = ControlConnection(connect(address, timeout_s, transport_tls.prepare(tls, server_side=False)))
     try:
         control.check_hello(control.client_handshake(conn, secret, "admin"), expect_type="welcome")
         conn.send(command)

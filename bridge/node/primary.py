@@ -37,7 +37,7 @@ from bridge.ring.producer import RingProducer
 from bridge.source import preflight
 from bridge.source.assembler import TransactionAssembler
 from bridge.source.reader import BinlogReader
-from bridge.transport import check_available, open_remote
+from bridge.transport import check_available, open_remote, tls
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import binlog, control
 from bridge.wire.codec import encode_chunk, encode_transaction
@@ -58,6 +58,7 @@ class PrimaryNode:
     def __init__(self, cfg: PrimaryConfig) -> None:
         check_available(cfg.transport)
         self.cfg = cfg
+        self.tls = tls.prepare(cfg.tls, server_side=False)  # None: plain TCP to the replica side
         self.shipped = 0  # user transactions (heartbeat rows apart)
         self.heartbeats_shipped = 0
         self.last_gtid = ""
@@ -166,7 +167,7 @@ class PrimaryNode:
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
                                      epoch=welcome["epoch"])
         self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"],
-                                  self.cfg.secret)
+                                  self.cfg.secret, self.tls)
         self.apply_mode, self._format_sent = welcome["apply_mode"], None
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
                                    mariadb=binlog.flavor_of(settings["version"]) == "mariadb", report_as=self.report_as,
@@ -195,7 +196,7 @@ class PrimaryNode:
         return settings
 
     def _handshake(self, version: str) -> dict:
-        self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s))
+        self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s, self.tls))
         welcome = control.check_hello(control.client_handshake(
             self._control, self.cfg.secret, "control", transport=self.cfg.transport,
             start_gtid=self.cfg.start_gtid or "",
@@ -278,7 +279,7 @@ class PrimaryNode:
         try:  # all or nothing: a resend cut short must not leave a gap in the seqs
             self.producer = RingProducer(welcome["ring_bytes"], next_seq=applied + 1, epoch=welcome["epoch"])
             self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
-                                      welcome["ring_bytes"], self.cfg.secret)
+                                      welcome["ring_bytes"], self.cfg.secret, self.tls)
             for frame in frames:
                 self._place(frame.kind, frame.payload, f"resend of seq {frame.seq}")
             if unplaced is not None:

@@ -29,7 +29,7 @@ from bridge.node import admin
 from bridge.node.halt import Halt
 from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
-from bridge.transport import make_host
+from bridge.transport import make_host, tls
 from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
@@ -46,7 +46,12 @@ class ReplicaNode:
         if not cfg.secret and not is_loopback(cfg.listen[0]):
             raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback the control channel "
                               f"needs a shared secret (set {SECRET_ENV} or --secret-file on both sides)")
+        if cfg.tls is None and not cfg.insecure_transport and not is_loopback(cfg.listen[0]):
+            raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback every replicated row would "
+                              "cross the network in clear text: give --tls-cert, --tls-key and --tls-ca (both sides), "
+                              "or --insecure-transport on a network you trust")
         self.cfg = cfg
+        self.tls = tls.prepare(cfg.tls, server_side=True)  # None: plain TCP
         self._listener = listen(cfg.listen)  # first: a busy port is refused before anything else is touched
         try:
             self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
@@ -107,8 +112,12 @@ class ReplicaNode:
         if self.metrics is not None:
             self.metrics.start()
         self._accept_thread.start()
-        log.info("replica listening on %s:%d, transport %s, ring %d bytes, channel %r at seq %d (%s)",
-                 *self.address, self.cfg.transport, self.cfg.ring_bytes, self.cfg.channel,
+        if self.tls is None and not is_loopback(self.address[0]):
+            log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
+                        "in clear text", *self.address)
+        log.info("replica listening on %s:%d%s, transport %s, ring %d bytes, channel %r at seq %d (%s)",
+                 *self.address, " (TLS, peers verified)" if self.tls else "", self.cfg.transport,
+                 self.cfg.ring_bytes, self.cfg.channel,
                  self.applier.position.applied_seq, self.applier.position.gtid_set or "no gtid yet")
 
     def run(self) -> None:
@@ -452,7 +461,9 @@ class ReplicaNode:
     def _handle(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(HANDSHAKE_TIMEOUT_S)
-        conn = ControlConnection(sock)
+        conn = self._secure(ControlConnection(sock))
+        if conn is None:
+            return
         try:
             msg = self._authenticate(conn)
             if msg.get("role") == "data":
@@ -468,6 +479,20 @@ class ReplicaNode:
             log.warning("connection from %s refused: %s", conn.peer, exc)
             _try_send(conn, control.error(str(exc), getattr(exc, "code", "error")))
             conn.close()
+
+    def _secure(self, conn: ControlConnection) -> ControlConnection | None:
+        """The connection through TLS when this side requires it; None: refused (said)."""
+        if self.tls is None:
+            return conn
+        try:
+            return ControlConnection(tls.accept(self.tls, conn.sock, conn.peer))
+        except tls.PlainClient as exc:  # told in plain text, the only language it speaks
+            log.warning("%s: refused", exc)
+            _try_send(conn, control.error(tls.PLAIN_REFUSAL, "tls_required"))
+        except BridgeError as exc:  # the handshake failed: OpenSSL told the peer
+            log.warning("connection from %s refused: %s", conn.peer, exc)
+        conn.close()
+        return None
 
     def _authenticate(self, conn: ControlConnection) -> dict:
         """Challenge first; the hello must carry the proof; our proof goes back with the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pymysql
 
-from bridge.config import MysqlUrl
+from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
 from bridge.model import GtidSet
 
@@ -29,8 +29,9 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
         return pymysql.connect(**url.connect_args(), connect_timeout=10, read_timeout=30, autocommit=True, **kwargs)
     except pymysql.MySQLError as exc:
         code = exc.args[0] if exc.args else 0
-        error = SourceConnectionLost if code in UNREACHABLE_CODES else SourceError
-        raise error(f"connect to {what} {url}: {exc.args[-1] if exc.args else exc}") from exc
+        refused = tls_refusal(exc)  # no retry mends a certificate
+        error = SourceConnectionLost if code in UNREACHABLE_CODES and not refused else SourceError
+        raise error(f"connect to {what} {url}: {refused or (exc.args[-1] if exc.args else exc)}") from exc
 
 
 SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",

@@ -4,6 +4,8 @@ remote memory (``RemoteRing``), and the replica side that owns that memory
 
 from __future__ import annotations
 
+import ssl
+
 from bridge.errors import ConfigError
 from bridge.transport.base import RemoteRing, RingHost
 
@@ -23,15 +25,17 @@ def make_host(transport: str, ring_bytes: int) -> RingHost:
 
 
 def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
-                secret: str = "") -> RemoteRing:
+                secret: str = "", tls: ssl.SSLContext | None = None) -> RemoteRing:
+    """The primary side's view of the replica's ring; ``tls``: the data or setup
+    connection (tcp, rdma) goes through TLS, as the control channel does."""
     if transport == "shm":
         from bridge.transport.shm import ShmRemoteRing
         return ShmRemoteRing(params, ring_bytes)
     if transport == "tcp":
         from bridge.transport.tcp import TcpRemoteRing
-        return TcpRemoteRing(params, replica_addr, ring_bytes, secret)
+        return TcpRemoteRing(params, replica_addr, ring_bytes, secret, tls=tls)
     if transport == "rdma":
-        return _rdma().RdmaRemoteRing(params, replica_addr, ring_bytes, secret)
+        return _rdma().RdmaRemoteRing(params, replica_addr, ring_bytes, secret, tls=tls)
     raise ConfigError(f"transport {transport!r}: unknown (choose shm, tcp or rdma)")
 
 

@@ -22,6 +22,7 @@ import ctypes
 import logging
 import mmap
 import random
+import ssl
 import time
 from collections import deque
 from pathlib import Path
@@ -208,7 +209,7 @@ class RdmaRingHost:
 
 class RdmaRemoteRing:
     def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int, secret: str = "",
-                 timeout_s: float = 10.0, device: str | None = None) -> None:
+                 timeout_s: float = 10.0, device: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.remote_addr, self.rkey = int(params["addr"]), int(params["rkey"])
         self.dev = _Device(device)
         size = region_bytes(ring_bytes)
@@ -216,7 +217,7 @@ class RdmaRemoteRing:
         self.mirror = _view(self.mr, size + 64)
         self._scratch = size
         self.qp, psn = self.dev.rc_qp(), random.getrandbits(24)
-        self._sock = connect(replica_addr, timeout_s)
+        self._sock = connect(replica_addr, timeout_s, tls)
         reply = control.client_handshake(ControlConnection(self._sock), secret, "data",
                                          session=params.get("session", ""), qp=self.dev.facts(self.qp, psn))
         if reply.get("type") != "ready" or not isinstance(reply.get("qp"), dict):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import ssl
 
 from bridge.errors import RemoteProtocolError, TransportError
+from bridge.transport.tls import certificate_refusal, wrap_client
 from bridge.wire.control import MessageDecoder, encode_message
 
 RECV_BYTES = 65536
@@ -33,12 +35,16 @@ def _peer(sock: socket.socket) -> str:
         return "peer"
 
 
-def connect(addr: tuple[str, int], timeout_s: float) -> socket.socket:
+def connect(addr: tuple[str, int], timeout_s: float, tls: ssl.SSLContext | None = None) -> socket.socket:
+    """A connection to the replica side, through TLS when ``tls`` is given (its
+    handshake bounded by the same timeout)."""
     try:
         sock = socket.create_connection(addr, timeout=timeout_s)
     except OSError as exc:
         raise TransportError(f"connect to replica {addr[0]}:{addr[1]}: {exc.strerror or exc}") from exc
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tls is not None:
+        return wrap_client(tls, sock, *addr)
     return sock
 
 
@@ -54,6 +60,9 @@ class ControlConnection:
     def send(self, msg: dict) -> None:
         try:
             self.sock.sendall(encode_message(msg))
+        except ssl.SSLError as exc:
+            raise certificate_refusal(exc, f"control send to {self.peer}") or \
+                TransportError(f"control send to {self.peer}: {exc}") from exc
         except OSError as exc:
             raise TransportError(f"control send to {self.peer}: {exc.strerror or exc}") from exc
 
@@ -63,6 +72,9 @@ class ControlConnection:
                 data = self.sock.recv(RECV_BYTES)
             except TimeoutError as exc:
                 raise TransportError(f"control recv from {self.peer}: timed out") from exc
+            except ssl.SSLError as exc:
+                raise certificate_refusal(exc, f"control recv from {self.peer}") or \
+                    TransportError(f"control recv from {self.peer}: {exc}") from exc
             except OSError as exc:
                 raise TransportError(f"control recv from {self.peer}: {exc.strerror or exc}") from exc
             if not data:

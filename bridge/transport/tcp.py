@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 
 from bridge.errors import BridgeError, TransportError
 from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes, write_publish
@@ -80,8 +81,8 @@ class TcpRingHost:
 
 class TcpRemoteRing:
     def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
-                 secret: str = "", timeout_s: float = 10.0) -> None:
-        self._sock = connect(replica_addr, timeout_s)
+                 secret: str = "", timeout_s: float = 10.0, tls: ssl.SSLContext | None = None) -> None:
+        self._sock = connect(replica_addr, timeout_s, tls)
         reply = control.client_handshake(ControlConnection(self._sock), secret, "data",
                                          session=params.get("session", ""))
         if reply.get("type") != "ready":

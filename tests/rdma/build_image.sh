@@ -4,7 +4,7 @@
 # in the guest without network). ~3 min from nothing; see shared/notes/soft-roce-vm.md.
 # Output: $CACHE/vmlinuz, $CACHE/initrd.img, $CACHE/rootfs.img
 set -euo pipefail
-IMAGE_VERSION=2  # bump when the contents below change: a cached image of another version is rebuilt
+IMAGE_VERSION=3  # bump when the contents below change: a cached image of another version is rebuilt
 CACHE=${CACHE:-/var/cache/rdma-bridge-vm}
 PIP=${PIP:-python3 -m pip}
 DEPS="mysql-replication==1.0.17 PyMySQL>=1.1,<2 click>=8.1 sqlalchemy>=2.0 hdrhistogram>=0.10"
@@ -17,7 +17,7 @@ MIRROR=$( (grep -h -E '^\s*(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.
   | grep -o -E 'https?://[^ ]+' | head -1)
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 debootstrap --variant=minbase \
-  --include=linux-image-amd64,initramfs-tools,kmod,iproute2,procps,rdma-core,ibverbs-utils,ibverbs-providers,python3,python3-pyverbs,python3-pytest,python3-crc32c,python3-pip,perftest,mariadb-server,mariadb-client \
+  --include=linux-image-amd64,initramfs-tools,kmod,iproute2,procps,rdma-core,ibverbs-utils,ibverbs-providers,python3,python3-pyverbs,python3-pytest,python3-crc32c,python3-pip,perftest,mariadb-server,mariadb-client,openssl \
   bookworm "$ROOT" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1
 mkdir -p "$ROOT/wheels"
 # shellcheck disable=SC2086

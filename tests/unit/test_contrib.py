@@ -76,3 +76,12 @@ def test_the_readme_links_the_docs_and_the_docs_link_what_exists():
     for doc in (ROOT / "docs").glob("*.md"):
         for target in re.findall(r"\]\(([^)#:]+)\)", doc.read_text()):
             assert (doc.parent / target).exists(), f"{doc.name} links {target}"
+
+
+@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+def test_a_unit_names_the_tls_settings_its_command_reads_from_the_environment(path):
+    command = main.commands[shlex.split(_unit(path)["ExecStart"])[1]]
+    envvars = {p.envvar for p in command.params if isinstance(p, click.Option) and p.envvar}
+    text = path.read_text()
+    for var in ("RDMA_BRIDGE_TLS_CERT", "RDMA_BRIDGE_TLS_KEY", "RDMA_BRIDGE_TLS_CA"):
+        assert var in envvars and f"#   {var}=" in text

@@ -72,8 +72,9 @@ def test_url_options_for_tls_and_option_files(tmp_path):
     from bridge.config import MysqlUrl
     from bridge.errors import ConfigError
 
-    ca, cnf = tmp_path / "ca.pem", tmp_path / "my.cnf"
-    ca.write_text("x")
+    from bridge.certs import make_ca
+
+    ca, cnf = make_ca(tmp_path), tmp_path / "my.cnf"
     cnf.write_text("[client]\npassword=from-file\n")
     url = MysqlUrl.parse(f"mysql://u:pw@h:3307?ssl-ca={ca}&ssl-verify-cert=1&defaults-file={cnf}")
     args = url.connect_args()
@@ -84,4 +85,7 @@ def test_url_options_for_tls_and_option_files(tmp_path):
         MysqlUrl.parse("mysql://u:secret@h?sslca=x")
     with pytest.raises(ConfigError, match="ssl-key file '/nope' does not exist") as err:
         MysqlUrl.parse("mysql://u:secret@h?ssl-key=/nope")
+    assert "secret" not in str(err.value)
+    with pytest.raises(ConfigError, match=f"ssl-ca '{cnf}' is not a PEM CA certificate") as err:
+        MysqlUrl.parse(f"mysql://u:secret@h?ssl-ca={cnf}")  # named at start, not by the first connection
     assert "secret" not in str(err.value)
