@@ -150,6 +150,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def backoff_s(attempt: int, first_s: float, max_s: float) -> float:
+    """The one retry policy of both sides: wait ``first_s`` before the first retry,
+    twice as long before each next one, at most ``max_s`` (attempts count from 1)."""
+    return min(max_s, first_s * 2 ** (attempt - 1))
+
+
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
     """TLS on the bridge's own connections: this end's certificate and key, and the CA

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from bridge.check.checksum import primary_position, wait_for_replica
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
-from bridge.errors import BridgeError
 from bridge.model import GtidSet
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.report import fetch_status, status_table
@@ -36,7 +36,8 @@ def run_demo(state_dir: str, transactions: int, transport: str, probes: int, ech
         started = time.perf_counter()
         with progressbar(length=transactions, label="workload") as bar:
             MixedWorkload(pconn, SCHEMA).run(transactions, bar.update)
-        wait_caught_up(pconn, rconn, CHANNEL, alive=bridges.check_alive)
+        wait_for_replica(rconn, replica, CHANNEL, primary_position(pconn), CATCH_UP_TIMEOUT_S,
+                         alive=bridges.check_alive)
         elapsed = time.perf_counter() - started
         logged = logged_transactions(pconn, start)
         echo(f"replica caught up: the workload's {transactions} transactions, {logged} of them in the binlog "
@@ -98,22 +99,6 @@ def reset_channel(pconn, rconn, channel: str) -> str:
 def _has_meta(cur) -> bool:
     return bool(cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA='rdma_bridge' "
                             "AND TABLE_NAME='bridge_meta'"))
-
-
-def wait_caught_up(pconn, rconn, channel: str, alive=lambda: None, timeout_s: float = CATCH_UP_TIMEOUT_S) -> None:
-    with pconn.cursor() as pc:
-        pc.execute("SELECT @@gtid_binlog_pos")
-        target = GtidSet.parse(pc.fetchone()[0])
-    deadline = time.monotonic() + timeout_s
-    with rconn.cursor() as rc:
-        while time.monotonic() < deadline:
-            rc.execute("SELECT gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
-            row = rc.fetchone()
-            if row and GtidSet.parse(row[0]).contains_all(target):  # heartbeats keep it moving past
-                return
-            alive()
-            time.sleep(0.05)
-    raise BridgeError(f"demo: replica did not reach {target} within {timeout_s:.0f}s")
 
 
 class bridge_processes:

@@ -50,6 +50,8 @@ class Applier:
     """One replica connection. ``lock_wait_timeout_s`` shortens InnoDB's lock wait
     (parallel workers: a wait on a later worker's lock must end soon, see ParallelApplier)."""
 
+    stats = None  # ParallelApplier's ParallelStats; one connection has no parallelism to report
+
     def __init__(self, url: MysqlUrl, channel: str = "default", lock_wait_timeout_s: int = 0,
                  mode: str = "sql", holds_channel: bool = True) -> None:
         """``holds_channel``: this connection holds the channel's lock (the first of a

@@ -192,30 +192,47 @@ def _text(values: tuple | None) -> str | None:
     return None if values is None else ",".join(str(v) for v in values)
 
 
+NO_SUCH_TABLE = 1146
+
+
 def primary_position(conn) -> GtidSet:
     with conn.cursor() as cur:
         cur.execute("SELECT @@gtid_binlog_pos")
         return GtidSet.parse(cur.fetchone()[0])
 
 
-def replica_position(conn, url: MysqlUrl, channel: str) -> GtidSet:
+def replica_position(conn, url: MysqlUrl, channel: str, starting: bool = False) -> GtidSet:
+    """The GTID set the channel's replica side recorded; ``starting``: a channel not
+    registered yet (its bridge is starting) holds nothing yet, else it is an error."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (channel,))
-        row = cur.fetchone()
-    if row is None:
-        raise ConfigError(f"the replica {url} has no bridge channel {channel!r} (is the bridge running? "
-                          "--channel names it; checksum --offline checks two quiet servers)")
-    return GtidSet.parse(row[0])
+        try:
+            cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (channel,))
+            row = cur.fetchone()
+        except pymysql.ProgrammingError as exc:  # 1146: no bridge ever ran against this replica
+            if exc.args[0] != NO_SUCH_TABLE:
+                raise
+            row = None
+    if row:
+        return GtidSet.parse(row[0])
+    if starting:
+        return GtidSet.parse("")
+    raise ConfigError(f"the replica {url} has no bridge channel {channel!r} (is the bridge running? "
+                      "--channel names it; checksum --offline checks two quiet servers)")
 
 
 def wait_for_replica(conn, url: MysqlUrl, channel: str, target: GtidSet, timeout_s: float,
-                     on_wait: Callable[[], None] = lambda: None) -> None:
-    """Until the bridge has applied ``target`` on the replica (``on_wait`` once if it must wait)."""
+                     on_wait: Callable[[], None] = lambda: None, alive: Callable[[], None] | None = None) -> None:
+    """Until the bridge has applied ``target`` on the replica (heartbeats may take it
+    past), ``on_wait`` once if it must wait. ``alive``: the bridge is ours and may be
+    starting (its channel not registered yet); called each round, it raises if the
+    bridge died. The one "has the replica reached this position?" loop."""
     deadline, waited = time.monotonic() + timeout_s, False
-    while not replica_position(conn, url, channel).contains_all(target):
+    while not replica_position(conn, url, channel, starting=alive is not None).contains_all(target):
         if not waited:
             on_wait()
             waited = True
+        if alive is not None:
+            alive()
         if time.monotonic() > deadline:
             raise ApplyError(f"the replica {url} did not reach {target} within {timeout_s:.0f}s; is the bridge "
                              f"running on channel {channel!r}?")

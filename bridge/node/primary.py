@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 
-from bridge.config import PrimaryConfig
+from bridge.config import PrimaryConfig, backoff_s
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BackpressureTimeout, BridgeError, Fenced, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
@@ -314,7 +314,7 @@ class PrimaryNode:
                 self._backoff(attempt, exc)
 
     def _backoff(self, attempt: int, exc: BridgeError) -> None:
-        delay = min(self.cfg.reconnect_backoff_max_s, self.cfg.reconnect_backoff_s * 2 ** (attempt - 1))
+        delay = backoff_s(attempt, self.cfg.reconnect_backoff_s, self.cfg.reconnect_backoff_max_s)
         what = "session lost" if self.binlog_reopens else "cannot start"  # no session yet: nothing was lost
         log.warning("%s (%s); attempt %d/%d in %.1fs", what, exc, attempt, self.cfg.reconnect_attempts, delay)
         self.reconnects += 1

@@ -19,7 +19,7 @@ from bridge.apply import modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
-from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
+from bridge.config import SECRET_ENV, ReplicaConfig, backoff_s, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
                            TargetConnectionLost, TransportError)
@@ -164,7 +164,7 @@ class ReplicaNode:
 
     def status(self) -> dict:
         pos = self.applier.position
-        stats = getattr(self.applier, "stats", None)
+        stats = self.applier.stats
         consumer = self.consumer
         counters = {"transactions_applied": self.applied_count, "heartbeats_applied": self.heartbeats_applied,
                     "rows_applied": self.rows_applied,
@@ -206,7 +206,7 @@ class ReplicaNode:
             self.last_lag_s = lag_us / 1e6
 
     def _parallel_summary(self) -> str:
-        stats = getattr(self.applier, "stats", None)
+        stats = self.applier.stats
         if stats is None:
             return ""
         return (f"; {self.cfg.workers} workers: {stats.segments} segments, {stats.conflicts} waited on a "
@@ -415,7 +415,7 @@ class ReplicaNode:
     def _reconnect_target(self, cause: TargetConnectionLost) -> None:
         """Bounded retries, the attempt count in the log; gives up by raising."""
         for attempt in range(1, self.cfg.reconnect_attempts + 1):
-            delay = min(self.cfg.reconnect_backoff_max_s, self.cfg.reconnect_backoff_s * 2 ** (attempt - 1))
+            delay = backoff_s(attempt, self.cfg.reconnect_backoff_s, self.cfg.reconnect_backoff_max_s)
             log.warning("%s; reconnect attempt %d/%d in %.1fs", cause, attempt, self.cfg.reconnect_attempts, delay)
             if self._stop.wait(delay):
                 return
@@ -507,7 +507,7 @@ class ReplicaNode:
         return control.proof(self.cfg.secret, "replica", str(msg.get("nonce", ""))) if self.cfg.secret else ""
 
     def _serve_data(self, conn: ControlConnection, msg: dict) -> None:
-        if not self.session or msg.get("session") != self.session or not hasattr(self.host, "accept"):
+        if not self.session or msg.get("session") != self.session:
             raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
         self.host.accept(conn, self._proof_for(msg), msg)
 

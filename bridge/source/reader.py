@@ -8,7 +8,7 @@ and row events are kept whole, unread. In sql apply mode rows are decoded (our
 decoder for the common types, the library for the rest) into exact values, working
 around the library's traps measured on MariaDB 10.11:
 - zero/invalid dates decode to None → kept as ``InvalidTemporal`` text (the
-  library's private date readers are replaced, here and only here);
+  library's private date readers are replaced, in ``_compat`` only);
 - BINARY(n) arrives with trailing zero bytes stripped → padded back to n;
 - BIT(n) arrives as a '0101' string → ``BitValue``; SET as a set (empty: None);
 - TIMESTAMP arrives as naive UTC (the applier runs with time_zone '+00:00'),
@@ -16,7 +16,9 @@ around the library's traps measured on MariaDB 10.11:
 - the primary key is '', a str or a tuple.
 The library's own reconnect replays from its original position and delivers
 duplicates, so a lost stream raises ``SourceConnectionLost`` instead: the bridge
-owns reconnection.
+owns reconnection. What reaches into the library's private parts (its date
+readers, charsets, the TableMap cache, mangled state) is in ``_compat``, which
+checks the installed version first.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.model import BitValue, InvalidTemporal
-from bridge.source import rowimage
+from bridge.source import _compat, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
                                   SourceEvent)
 from bridge.wire import binlog
@@ -180,7 +182,7 @@ class BinlogReader:
         self._tables: dict[int, tuple] = {}  # id(library Table) -> (table, readers, key, column names)
 
     def next_event(self) -> SourceEvent | None:
-        conn = getattr(self._stream, "_stream_connection", None)
+        conn = _compat.stream_connection(self._stream)
         if conn is not None and conn.dumping and self.fast_rows:
             # once the dump runs, packets are read here and only the rare ones go
             # through the library's fetchone (it reads the packet left in ``stashed``)
@@ -211,7 +213,7 @@ class BinlogReader:
     def _checksum_bytes(self) -> int:
         if self.format is not None:
             return self.format.checksum_bytes
-        return 4 if self._stream._BinLogStreamReader__use_checksum else 0
+        return 4 if _compat.use_checksum(self._stream) else 0
 
     def _fast_event(self, data: bytes):
         """Events straight from the packet (byte 0 is the OK marker, the event follows),
@@ -236,7 +238,7 @@ class BinlogReader:
         stream = self._stream
         body_end = 20 + int.from_bytes(data[10:14], "little") - 19 - self._checksum_bytes
         if etype == _TABLE_MAP_EVENT:
-            hit = _TABLE_MAP_CACHE.get(bytes(data[20:body_end]))
+            hit = _compat.TABLE_MAP_CACHE.get(bytes(data[20:body_end]))
             if hit is None:
                 return _LIBRARY
             stream.table_map[hit.table_id] = hit.get_table()
@@ -253,7 +255,7 @@ class BinlogReader:
         compiled = self._tables.get(id(table))
         if compiled is None or compiled[0] is not table:
             names = tuple(c.name for c in table.columns)
-            readers = rowimage.compile_table(table.columns, _charset_to_encoding) if all(names) else None
+            readers = rowimage.compile_table(table.columns, _compat.charset_to_encoding) if all(names) else None
             compiled = (table, readers, _table_key(table), names)
             self._tables[id(table)] = compiled
         _, readers, key, columns = compiled
@@ -298,7 +300,7 @@ class BinlogReader:
     def take_ack_request(self) -> tuple[int, str] | None:
         """(next-event position, binlog file) of the last event the primary asked a
         semi-sync ACK for, once; None when none is pending."""
-        conn = getattr(self._stream, "_stream_connection", None)
+        conn = _compat.stream_connection(self._stream)
         if conn is None or conn.ack_wanted is None:
             return None
         position, conn.ack_wanted = conn.ack_wanted, None
@@ -306,7 +308,7 @@ class BinlogReader:
 
     def send_ack(self, position: int, log_file: str) -> None:
         """The semi-sync ACK: sequence id 0, 0xEF, 8-byte position, file name (no NUL)."""
-        conn = self._stream._stream_connection
+        conn = _compat.stream_connection(self._stream)
         payload = b"\xef" + position.to_bytes(8, "little") + log_file.encode()
         try:
             conn._write_bytes(len(payload).to_bytes(3, "little") + b"\0" + payload)
@@ -363,7 +365,7 @@ _ROWS_POST_HEADER = {t: (10 if t >= _ROWS_V2_FIRST else 8) for t in _FAST_ROW_KI
 
 def _post_header_len(stream, etype: int) -> int:
     """The row event post-header length the server declared (FORMAT_DESCRIPTION)."""
-    lengths = stream._BinLogStreamReader__post_header_lengths
+    lengths = _compat.post_header_lengths(stream)
     if not lengths or etype - 1 >= len(lengths):
         return _ROWS_POST_HEADER[etype]
     return lengths[etype - 1]
@@ -430,78 +432,3 @@ def _timestamp(v):
     if isinstance(v, dt.datetime) and v.replace(microsecond=0) == _EPOCH and not v.microsecond:
         return InvalidTemporal("0000-00-00 00:00:00")
     return v
-
-
-# --- zero and invalid dates (library private readers replaced) ---------------
-
-def _read_date(self):
-    return rowimage.read_date(self.packet.read(3), 0)[0]
-
-
-def _read_datetime(self):
-    v = self.packet.read_uint64()
-    date, time = divmod(v, 1_000_000)
-    return rowimage.temporal(date // 10000, date % 10000 // 100, date % 100,
-                             (time // 10000, time % 10000 // 100, time % 100))
-
-
-def _read_datetime2(self, column):
-    fsp = column.fsp or 0
-    data = self.packet.read(5 + (fsp + 1) // 2)
-    return rowimage.datetime2_reader(fsp)(data, 0)[0]
-
-
-def _read_time2(self, column):
-    """The library gets negative fractional times wrong (-838:59:59.99 read as ...59.01):
-    our reader follows MySQL's my_time_packed_from_binary."""
-    fsp = column.fsp or 0
-    data = self.packet.read(3 + (fsp + 1) // 2)
-    return rowimage.time2_reader(fsp)(data, 0)[0]
-
-
-# MySQL's UTF-16/UTF-32/UCS-2 are big-endian; the library passes the charset name to
-# Python, whose 'utf16'/'utf32' codecs assume little-endian without a BOM.
-_BIG_ENDIAN_CHARSETS = {"utf16": "utf-16-be", "utf32": "utf-32-be", "ucs2": "utf-16-be", "utf16le": "utf-16-le"}
-_library_charset_to_encoding = RowsEvent.charset_to_encoding
-
-
-def _charset_to_encoding(name):
-    return _BIG_ENDIAN_CHARSETS.get(name) or _library_charset_to_encoding(name)
-
-
-RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
-
-
-# --- TableMap events parsed once ---------------------------------------------
-# Every transaction repeats the TableMap event of each table it touches, and parsing
-# it (column metadata, optional metadata) was over half of the decode time. Events
-# with the same body bytes (table id, names, column types, metadata) describe the
-# same table, so the first parse is reused. An ALTER or a reused table id changes
-# the bytes and parses anew.
-_TABLE_MAP_CACHE: dict[bytes, TableMapEvent] = {}
-_TABLE_MAP_CACHE_MAX = 4096
-_parse_table_map = TableMapEvent.__init__
-
-
-def _cached_table_map_init(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
-    raw = from_packet.packet  # the pymysql packet, positioned after the event header
-    key = bytes(raw._data[raw._position:raw._position + event_size])
-    hit = _TABLE_MAP_CACHE.get(key)
-    if hit is None:
-        _parse_table_map(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
-        if self._processed:
-            if len(_TABLE_MAP_CACHE) >= _TABLE_MAP_CACHE_MAX:
-                _TABLE_MAP_CACHE.clear()
-            _TABLE_MAP_CACHE[key] = self
-        return
-    self.__dict__.update(hit.__dict__)
-    self.packet, self.table_map, self.timestamp = from_packet, table_map, from_packet.timestamp
-    self._ctl_connection = ctl_connection
-    table_map[self.table_id] = self.table_obj
-
-
-TableMapEvent.__init__ = _cached_table_map_init
-RowsEvent._RowsEvent__read_date = _read_date
-RowsEvent._RowsEvent__read_time2 = _read_time2
-RowsEvent._RowsEvent__read_datetime = _read_datetime
-RowsEvent._RowsEvent__read_datetime2 = _read_datetime2

@@ -9,7 +9,7 @@ import os
 import secrets
 from pathlib import Path
 
-from bridge.errors import TransportError
+from bridge.errors import RemoteProtocolError, TransportError
 from bridge.ring.layout import ACK_SEQ_AT, init_region, read_u64, region_bytes, write_publish
 from bridge.transport.doorbell import Doorbell
 
@@ -59,6 +59,11 @@ class ShmRingHost:
         init_region(self.region, self.ring_bytes)
         if old is not None:
             old.unlink(missing_ok=True)
+
+    def accept(self, conn, auth: str = "", msg: dict | None = None) -> None:
+        """No data connection: the primary side maps the ring file itself."""
+        raise RemoteProtocolError(f"shm transport: a data connection from {conn.peer}, but the ring is shared "
+                                  "memory on this host (the primary side maps it)")
 
     def close(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -1,0 +1,140 @@
+"""Every adaptation of python-mysql-replication (the binlog library) in one place,
+checked against the installed version at import: a version not listed in
+``TESTED_VERSIONS`` fails loudly here, before a stream is opened, because each
+item below reaches into the library's private parts and may silently mean
+something else in another release.
+
+What is adapted, and why:
+- ``use_checksum`` / ``post_header_lengths`` / ``stream_connection``: state the
+  library keeps name-mangled or private (the FORMAT_DESCRIPTION's checksum flag and
+  post-header lengths, the dump connection), read by the reader's fast path.
+- zero and invalid dates: the library's private readers decode them to None; ours
+  keep them as ``InvalidTemporal`` text (bridge.source.rowimage), negative
+  fractional TIME included (the library reads -838:59:59.99 as ...59.01).
+- UTF-16/UTF-32/UCS-2 are big-endian in MySQL; the library hands Python a codec name
+  that assumes little-endian.
+- TableMap events parsed once: every transaction repeats the TableMap event of each
+  table it touches, and parsing it was over half of the decode time; events with the
+  same body bytes describe the same table, so the first parse is reused (an ALTER or
+  a reused table id changes the bytes and parses anew).
+
+Only bridge.source imports this module (import-linter keeps it so).
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import RowsEvent, TableMapEvent
+
+from bridge.errors import ConfigError
+from bridge.source import rowimage
+
+LIBRARY = "mysql-replication"
+TESTED_VERSIONS = ("1.0.17",)  # the reader's tests pass against these; add one only after they do
+
+
+def check_version(installed: str | None = None) -> str:
+    """The installed library version, or ConfigError naming it and the tested ones."""
+    try:
+        installed = installed or metadata.version(LIBRARY)
+    except metadata.PackageNotFoundError as exc:
+        raise ConfigError(f"the binlog library {LIBRARY} is not installed (pip install '{LIBRARY}=="
+                          f"{TESTED_VERSIONS[-1]}')") from exc
+    if installed not in TESTED_VERSIONS:
+        raise ConfigError(f"the binlog library {LIBRARY} {installed} is installed, but rdma-bridge reaches into "
+                          f"its private parts and was tested only with {', '.join(TESTED_VERSIONS)}: install "
+                          f"'{LIBRARY}=={TESTED_VERSIONS[-1]}' (the version setup.cfg pins)")
+    return installed
+
+
+VERSION = check_version()
+
+
+# --- private state the reader's fast path reads ----------------------------------
+
+def use_checksum(stream: BinLogStreamReader) -> bool:
+    return bool(stream._BinLogStreamReader__use_checksum)
+
+
+def post_header_lengths(stream: BinLogStreamReader) -> bytes | None:
+    """The post-header lengths the server declared in its FORMAT_DESCRIPTION."""
+    return stream._BinLogStreamReader__post_header_lengths
+
+
+def stream_connection(stream: BinLogStreamReader):
+    """The dump connection (our PyMySQL subclass), None before the stream opens."""
+    return getattr(stream, "_stream_connection", None)
+
+
+# --- zero and invalid dates (the library's private readers replaced) -------------
+
+def _read_date(self):
+    return rowimage.read_date(self.packet.read(3), 0)[0]
+
+
+def _read_datetime(self):
+    v = self.packet.read_uint64()
+    date, time = divmod(v, 1_000_000)
+    return rowimage.temporal(date // 10000, date % 10000 // 100, date % 100,
+                             (time // 10000, time % 10000 // 100, time % 100))
+
+
+def _read_datetime2(self, column):
+    fsp = column.fsp or 0
+    data = self.packet.read(5 + (fsp + 1) // 2)
+    return rowimage.datetime2_reader(fsp)(data, 0)[0]
+
+
+def _read_time2(self, column):
+    """Follows MySQL's my_time_packed_from_binary (negative fractions included)."""
+    fsp = column.fsp or 0
+    data = self.packet.read(3 + (fsp + 1) // 2)
+    return rowimage.time2_reader(fsp)(data, 0)[0]
+
+
+# --- character sets ----------------------------------------------------------------
+
+_BIG_ENDIAN_CHARSETS = {"utf16": "utf-16-be", "utf32": "utf-32-be", "ucs2": "utf-16-be", "utf16le": "utf-16-le"}
+_library_charset_to_encoding = RowsEvent.charset_to_encoding
+
+
+def charset_to_encoding(name):
+    return _BIG_ENDIAN_CHARSETS.get(name) or _library_charset_to_encoding(name)
+
+
+# --- TableMap events parsed once -----------------------------------------------------
+
+TABLE_MAP_CACHE: dict[bytes, TableMapEvent] = {}
+_TABLE_MAP_CACHE_MAX = 4096
+_parse_table_map = TableMapEvent.__init__
+
+
+def _cached_table_map_init(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
+    raw = from_packet.packet  # the pymysql packet, positioned after the event header
+    key = bytes(raw._data[raw._position:raw._position + event_size])
+    hit = TABLE_MAP_CACHE.get(key)
+    if hit is None:
+        _parse_table_map(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+        if self._processed:
+            if len(TABLE_MAP_CACHE) >= _TABLE_MAP_CACHE_MAX:
+                TABLE_MAP_CACHE.clear()
+            TABLE_MAP_CACHE[key] = self
+        return
+    self.__dict__.update(hit.__dict__)
+    self.packet, self.table_map, self.timestamp = from_packet, table_map, from_packet.timestamp
+    self._ctl_connection = ctl_connection
+    table_map[self.table_id] = self.table_obj
+
+
+def _install() -> None:
+    TableMapEvent.__init__ = _cached_table_map_init
+    RowsEvent.charset_to_encoding = staticmethod(charset_to_encoding)
+    RowsEvent._RowsEvent__read_date = _read_date
+    RowsEvent._RowsEvent__read_time2 = _read_time2
+    RowsEvent._RowsEvent__read_datetime = _read_datetime
+    RowsEvent._RowsEvent__read_datetime2 = _read_datetime2
+
+
+_install()
