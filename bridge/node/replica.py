@@ -1,6 +1,6 @@
 """Replica node: owns the ring host, the control listener and the apply loop.
 
-Threads: an accept loop (control and tcp-data connections) and the apply loop
+Threads: the listener's (bridge.node.listener: control, data and admin connections) and the apply loop
 (``run``). A new primary session (hello) pauses the apply loop between
 transactions, resets the ring and restarts numbering at applied_seq + 1, so
 frames at or below the applied seq are never applied twice.
@@ -8,10 +8,8 @@ frames at or below the applied seq are never applied twice.
 
 from __future__ import annotations
 
-import errno
 import logging
 import secrets
-import socket
 import threading
 import time
 
@@ -22,11 +20,12 @@ from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_e
 from bridge.config import SECRET_ENV, ReplicaConfig, backoff_s, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
-                           TargetConnectionLost, TransportError)
+                           TargetConnectionLost)
 from bridge.model import GtidSet
 from bridge.node.fencing import WriterSeat
 from bridge.node import admin
 from bridge.node.halt import Halt
+from bridge.node.listener import Listener, try_send
 from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host, tls
@@ -37,7 +36,6 @@ from bridge.wire.codec import decode_chunk, decode_transaction
 from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
-HANDSHAKE_TIMEOUT_S = 10.0
 HALTED_WAIT_S = 0.5  # how often a stopped apply loop looks at its stop flag
 
 
@@ -51,8 +49,8 @@ class ReplicaNode:
                               "cross the network in clear text: give --tls-cert, --tls-key and --tls-ca (both sides), "
                               "or --insecure-transport on a network you trust")
         self.cfg = cfg
-        self.tls = tls.prepare(cfg.tls, server_side=True)  # None: plain TCP
-        self._listener = listen(cfg.listen)  # first: a busy port is refused before anything else is touched
+        # first: a busy port is refused before anything else is touched
+        self._listener = Listener(cfg.listen, cfg.secret, tls.prepare(cfg.tls, server_side=True))
         try:
             self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
                 ParallelApplier(cfg.target, cfg.channel, cfg.workers)
@@ -95,8 +93,7 @@ class ReplicaNode:
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
-        self.address = self._listener.getsockname()[:2]
-        self._accept_thread = threading.Thread(target=self._accept_loop, name="replica-accept", daemon=True)
+        self.address = self._listener.address
         self._control: ControlConnection | None = None
         self.writers = WriterSeat(cfg.channel)  # which primary side may feed the ring (bridge.node.fencing)
         self._rung = False  # the current session's producer rings the doorbell
@@ -111,12 +108,12 @@ class ReplicaNode:
     def start(self) -> None:
         if self.metrics is not None:
             self.metrics.start()
-        self._accept_thread.start()
-        if self.tls is None and not is_loopback(self.address[0]):
+        self._listener.start(self)
+        if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)
         log.info("replica listening on %s:%d%s, transport %s, ring %d bytes, channel %r at seq %d (%s)",
-                 *self.address, " (TLS, peers verified)" if self.tls else "", self.cfg.transport,
+                 *self.address, " (TLS, peers verified)" if self.cfg.tls else "", self.cfg.transport,
                  self.cfg.ring_bytes, self.cfg.channel,
                  self.applier.position.applied_seq, self.applier.position.gtid_set or "no gtid yet")
 
@@ -322,7 +319,7 @@ class ReplicaNode:
 
     def _tell_primary(self, msg: dict) -> None:
         if self._control is not None:
-            _try_send(self._control, msg)
+            try_send(self._control, msg)
 
     def _target_lost(self, work: list, exc: TargetConnectionLost) -> None:
         chunked = work[0][0].kind == FrameKind.CHUNK
@@ -435,7 +432,6 @@ class ReplicaNode:
     def close(self) -> None:
         self._stop.set()
         self._listener.close()
-        self._accept_thread.join(timeout=2)
         with self._lock:
             if self._control:
                 self._control.close()
@@ -448,74 +444,19 @@ class ReplicaNode:
 
     # --- connections -----------------------------------------------------
 
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(sock,), name="replica-conn", daemon=True).start()
-
-    def _handle(self, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(HANDSHAKE_TIMEOUT_S)
-        conn = self._secure(ControlConnection(sock))
-        if conn is None:
-            return
-        try:
-            msg = self._authenticate(conn)
-            if msg.get("role") == "data":
-                self._serve_data(conn, msg)
-            elif msg.get("role") == "admin":
-                admin.serve(self, conn, self._proof_for(msg))
-            else:
-                self._serve_control(conn, msg)
-        except TransportError as exc:  # closed or timed out: nobody to answer
-            log.info("connection from %s ended: %s", conn.peer, exc)
-            conn.close()
-        except BridgeError as exc:
-            log.warning("connection from %s refused: %s", conn.peer, exc)
-            _try_send(conn, control.error(str(exc), getattr(exc, "code", "error")))
-            conn.close()
-
-    def _secure(self, conn: ControlConnection) -> ControlConnection | None:
-        """The connection through TLS when this side requires it; None: refused (said)."""
-        if self.tls is None:
-            return conn
-        try:
-            return ControlConnection(tls.accept(self.tls, conn.sock, conn.peer))
-        except tls.PlainClient as exc:  # told in plain text, the only language it speaks
-            log.warning("%s: refused", exc)
-            _try_send(conn, control.error(tls.PLAIN_REFUSAL, "tls_required"))
-        except BridgeError as exc:  # the handshake failed: OpenSSL told the peer
-            log.warning("connection from %s refused: %s", conn.peer, exc)
-        conn.close()
-        return None
-
-    def _authenticate(self, conn: ControlConnection) -> dict:
-        """Challenge first; the hello must carry the proof; our proof goes back with the
-        reply (welcome or ready) through ``_proof_for``."""
-        nonce = control.challenge()
-        conn.send(nonce)
-        msg = control.check_hello(conn.recv())
-        control.check_proof(self.cfg.secret, str(msg.get("role")), nonce["nonce"], msg.get("auth"), conn.peer)
-        return msg
-
-    def _proof_for(self, msg: dict) -> str:
-        return control.proof(self.cfg.secret, "replica", str(msg.get("nonce", ""))) if self.cfg.secret else ""
-
-    def _serve_data(self, conn: ControlConnection, msg: dict) -> None:
+    def serve_data(self, conn: ControlConnection, msg: dict, proof: str) -> None:
         if not self.session or msg.get("session") != self.session:
             raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
-        self.host.accept(conn, self._proof_for(msg), msg)
+        self.host.accept(conn, proof, msg)
 
-    def _serve_control(self, conn: ControlConnection, msg: dict) -> None:
+    def serve_admin(self, conn: ControlConnection, msg: dict, proof: str) -> None:
+        admin.serve(self, conn, proof)
+
+    def serve_control(self, conn: ControlConnection, msg: dict, proof: str) -> None:
         if msg.get("transport") != self.cfg.transport:
             raise RemoteProtocolError(f"handshake: primary wants transport {msg.get('transport')!r}, "
                                  f"this replica serves {self.cfg.transport!r}")
-        welcome = self._new_session(conn, msg)
+        welcome = self._new_session(conn, msg, proof)
         conn.send(welcome)
         writer = self.writers.current
         log.info("session %s (epoch %d): primary side %s at %s resumes after seq %d", self.session, welcome["epoch"],
@@ -530,16 +471,16 @@ class ReplicaNode:
         finally:
             self.writers.gone(writer.id)
 
-    def _new_session(self, conn: ControlConnection, msg: dict) -> dict:
+    def _new_session(self, conn: ControlConnection, msg: dict, proof: str) -> dict:
         if not msg.get("take_over"):
             self.writers.wait_for_leaving(msg)
         self._session_waiting.set()
         try:
-            return self._open_session(conn, msg)
+            return self._open_session(conn, msg, proof)
         finally:
             self._session_waiting.clear()
 
-    def _open_session(self, conn: ControlConnection, msg: dict) -> dict:
+    def _open_session(self, conn: ControlConnection, msg: dict, proof: str) -> dict:
         with self._lock:
             mode = modes.choose(self.cfg.apply_mode, str(msg.get("flavor", "")), self.applier.server.flavor)
             self.applier.preflight(mode)
@@ -564,7 +505,7 @@ class ReplicaNode:
             # tcp: our own receiver thread rings; shm: the primary, if it says it does
             self._rung = self.cfg.transport == "tcp" or msg.get("doorbell") is True
             return {"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
-                    "auth": self._proof_for(msg),
+                    "auth": proof,
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
                     "params": {**self.host.params(), "session": self.session},
                     "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel,
@@ -583,26 +524,6 @@ class ReplicaNode:
         """End the current control connection, telling the primary side why (if there is a reason)."""
         if self._control is not None:
             if reason:
-                _try_send(self._control, control.error(reason, code))
+                try_send(self._control, control.error(reason, code))
             self._control.close()
             self._control = None
-
-
-def listen(address: tuple[str, int]) -> socket.socket:
-    try:
-        listener = socket.create_server(address, reuse_port=False)
-    except OSError as exc:
-        where = f"{address[0]}:{address[1]}"
-        if exc.errno == errno.EADDRINUSE:
-            raise ConfigError(f"listen on {where}: the address is in use (another replica side, or another "
-                              "program, listens there): stop it or choose another --listen") from exc
-        raise ConfigError(f"listen on {where}: {exc.strerror}") from exc
-    listener.settimeout(0.2)
-    return listener
-
-
-def _try_send(conn: ControlConnection, msg: dict) -> None:
-    try:
-        conn.send(msg)
-    except TransportError as exc:
-        log.debug("could not tell %s: %s", conn.peer, exc)

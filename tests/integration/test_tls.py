@@ -131,7 +131,7 @@ def test_a_certificate_of_another_ca_is_refused_on_both_sides(tls_box, other, ca
         # it does not verify against its own --tls-ca): the replica side refuses it
         with pytest.raises(ConfigError, match="does not verify against --tls-ca"):
             PrimaryNode(primary_cfg(pair, tls=TlsFiles(other.cert, other.key, mine.ca)))
-        caplog.set_level(logging.WARNING, logger="bridge.node.replica")
+        caplog.set_level(logging.WARNING, logger="bridge.node")
         node = PrimaryNode(primary_cfg(pair, tls=mine))
         node.tls = client_context(TlsFiles(other.cert, other.key, mine.ca))
         with pytest.raises(AuthenticationError, match="refused .*(unknown ca|certificate)"):
@@ -174,7 +174,7 @@ def test_beyond_loopback_tls_or_an_explicit_insecure_transport(tls_box, caplog):
     cfg = ReplicaConfig(target=urls["replica"], listen=("0.0.0.0", 0), secret=SECRET, channel="tls_beyond")
     with pytest.raises(ConfigError, match="clear text: give --tls-cert, --tls-key and --tls-ca .*--insecure-transport"):
         ReplicaNode(cfg)
-    caplog.set_level(logging.WARNING, logger="bridge.node.replica")
+    caplog.set_level(logging.WARNING, logger="bridge.node")
     for changes in ({"insecure_transport": True}, {"tls": sandbox_files(info)}):
         node = ReplicaNode(dataclasses.replace(cfg, **changes))
         node.start()
