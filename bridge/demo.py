@@ -17,6 +17,7 @@ from bridge.model import GtidSet
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.report import fetch_status, status_table
 from bridge.sandbox import Sandbox, free_port
+from bridge.sqlnames import META
 from bridge.workload import MixedWorkload, connect, create_schema, percentile, probe_lag
 
 SCHEMA = "bridge_demo"
@@ -92,7 +93,7 @@ def reset_channel(pconn, rconn, channel: str) -> str:
         pc.execute("SELECT @@gtid_binlog_pos")
         start = pc.fetchone()[0]
         if _has_meta(rc):
-            rc.execute("DELETE FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
+            rc.execute(f"DELETE FROM {META} WHERE channel=%s", (channel,))
     return start
 
 

@@ -37,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from hdrh.histogram import HdrHistogram
 
 from bridge.errors import ConfigError
+from bridge.statusdoc import StatusDocument
 
 log = logging.getLogger(__name__)
 LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3  # 1 µs .. 1 h, 3 significant digits
@@ -173,7 +174,7 @@ def buckets(text: str, per_decade: int = 10) -> list[tuple[float, float, int]]:
     return [(10 ** (b / per_decade), 10 ** ((b + 1) / per_decade), n) for b, n in sorted(counts.items())]
 
 
-def prometheus_text(role: str, st: dict) -> str:
+def prometheus_text(role: str, st: StatusDocument) -> str:
     """The Prometheus text exposition format (0.0.4) of a node's status. Written here,
     not with prometheus_client, whose import alone costs a node ~10 MB of RSS; the
     tests parse this output with prometheus_client's parser."""

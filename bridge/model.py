@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from bridge import sqlnames
 from bridge.errors import ConfigError
 
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
@@ -247,8 +248,8 @@ class Transaction:
         return self.is_ddl or self.is_repair
 
 
-REPAIR_MARKER_TABLE = ("rdma_bridge", "repairs")
-HEARTBEAT_TABLE = ("rdma_bridge", "heartbeat")  # written on the primary by bridge.source.heartbeat
+REPAIR_MARKER_TABLE = tuple(sqlnames.REPAIRS.split("."))
+HEARTBEAT_TABLE = tuple(sqlnames.HEARTBEAT.split("."))  # written on the primary by bridge.source.heartbeat
 
 
 def row_count(changes) -> int:

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 from bridge.metrics import buckets
+from bridge.statusdoc import StatusDocument
 
 STAGE_MEANING = {
     "place": "primary: ship start -> placed in the replica ring (flush done)",
@@ -23,7 +24,8 @@ STAGE_MEANING = {
 
 
 def fetch_status(addresses: dict[str, str], timeout_s: float = 2.0) -> dict:
-    nodes = {}
+    """{"taken_at", "nodes": {role: its status document (bridge.statusdoc), or {"error": why}}}."""
+    nodes: dict[str, StatusDocument | dict] = {}
     for role, address in addresses.items():
         url = f"http://{address}/status"
         try:

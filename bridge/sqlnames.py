@@ -1,6 +1,17 @@
-"""Quoting SQL identifiers (pure): one definition for the applier and the checksum."""
+"""SQL names (pure): the bridge's own schema and tables, one definition for every
+module that reads or writes them (sql/bridge_schema.sql creates them), and quoting
+of identifiers for the applier and the checksum."""
 
 from __future__ import annotations
+
+SCHEMA = "rdma_bridge"  # on both servers; never replicated into, never compared
+META = f"{SCHEMA}.bridge_meta"  # replica: each channel's position, epoch, pending DDL
+HEARTBEAT = f"{SCHEMA}.heartbeat"  # primary: written by the primary side, replicated like user rows
+SKIPPED = f"{SCHEMA}.skipped"  # replica: transactions an operator skipped
+REPAIRS = f"{SCHEMA}.repairs"  # primary: repair markers, replicated to the replica side
+PROBE = f"{SCHEMA}.bridge_probe"  # replica: the binlog apply mode's capability probe
+CLONE_STATE = f"{SCHEMA}.clone_state"  # replica: how far `rdma-bridge clone` got, per table
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", SCHEMA)
 
 
 def quote_name(name: str) -> str:

@@ -23,10 +23,11 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from bridge import sqlnames
 from bridge.wire import binlog, tablemap
 
 BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
-PROBE_SCHEMA, PROBE_TABLE = "rdma_bridge", "bridge_probe"  # created by sql/bridge_schema.sql
+PROBE_SCHEMA, PROBE_TABLE = sqlnames.PROBE.split(".")  # created by sql/bridge_schema.sql
 _PROBE_TABLE_ID = (1 << 48) - 2  # any id: it only has to match within the one statement
 _POSITION_TABLE_ID = (1 << 48) - 3  # (1 << 48) - 1 is the servers' "no table"; primaries never get this far
 

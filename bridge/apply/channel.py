@@ -21,8 +21,8 @@ from bridge.config import MysqlUrl
 from bridge.errors import ChannelLocked
 from bridge.model import GtidSet
 from bridge.sqlfiles import sql_statements
+from bridge.sqlnames import META, SKIPPED, SYSTEM_SCHEMAS
 
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", "rdma_bridge")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +38,8 @@ def ensure_schema(conn: pymysql.Connection) -> None:
     with conn.cursor() as cur:
         for stmt in sql_statements("bridge_schema.sql"):
             cur.execute(stmt)
-        if not cur.execute("SHOW COLUMNS FROM rdma_bridge.bridge_meta LIKE 'epoch'"):
-            cur.execute("ALTER TABLE rdma_bridge.bridge_meta ADD COLUMN epoch BIGINT UNSIGNED NOT NULL DEFAULT 0")
+        if not cur.execute(f"SHOW COLUMNS FROM {META} LIKE 'epoch'"):
+            cur.execute(f"ALTER TABLE {META} ADD COLUMN epoch BIGINT UNSIGNED NOT NULL DEFAULT 0")
 
 
 def load_position(conn: pymysql.Connection, channel: str) -> Position:
@@ -67,7 +67,7 @@ def record_skip(conn: pymysql.Connection, channel: str, seq: int, gtids: GtidSet
     try:
         with conn.cursor() as cur:
             cur.execute(sql.position_write(conn.escape, channel, seq, gtids).decode())
-            cur.execute(f"{sql.TAG}INSERT INTO rdma_bridge.skipped (channel, seq, gtid, error, skipped_by) "
+            cur.execute(f"{sql.TAG}INSERT INTO {SKIPPED} (channel, seq, gtid, error, skipped_by) "
                         "VALUES (%s, %s, %s, %s, %s)", (channel, seq, gtid, error[:4000], by[:255]))
         conn.commit()
     except pymysql.MySQLError as exc:
@@ -78,8 +78,8 @@ def record_skip(conn: pymysql.Connection, channel: str, seq: int, gtids: GtidSet
 def next_epoch(conn: pymysql.Connection, channel: str) -> int:
     """The epoch of a new session, committed before the session starts."""
     with conn.cursor() as cur:
-        cur.execute(f"{sql.TAG}UPDATE rdma_bridge.bridge_meta SET epoch = epoch + 1 WHERE channel=%s", (channel,))
-        cur.execute("SELECT epoch FROM rdma_bridge.bridge_meta WHERE channel=%s", (channel,))
+        cur.execute(f"{sql.TAG}UPDATE {META} SET epoch = epoch + 1 WHERE channel=%s", (channel,))
+        cur.execute(f"SELECT epoch FROM {META} WHERE channel=%s", (channel,))
         epoch = int(cur.fetchone()[0])
     conn.commit()
     return epoch
@@ -114,7 +114,7 @@ def lock_channel(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> None:
 
 def other_channels(conn: pymysql.Connection, channel: str) -> list[tuple[str, str]]:
     with conn.cursor() as cur:
-        cur.execute("SELECT channel, gtid_set FROM rdma_bridge.bridge_meta WHERE channel<>%s ORDER BY channel",
+        cur.execute(f"SELECT channel, gtid_set FROM {META} WHERE channel<>%s ORDER BY channel",
                     (channel,))
         return [(c, g) for c, g in cur.fetchall()]
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from bridge.apply.scheduler import fold  # one definition of "may be the same key"
 
 from bridge.model import BitValue, InvalidTemporal, RowChange
-from bridge.sqlnames import quote_name, table_name
+from bridge.sqlnames import HEARTBEAT, META, quote_name, table_name
 
 TAG = "/* rdma-bridge */ "
 
@@ -74,7 +74,7 @@ def _match(c: RowChange) -> tuple[str, list]:
 
 # An upsert, so the position is written even if its row vanished: it can never
 # silently match nothing while the rows it describes commit.
-POSITION_WRITE = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set, pending_ddl_seq) "
+POSITION_WRITE = (f"{TAG}INSERT INTO {META} (channel, applied_seq, gtid_set, pending_ddl_seq) "
                   "VALUES (%s, %s, %s, 0) ON DUPLICATE KEY UPDATE applied_seq=VALUES(applied_seq), "
                   "gtid_set=VALUES(gtid_set), pending_ddl_seq=0")
 
@@ -84,13 +84,13 @@ def position_write(escape, channel: str, seq: int, gtids) -> bytes:
     return (POSITION_WRITE % (escape(channel), escape(seq), escape(str(gtids)))).encode()
 
 
-DDL_PENDING = f"{TAG}UPDATE rdma_bridge.bridge_meta SET pending_ddl_seq=%s WHERE channel=%s"
-HEARTBEAT_UPSERT = f"{TAG}REPLACE INTO rdma_bridge.heartbeat (source, ts_us) VALUES (%s, %s)"
-HEARTBEAT_DELETE = f"{TAG}DELETE FROM rdma_bridge.heartbeat WHERE source=%s"
-POSITION_SELECT = "SELECT applied_seq, gtid_set, pending_ddl_seq FROM rdma_bridge.bridge_meta WHERE channel=%s"
+DDL_PENDING = f"{TAG}UPDATE {META} SET pending_ddl_seq=%s WHERE channel=%s"
+HEARTBEAT_UPSERT = f"{TAG}REPLACE INTO {HEARTBEAT} (source, ts_us) VALUES (%s, %s)"
+HEARTBEAT_DELETE = f"{TAG}DELETE FROM {HEARTBEAT} WHERE source=%s"
+POSITION_SELECT = f"SELECT applied_seq, gtid_set, pending_ddl_seq FROM {META} WHERE channel=%s"
 UNIQUE_KEYS_SELECT = ("SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema=%s "
                       "AND table_name=%s AND non_unique=0 ORDER BY index_name='PRIMARY' DESC, index_name, seq_in_index")
-POSITION_INSERT = (f"{TAG}INSERT INTO rdma_bridge.bridge_meta (channel, applied_seq, gtid_set) "
+POSITION_INSERT = (f"{TAG}INSERT INTO {META} (channel, applied_seq, gtid_set) "
                    "VALUES (%s, %s, %s)")
 
 

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from bridge import sqlnames
 from bridge.sqlnames import quote_name, table_name
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, BridgeError, ConfigError
 from bridge.model import GtidSet
 
 log = logging.getLogger(__name__)
-SCHEMA = "rdma_bridge"
+SCHEMA = sqlnames.SCHEMA
 CHECKSUMS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.checksums (
   db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL, chunk INT NOT NULL,
   chunk_index VARCHAR(200) NULL, lower_boundary TEXT NULL, upper_boundary TEXT NULL,
@@ -206,7 +207,7 @@ def replica_position(conn, url: MysqlUrl, channel: str, starting: bool = False) 
     registered yet (its bridge is starting) holds nothing yet, else it is an error."""
     with conn.cursor() as cur:
         try:
-            cur.execute(f"SELECT gtid_set FROM {SCHEMA}.bridge_meta WHERE channel=%s", (channel,))
+            cur.execute(f"SELECT gtid_set FROM {sqlnames.META} WHERE channel=%s", (channel,))
             row = cur.fetchone()
         except pymysql.ProgrammingError as exc:  # 1146: no bridge ever ran against this replica
             if exc.args[0] != NO_SUCH_TABLE:

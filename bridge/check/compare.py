@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from bridge import sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import CheckError, ConsistencyError
 
-SYSTEM_SCHEMAS = {"mysql", "information_schema", "performance_schema", "sys", "rdma_bridge"}
+SYSTEM_SCHEMAS = set(sqlnames.SYSTEM_SCHEMAS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from bridge.ring.producer import RingProducer
 from bridge.source import preflight
 from bridge.source.assembler import TransactionAssembler
 from bridge.source.reader import BinlogReader
+from bridge.statusdoc import PrimaryStatus
 from bridge.transport import check_available, open_remote, tls
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import binlog, control
@@ -137,7 +138,7 @@ class PrimaryNode:
             return "backpressure"
         return "ack timeout"
 
-    def status(self) -> dict:
+    def status(self) -> PrimaryStatus:
         producer = self.producer
         return {"role": "primary", "source": str(self.cfg.source),
                 "replica": f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", "transport": self.cfg.transport,

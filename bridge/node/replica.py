@@ -28,6 +28,7 @@ from bridge.node.halt import Halt
 from bridge.node.listener import Listener, try_send
 from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
+from bridge.statusdoc import ReplicaStatus
 from bridge.transport import make_host, tls
 from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
@@ -159,7 +160,7 @@ class ReplicaNode:
         if report:
             self._reported_groups = self.groups
 
-    def status(self) -> dict:
+    def status(self) -> ReplicaStatus:
         pos = self.applier.position
         stats = self.applier.stats
         consumer = self.consumer

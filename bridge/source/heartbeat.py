@@ -16,12 +16,13 @@ import time
 
 import pymysql
 
+from bridge import sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
 from bridge.source.preflight import connect
 
 log = logging.getLogger(__name__)
-SCHEMA, TABLE = "rdma_bridge", "heartbeat"
+SCHEMA, TABLE = sqlnames.HEARTBEAT.split(".")
 CREATE = (f"CREATE TABLE IF NOT EXISTS {SCHEMA}.{TABLE} (source VARCHAR(128) NOT NULL PRIMARY KEY, "
           "ts_us BIGINT NOT NULL) ENGINE=InnoDB")
 WRITE = f"REPLACE INTO {SCHEMA}.{TABLE} (source, ts_us) VALUES (%s, %s)"

@@ -1,0 +1,149 @@
+"""The status document, typed: what each side's ``status()`` returns, ``/status``
+serves as JSON, ``/metrics`` renders for Prometheus (bridge.metrics) and
+`rdma-bridge status` / `report` read back (bridge.report). One definition of its
+keys for all of them; a test holds the running nodes' documents to it.
+
+Pure types, no I/O. Times in the names' units (``_s`` seconds, stage figures µs).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
+
+
+class StageSummary(TypedDict, total=False):
+    count: int
+    p50: float
+    p99: float
+    p999: float
+    max: float
+    hdr: str  # the HDR histogram, base64 (absent where a summary is asked without)
+
+
+class ApplyStopped(TypedDict, total=False):
+    """Where and why applying stopped (bridge.node.halt); the primary side holds the
+    part it is told: seq, gtid, code, error."""
+    seq: int
+    gtid: str
+    error: str
+    code: int
+    until: bool
+    since: str
+    stopped_for_s: float
+
+
+class Behind(TypedDict):
+    """How far behind the replica is, measured by the primary side (bridge.source.behind)."""
+    transactions: int
+    bytes: int
+    apply_rate_tps: float | None
+    write_rate_tps: float | None
+    catch_up_eta_s: float | None
+
+
+class ReplicaCounters(TypedDict, total=False):
+    transactions_applied: int
+    heartbeats_applied: int
+    rows_applied: int
+    row_events_applied: int
+    groups_applied: int
+    corrupt_frames: int
+    reconnects: int
+    applied_seq: int
+    ring_backlog_frames: int
+    ring_backlog_bytes: int
+    apply_conflicts: int
+    apply_effective_parallelism: float
+    last_lag_seconds: float  # once a heartbeat row was applied
+
+
+class ReplicaStatus(TypedDict):
+    role: Literal["replica"]
+    target: str  # the URL, password masked
+    channel: str
+    listen: str
+    transport: str
+    workers: int
+    apply_mode: str
+    session: bool
+    gtid_set: str
+    apply_stopped: ApplyStopped | None
+    counters: ReplicaCounters
+    stages: dict[str, StageSummary]
+
+
+class PrimaryCounters(TypedDict):
+    transactions_shipped: int
+    heartbeats_shipped: int
+    frames_resent: int
+    binlog_reopens: int
+    reconnects: int
+    ring_backlog_frames: int
+    ring_backlog_bytes: int
+
+
+class HeartbeatWriting(TypedDict):
+    interval_s: float
+    written: int
+    failures: int
+    state: str
+
+
+class SemiSync(TypedDict, total=False):
+    mode: str  # off | received | applied; the rest only when not off
+    acks_sent: int
+    acks_skipped: int
+    state: str  # sync | async
+    async_streak_s: float
+    async_total_s: float
+    degradations: dict[str, int]
+    recoveries: int
+    last_reason: str
+    last_change: str
+    primary: dict[str, int]
+
+
+class PrimaryStatus(TypedDict):
+    role: Literal["primary"]
+    source: str  # the URL, password masked
+    replica: str
+    transport: str
+    apply_mode: str
+    connected: bool
+    last_gtid: str
+    apply_stopped: ApplyStopped | None
+    behind: Behind | None
+    counters: PrimaryCounters
+    heartbeat: HeartbeatWriting | None
+    semi_sync: SemiSync
+    stages: dict[str, StageSummary]
+
+
+StatusDocument = ReplicaStatus | PrimaryStatus
+
+
+def deviations(doc: dict, kind: type) -> set[str]:
+    """Where ``doc`` leaves its definition ``kind``, nested documents too: keys it
+    does not declare ("+key") and required keys missing ("-key"). Empty: it keeps to it."""
+    hints = get_type_hints(kind)
+    out = {f"+{key}" for key in doc if key not in hints} | {f"-{key}" for key in kind.__required_keys__ - set(doc)}
+    for key, value in doc.items():
+        for path, nested, part in _nested(key, hints.get(key), value):
+            out |= {f"{d[0]}{path}.{d[1:]}" for d in deviations(part, nested)}
+    return out
+
+
+def _nested(key: str, hint, value):
+    """(path, TypedDict, document) for the parts of ``value`` a TypedDict defines:
+    ``X`` or ``X | None`` itself, each value of ``dict[str, X]``."""
+    if not isinstance(value, dict):
+        return
+    if get_origin(hint) is dict:
+        _, item = get_args(hint)
+        if is_typeddict(item):
+            yield from ((f"{key}.{k}", item, v) for k, v in value.items() if isinstance(v, dict))
+        return
+    for candidate in (hint, *get_args(hint)):
+        if is_typeddict(candidate):
+            yield key, candidate, value
+            return
