@@ -32,3 +32,17 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.skipped (
   skipped_by  VARCHAR(255) NOT NULL,
   skipped_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB;
+-- `rdma-bridge clone`: one row per table copied for a channel, written before the
+-- first table is created; a clone that stopped before finished=1 is found by the next.
+CREATE TABLE IF NOT EXISTS rdma_bridge.clone_state (
+  channel       VARCHAR(64) NOT NULL,
+  db            VARCHAR(64) NOT NULL,
+  tbl           VARCHAR(64) NOT NULL,
+  gtid_set      TEXT NOT NULL,
+  rows_copied   BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  bytes_copied  BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  copied        TINYINT NOT NULL DEFAULT 0,
+  finished      TINYINT NOT NULL DEFAULT 0,
+  updated_at    TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
+  PRIMARY KEY (channel, db, tbl)
+) ENGINE=InnoDB;

@@ -1,0 +1,138 @@
+"""The schema objects of the cloned schemas, read from the primary and created on the
+replica in dependency order: databases and tables before the rows (foreign keys off,
+so tables may reference each other in any order); after the rows, routines, views
+(a view over a view waits for it), triggers (created last, so that they never fire for
+the copied rows) and events (disabled on the replica, as a native replica keeps them:
+``DISABLE ON SLAVE``). Definers come along as SHOW CREATE gives them: creating an
+object for another definer needs SET USER (or SUPER) on the replica."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import pymysql
+
+from bridge.config import MysqlUrl
+from bridge.errors import ApplyError, ConfigError
+from bridge.sqlnames import SYSTEM_SCHEMAS, quote_name, table_name
+
+log = logging.getLogger(__name__)
+_KINDS_AFTER_ROWS = ("PROCEDURE", "FUNCTION", "VIEW", "TRIGGER", "EVENT")
+
+
+@dataclass
+class SchemaPlan:
+    databases: dict[str, str] = field(default_factory=dict)  # name -> CREATE DATABASE
+    tables: dict[tuple[str, str], str] = field(default_factory=dict)  # (db, table) -> CREATE TABLE
+    # (kind, db, name, CREATE ..., the sql_mode it was created under: "" for views)
+    after_rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+
+
+def user_schemas(conn: pymysql.Connection) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME NOT IN %s ORDER BY 1",
+                    (SYSTEM_SCHEMAS,))
+        return [row[0] for row in cur.fetchall()]
+
+
+def read_schema(conn: pymysql.Connection, schemas: list[str]) -> SchemaPlan:
+    plan = SchemaPlan()
+    with conn.cursor() as cur:
+        for db in schemas:
+            cur.execute(f"SHOW CREATE DATABASE {quote_name(db)}")
+            plan.databases[db] = cur.fetchone()[1]
+            cur.execute("SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                        "ORDER BY 1", (db,))
+            for name, kind in cur.fetchall():
+                if kind == "VIEW":
+                    plan.after_rows.append(("VIEW", db, name, _show(cur, "VIEW", db, name, 1)[0], ""))
+                elif kind in ("BASE TABLE", "SYSTEM VERSIONED"):
+                    plan.tables[(db, name)] = _show(cur, "TABLE", db, name, 1)[0]
+            for kind, query, column in (
+                    ("PROCEDURE", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA=%s "
+                                  "AND ROUTINE_TYPE='PROCEDURE'", 2),
+                    ("FUNCTION", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA=%s "
+                                 "AND ROUTINE_TYPE='FUNCTION'", 2),
+                    ("TRIGGER", "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA=%s "
+                                "ORDER BY EVENT_OBJECT_TABLE, ACTION_TIMING, EVENT_MANIPULATION, ACTION_ORDER", 2),
+                    ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA=%s", 3)):
+                cur.execute(query, (db,))
+                for (name,) in cur.fetchall():
+                    plan.after_rows.append((kind, db, name, *_show(cur, kind, db, name, column)))
+    plan.after_rows.sort(key=lambda o: _KINDS_AFTER_ROWS.index(o[0]))  # stable: listing order within a kind
+    return plan
+
+
+def _show(cur, kind: str, db: str, name: str, column: int) -> tuple[str, str]:
+    """(the CREATE statement, the sql_mode it was made under: column 1 of routines,
+    triggers and events)."""
+    cur.execute(f"SHOW CREATE {kind} {table_name(db, name)}")
+    row = cur.fetchone()
+    text = row[column]
+    if text is None:
+        raise ConfigError(f"clone: SHOW CREATE {kind} {db}.{name} shows no definition: the primary's user needs "
+                          "SHOW VIEW / SELECT on mysql.proc (or to be the definer) to read it")
+    mode = row[1] if column > 1 else ""
+    return _text(text), _text(mode)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def refuse_non_empty(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
+    """Clone writes only into schemas the replica does not hold (or holds empty)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) FROM information_schema.TABLES WHERE "
+                    "TABLE_SCHEMA IN %s UNION ALL SELECT CONCAT(ROUTINE_SCHEMA, '.', ROUTINE_NAME) FROM "
+                    "information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN %s ORDER BY 1 LIMIT 6",
+                    (tuple(plan.databases), tuple(plan.databases)))
+        held = [row[0] for row in cur.fetchall()]
+    if held:
+        more = ", ..." if len(held) > 5 else ""
+        raise ConfigError(f"clone: the replica {url} already holds {', '.join(held[:5])}{more}: clone copies into "
+                          "schemas the replica does not have; drop them there first (or choose --schema)")
+
+
+def create_before_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
+    for db, create in plan.databases.items():
+        _run(conn, create.replace("CREATE DATABASE", "CREATE DATABASE IF NOT EXISTS", 1), f"database {db}", url)
+    for (db, name), create in plan.tables.items():
+        _run(conn, f"USE {quote_name(db)}", f"database {db}", url)
+        _run(conn, create, f"table {db}.{name}", url)
+
+
+def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
+    pending = list(plan.after_rows)
+    while pending:  # views over views: what failed for a missing view goes again once others exist
+        failed = []
+        for kind, db, name, create, mode in pending:
+            try:
+                _run(conn, f"USE {quote_name(db)}", f"database {db}", url)
+                if mode:  # a routine, trigger or event keeps the sql_mode it was created under
+                    _run(conn, f"SET SESSION sql_mode={conn.escape(mode)}", f"{kind.lower()} {db}.{name}", url)
+                _run(conn, create, f"{kind.lower()} {db}.{name}", url)
+                if kind == "EVENT":  # as a native replica holds them: the primary runs them
+                    _run(conn, f"ALTER EVENT {table_name(db, name)} DISABLE ON SLAVE", f"event {db}.{name}", url)
+            except ApplyError as exc:
+                if kind != "VIEW" or exc.code != NO_SUCH_TABLE:
+                    raise
+                failed.append((kind, db, name, create, mode))
+        if len(failed) == len(pending):
+            raise ApplyError(f"clone: views {', '.join(f'{d}.{n}' for _, d, n, _, _ in failed)} on replica {url} "
+                             "refer to tables or views that do not exist", NO_SUCH_TABLE)
+        pending = failed
+
+
+NO_SUCH_TABLE = 1146
+
+
+def _run(conn: pymysql.Connection, statement: str, what: str, url: MysqlUrl) -> None:
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement)
+    except pymysql.MySQLError as exc:
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        raise ApplyError(f"clone: create {what} on replica {url}: {exc.args[-1] if exc.args else exc}", code) \
+            from exc

@@ -1,0 +1,112 @@
+"""`rdma-bridge clone` of a live primary (writes running all along), then streaming
+from the position it recorded: both databases end equal row by row, with every column
+type, invisible and generated columns, routines, views, triggers (not fired for the
+copied rows) and events (disabled on the replica); what clone refuses, it refuses
+before writing anything; a clone that stopped is found and restarted."""
+
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.clone.run import Cloner
+from bridge.errors import ConfigError
+from bridge.workload import create_schema
+from tests.conftest import BridgePair
+from tests.helpers import BackgroundWorkload
+from tests.integration.test_types import ROWS, TYPES_TABLE
+
+ROWS_PER_TABLE = 20_000
+
+
+def _fill(pair, s):
+    pair.sql(TYPES_TABLE.format(s=s), *[f"INSERT INTO {s}.types VALUES {row}" for row in ROWS],
+             f"UPDATE {s}.types SET f = 0.123456789 WHERE id = 1",  # FLOAT's text (6 digits) would lose bits
+             f"CREATE TABLE {s}.big (id INT PRIMARY KEY AUTO_INCREMENT, v VARCHAR(40), n DOUBLE, "
+             "hidden INT INVISIBLE DEFAULT 7, twice INT AS (id * 2) VIRTUAL, KEY (v))",
+             f"INSERT INTO {s}.big (id, v, n, hidden) SELECT seq, CONCAT('row ', seq), seq / 7, seq % 5 "
+             f"FROM {s}.seq_1_to_{ROWS_PER_TABLE}",
+             f"CREATE TABLE {s}.keyless (v VARCHAR(20), n INT)",
+             f"INSERT INTO {s}.keyless SELECT 'same', 1 FROM {s}.seq_1_to_50",  # duplicates, no key
+             f"CREATE TABLE {s}.audit (id INT PRIMARY KEY AUTO_INCREMENT, big_id INT)",
+             f"CREATE TRIGGER {s}.big_audit AFTER INSERT ON {s}.big FOR EACH ROW "
+             f"INSERT INTO {s}.audit (big_id) VALUES (NEW.id)",
+             f"INSERT INTO {s}.big (v) VALUES ('audited')",
+             f"CREATE VIEW {s}.v_big AS SELECT id, v FROM {s}.big WHERE id < 10",
+             f"CREATE VIEW {s}.v_v AS SELECT COUNT(*) AS n FROM {s}.v_big",
+             f"CREATE FUNCTION {s}.twice(x INT) RETURNS INT DETERMINISTIC RETURN x * 2",
+             f"CREATE PROCEDURE {s}.touch() UPDATE {s}.big SET n = n + 1 WHERE id = 1",
+             f"CREATE EVENT {s}.tick ON SCHEDULE EVERY 1 DAY DISABLE DO DELETE FROM {s}.audit WHERE id < 0")
+
+
+def test_clone_under_writes_then_stream_ends_equal(urls, fresh_schema):
+    s = fresh_schema("clone")
+    pair = BridgePair(urls, "tcp")
+    create_schema(pair.primary, s)
+    _fill(pair, s)
+    try:
+        with BackgroundWorkload(urls["primary_admin"], s):  # the mixed workload's own tables, written throughout
+            result = Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, schemas=(s,),
+                            parallel=2).run()
+        assert result.rows > ROWS_PER_TABLE and result.per_table[f"{s}.big"][0] == ROWS_PER_TABLE + 1
+        pair.start_gtid = None  # the channel's start is the clone's position
+        pair.start_replica()
+        pair.start_primary()
+        pair.sql(f"INSERT INTO {s}.big (v) VALUES ('after the clone')", f"CALL {s}.touch()")
+        pair.assert_same(s)
+        with pair.replica.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {s}.audit")  # the trigger fired on the primary only, never on copy
+            audited = cur.fetchone()[0]
+            cur.execute(f"SELECT hidden, twice FROM {s}.big WHERE id = 3")
+            assert cur.fetchone() == (3, 6)
+            cur.execute(f"SELECT n, {s}.twice(21) FROM {s}.v_v")
+            assert cur.fetchone() == (9, 42)
+            cur.execute("SELECT STATUS FROM information_schema.EVENTS WHERE EVENT_SCHEMA=%s", (s,))
+            assert cur.fetchone()[0] == "SLAVESIDE_DISABLED"
+            cur.execute(f"SELECT f + 0e0 FROM {s}.types WHERE id = 1")
+            replica_float = cur.fetchone()[0]
+        with pair.primary.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {s}.audit")
+            assert cur.fetchone()[0] == audited == 2
+            cur.execute(f"SELECT f + 0e0 FROM {s}.types WHERE id = 1")
+            assert cur.fetchone()[0] == replica_float  # the FLOAT's exact bits
+    finally:
+        pair.stop()
+
+
+def test_clone_refuses_a_replica_that_holds_the_schema_and_restarts_a_stopped_one(urls, fresh_schema):
+    s = fresh_schema("clone_refuse")
+    pair = BridgePair(urls, "tcp")
+    try:
+        create_schema(pair.primary, s)
+        pair.sql(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1), (2)")
+        with pair.replica.cursor() as cur:  # the replica holds it already: refused, nothing written
+            cur.execute(f"CREATE DATABASE {s}")
+            cur.execute(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+        with pytest.raises(ConfigError, match=f"already holds {s}.t: clone copies into schemas the replica does not"):
+            Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, schemas=(s,)).run()
+        with pair.replica.cursor() as cur:
+            cur.execute(f"DROP DATABASE {s}")
+            # a clone that stopped half way: its state says so, the next one refuses, --restart goes on
+            cur.execute("INSERT INTO rdma_bridge.clone_state (channel, db, tbl, gtid_set) VALUES (%s, %s, 't', '')",
+                        (pair.channel, s))
+            cur.execute(f"CREATE DATABASE {s}")
+            cur.execute(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+            cur.execute(f"INSERT INTO {s}.t VALUES (1)")
+        pair.replica.commit()
+        args = ["clone", "--schema", s, "--channel", pair.channel]
+        env = {"RDMA_BRIDGE_SOURCE": str(urls["primary_admin"]).replace(":***@",
+                                                                        f":{urls['primary_admin'].password}@"),
+               "RDMA_BRIDGE_TARGET": str(urls["replica_admin"]).replace(":***@", f":{urls['replica_admin'].password}@")}
+        out = CliRunner().invoke(main, args, env=env)
+        assert out.exit_code == 1 and "stopped before it finished" in out.output and "--restart" in out.output
+        out = CliRunner().invoke(main, [*args, "--restart"], env=env)
+        assert out.exit_code == 0, out.output
+        assert "cloned 5 tables, 2 rows" in out.output  # t and the (empty) tables create_schema makes
+        assert urls["primary_admin"].password not in out.output
+        pair.start_gtid = None
+        pair.start_replica()
+        pair.start_primary()
+        pair.sql(f"INSERT INTO {s}.t VALUES (3)")
+        pair.assert_same(s)
+    finally:
+        pair.stop()
