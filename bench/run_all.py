@@ -18,7 +18,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import catchup, checksum, cpu, decode, flame, lag, semisync, stress, workers
+from bench import catchup, checksum, clone, cpu, decode, flame, lag, semisync, stress, workers
 
 MODES = ("binlog", "sql")
 
@@ -64,6 +64,7 @@ def ratios(result: dict) -> dict:
         out[f"catch-up of mixed writes, {r['workers']} workers vs native {r['workers']} thread(s) "
             "(higher is better)"] = r["ratio_bridge_over_native"]
     out.update(tls_ratios(result))
+    out.update(result["clone"]["ratios"] if "clone" in result else {})
     return out
 
 
@@ -133,6 +134,8 @@ def main() -> None:
     result["workers"] = workers.run(args.sweep_transactions, [1, 2, 4, 8, 16], args.state_dir, log=log)
     log("semi-sync commit latency ...")
     result["semisync"] = semisync.run(1000, args.state_dir, log=log)
+    log("clone of 1M rows vs mariadb-dump | mariadb ...")
+    result["clone"] = clone.run(1_000_000, args.state_dir, log=log)
     log("checksum ...")
     result["checksum"] = checksum.run(1_000_000, args.state_dir, log=log)
     log("the acceptance run, short: 2 min with the bridge as semi-sync replica, 1 min native ...")

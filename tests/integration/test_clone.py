@@ -4,6 +4,8 @@ type, invisible and generated columns, routines, views, triggers (not fired for 
 copied rows) and events (disabled on the replica); what clone refuses, it refuses
 before writing anything; a clone that stopped is found and restarted."""
 
+import logging
+
 import pytest
 from click.testing import CliRunner
 
@@ -25,6 +27,8 @@ def _fill(pair, s):
              "hidden INT INVISIBLE DEFAULT 7, twice INT AS (id * 2) VIRTUAL, KEY (v))",
              f"INSERT INTO {s}.big (id, v, n, hidden) SELECT seq, CONCAT('row ', seq), seq / 7, seq % 5 "
              f"FROM {s}.seq_1_to_{ROWS_PER_TABLE}",
+             f"CREATE TABLE {s}.blobs (id INT PRIMARY KEY, b LONGBLOB)",  # chunks longer than GROUP_CONCAT takes
+             f"INSERT INTO {s}.blobs SELECT seq, REPEAT(CHAR(seq), 200000) FROM {s}.seq_1_to_100",
              f"CREATE TABLE {s}.keyless (v VARCHAR(20), n INT)",
              f"INSERT INTO {s}.keyless SELECT 'same', 1 FROM {s}.seq_1_to_50",  # duplicates, no key
              f"CREATE TABLE {s}.audit (id INT PRIMARY KEY AUTO_INCREMENT, big_id INT)",
@@ -38,7 +42,8 @@ def _fill(pair, s):
              f"CREATE EVENT {s}.tick ON SCHEDULE EVERY 1 DAY DISABLE DO DELETE FROM {s}.audit WHERE id < 0")
 
 
-def test_clone_under_writes_then_stream_ends_equal(urls, fresh_schema):
+def test_clone_under_writes_then_stream_ends_equal(urls, fresh_schema, caplog):
+    caplog.set_level(logging.DEBUG, logger="bridge.clone")
     s = fresh_schema("clone")
     pair = BridgePair(urls, "tcp")
     create_schema(pair.primary, s)
@@ -48,6 +53,7 @@ def test_clone_under_writes_then_stream_ends_equal(urls, fresh_schema):
             result = Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, schemas=(s,),
                             parallel=2).run()
         assert result.rows > ROWS_PER_TABLE and result.per_table[f"{s}.big"][0] == ROWS_PER_TABLE + 1
+        assert any(f"a chunk of {s}.blobs was longer" in r.message for r in caplog.records)
         pair.start_gtid = None  # the channel's start is the clone's position
         pair.start_replica()
         pair.start_primary()
