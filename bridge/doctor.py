@@ -21,6 +21,7 @@ from bridge.apply import modes
 from bridge.config import MysqlUrl, TlsFiles
 from bridge.errors import BridgeError
 from bridge.source import preflight
+from bridge.sqlnames import SYSTEM_SCHEMAS
 from bridge.transport import tls
 from bridge.wire.binlog import flavor_of
 
@@ -263,3 +264,47 @@ def flavor_or_none(url: MysqlUrl) -> str | None:
         return flavor_of(preflight.read_settings(conn)["version"])
     finally:
         conn.close()
+
+
+CLONE_COPY_MB_PER_S = 10.0  # a conservative copy rate for the retention check (the benchmark: 15-18 MB/s)
+
+
+def clone_checks(url: MysqlUrl, schemas: list[str], parallel: int = 1) -> list[Check]:
+    """What `rdma-bridge clone` needs of the primary: its account's privileges, tables a
+    consistent snapshot covers (transactional engines), and binlogs kept longer than the
+    copy takes (the channel streams from the copy's position afterwards)."""
+    try:
+        conn = preflight.connect(url, "primary (clone)")
+    except BridgeError as exc:
+        return [Check("FAIL", "clone source reachable", str(exc), "check host, port, user and password")]
+    try:
+        out = grant_checks(conn, "clone", url.user, required=(("SELECT",), ("SHOW VIEW",), ("TRIGGER",), ("EVENT",)),
+                           wanted=() if parallel <= 1 else
+                           (("RELOAD", "RELOAD", "--parallel above 1: several connections at one moment"),))
+        with conn.cursor() as cur:
+            where, args = ("TABLE_SCHEMA IN %s", (tuple(schemas),)) if schemas else \
+                ("TABLE_SCHEMA NOT IN %s", (SYSTEM_SCHEMAS,))
+            cur.execute("SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME, ' (', ENGINE, ')') FROM "
+                        f"information_schema.TABLES WHERE {where} AND TABLE_TYPE='BASE TABLE' AND "
+                        "ENGINE NOT IN ('InnoDB', 'RocksDB', 'TokuDB') ORDER BY 1", args)
+            loose = [row[0] for row in cur.fetchall()]
+            cur.execute(f"SELECT COALESCE(SUM(DATA_LENGTH), 0) FROM information_schema.TABLES WHERE {where}", args)
+            data_bytes = int(cur.fetchone()[0])
+            cur.execute("SELECT @@binlog_expire_logs_seconds")
+            retention_s = int(cur.fetchone()[0] or 0)
+    finally:
+        conn.close()
+    out.append(Check("WARN" if loose else "PASS", "clone snapshot engines",
+                     f"not transactional: {', '.join(loose[:5])}{', ...' if len(loose) > 5 else ''}" if loose else
+                     "every table is transactional: one consistent snapshot covers them all",
+                     "ALTER TABLE ... ENGINE=InnoDB, or keep writes away from these tables while clone runs"
+                     if loose else ""))
+    copy_s = data_bytes / 1e6 / CLONE_COPY_MB_PER_S
+    short = 0 < retention_s < max(3 * copy_s, 3600)
+    out.append(Check("WARN" if short else "PASS", "clone binlog retention",
+                     (f"binlogs kept {retention_s / 3600:.1f} h" if retention_s else "binlogs never expire") +
+                     f"; the copy of {data_bytes / 1e9:.2f} GB takes about {copy_s / 60:.0f} min at "
+                     f"{CLONE_COPY_MB_PER_S:.0f} MB/s",
+                     "keep them at least three times as long as the copy (binlog_expire_logs_seconds), or the "
+                     "channel cannot start from the copy's position" if short else ""))
+    return out

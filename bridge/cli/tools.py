@@ -91,12 +91,20 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
 @click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
               help="The start-replica --apply-mode to check the replica user's privileges for.")
 @tls_options
+@click.option("--clone-source", envvar="RDMA_BRIDGE_CLONE_SOURCE", default=None, metavar="URL",
+              help="Also check what `rdma-bridge clone --source URL` needs: its account's privileges, tables a "
+                   "consistent snapshot covers, binlogs kept longer than the copy takes.")
+@click.option("--clone-schema", "clone_schemas", multiple=True, metavar="NAME",
+              help="The schemas clone will copy (default: every user schema).")
+@click.option("--clone-parallel", type=click.IntRange(1, 32), default=1, show_default=True,
+              help="The clone --parallel you plan (above 1 needs RELOAD).")
 def doctor(transport: str, ring_bytes: int, source: str | None, target: str | None, server_id: int,
-           apply_mode: str, tls) -> None:
+           apply_mode: str, tls, clone_source: str | None, clone_schemas: tuple[str, ...], clone_parallel: int) -> None:
     """Check this host and the servers for the known pitfalls before you start: RDMA
     device and port, RoCE v2 GID, MTU, memlock, NUMA placement, firmware, PFC/ECN; the
     primary's binlog settings and server ids; least-privilege grants on both servers;
-    with --tls-*, the certificate files (readable, key private and matching, chain, expiry).
+    with --tls-*, the certificate files (readable, key private and matching, chain, expiry);
+    with --clone-source, what clone needs of the primary.
 
     \b
     Each line is PASS, WARN, FAIL or INFO, with a fix; exit code 1 on any FAIL.
@@ -106,6 +114,9 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     found = checks.rdma_checks(transport, ring_bytes)
     if tls is not None:
         found += checks.tls_checks(tls)
+    if clone_source:
+        found += checks.clone_checks(MysqlUrl.parse(clone_source, PASSWORD_ENV["source"]), list(clone_schemas),
+                                     clone_parallel)
     primary_flavor = None
     if source:
         primary = MysqlUrl.parse(source, PASSWORD_ENV["source"])

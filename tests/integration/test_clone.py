@@ -76,6 +76,7 @@ def test_clone_under_writes_then_stream_ends_equal(urls, fresh_schema, caplog):
             cur.execute(f"SELECT f + 0e0 FROM {s}.types WHERE id = 1")
             assert cur.fetchone()[0] == replica_float  # the FLOAT's exact bits
     finally:
+        _drop_on_replica(pair, s)
         pair.stop()
 
 
@@ -115,4 +116,13 @@ def test_clone_refuses_a_replica_that_holds_the_schema_and_restarts_a_stopped_on
         pair.sql(f"INSERT INTO {s}.t VALUES (3)")
         pair.assert_same(s)
     finally:
+        _drop_on_replica(pair, s)
         pair.stop()
+
+
+def _drop_on_replica(pair, schema):
+    """The schema's drop on the primary (fresh_schema, at the end) reaches no replica once
+    the pair stopped: the clone's triggers must not stay there for other tests."""
+    with pair.replica.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {schema}")
+    pair.replica.commit()

@@ -114,3 +114,19 @@ def test_pinning_near_the_nic_uses_its_numa_node(tmp_path):
     finally:
         os.sched_setaffinity(0, before)
     assert doctor.pin_near_nic(tmp_path / "absent", nodes).startswith("not pinned")
+
+
+def test_clone_checks_say_what_clone_needs(urls, fresh_schema):
+    s = fresh_schema("doctor_clone")
+    with connect(urls["primary_admin"]).cursor() as cur:
+        cur.execute(f"CREATE DATABASE {s}")
+        cur.execute(f"CREATE TABLE {s}.fine (id INT PRIMARY KEY) ENGINE=InnoDB")
+        cur.execute(f"CREATE TABLE {s}.loose (id INT PRIMARY KEY) ENGINE=Aria")
+    found = statuses(doctor.clone_checks(urls["primary_admin"], [s], parallel=2))
+    assert found["clone grants of rdma_admin"] == "PASS" and found["clone binlog retention"] == "PASS"
+    engines = next(c for c in doctor.clone_checks(urls["primary_admin"], [s]) if c.name == "clone snapshot engines")
+    assert engines.status == "WARN" and f"{s}.loose (Aria)" in engines.detail and "fine" not in engines.detail
+    # the reader's account reads no table: clone cannot use it
+    reader = doctor.clone_checks(urls["primary"], [s])
+    assert statuses(reader)["clone grants of rdma_repl"] == "FAIL"
+    assert "SELECT" in next(c.detail for c in reader if c.name == "clone grants of rdma_repl")
