@@ -12,6 +12,7 @@ import logging
 import secrets
 import threading
 import time
+from typing import NamedTuple
 
 from bridge.apply import modes
 from bridge.apply.applier import Applier
@@ -21,7 +22,7 @@ from bridge.config import SECRET_ENV, ReplicaConfig, backoff_s, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
                            TargetConnectionLost)
-from bridge.model import GtidSet
+from bridge.model import Chunk, GtidSet, Transaction
 from bridge.node.fencing import WriterSeat
 from bridge.node import admin
 from bridge.node.halt import Halt
@@ -34,9 +35,18 @@ from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.codec import decode_chunk, decode_transaction
-from bridge.wire.frame import FrameKind
+from bridge.wire.frame import Frame, FrameKind
 
 log = logging.getLogger(__name__)
+
+
+class Picked(NamedTuple):
+    """A transaction (or chunk) taken from the ring: its frame, the decoded payload and
+    when it was picked up (wall-clock ns, for the apply and deliver stages)."""
+    frame: Frame
+    item: Transaction | Chunk
+    picked_ns: int
+
 HALTED_WAIT_S = 0.5  # how often a stopped apply loop looks at its stop flag
 
 
@@ -79,7 +89,7 @@ class ReplicaNode:
         self.heartbeats_applied = 0
         self.corrupt_frames = 0
         self.target_reconnects = 0
-        self._pending: list = []  # work whose apply lost the replica connection: retried first
+        self._pending: list[Picked] = []  # work whose apply lost the replica connection: retried first
         self._stash = None  # a decoded frame that could not join the last group
         self.groups = 0
         self.largest_group = 0
@@ -182,7 +192,7 @@ class ReplicaNode:
                 "apply_stopped": self.halt.status() if self.halt else None,
                 "counters": counters, "stages": self.stages.summary()}
 
-    def _record_stages(self, work: list) -> None:
+    def _record_stages(self, work: list[Picked]) -> None:
         """Stage times of the transactions a commit just made visible."""
         now = time.time_ns()
         for frame, item, picked in work:
@@ -234,7 +244,7 @@ class ReplicaNode:
                 self._apply_failed(work, exc)
                 return False
             self._pending = []
-            self.consumer.acknowledge(work[-1][0].seq)
+            self.consumer.acknowledge(work[-1].frame.seq)
             self._reached_until()
             return True
 
@@ -251,7 +261,7 @@ class ReplicaNode:
         self._tell_primary(self.halt.message())
         return True
 
-    def _due(self, entry) -> bool:
+    def _due(self, entry: Picked) -> bool:
         """--delay: due that long after the primary side read its commit (a chunk, whose
         commit is not read yet: after it was picked up here, which is later still)."""
         frame, item, picked_ns = entry
@@ -262,7 +272,7 @@ class ReplicaNode:
         self._not_before = due
         return False
 
-    def _apply_failed(self, work: list, exc: ApplyError) -> None:
+    def _apply_failed(self, work: list[Picked], exc: ApplyError) -> None:
         """A lost replica connection is retried; any other error stops applying at the
         transaction at fault (a group is applied again one transaction at a time to
         find it, the ones before it committed), the process and the session kept."""
@@ -275,7 +285,7 @@ class ReplicaNode:
                     self._apply([entry])
                 except ApplyError as one:
                     if index:
-                        self.consumer.acknowledge(work[index - 1][0].seq)
+                        self.consumer.acknowledge(work[index - 1].frame.seq)
                     if isinstance(one, TargetConnectionLost):
                         self._target_lost(work[index:], one)
                     else:
@@ -283,7 +293,7 @@ class ReplicaNode:
                     return
             # applied one by one: the group's error did not come back
             self._pending = []
-            self.consumer.acknowledge(work[-1][0].seq)
+            self.consumer.acknowledge(work[-1].frame.seq)
             return
         self._halt(work, exc)
 
@@ -322,15 +332,15 @@ class ReplicaNode:
         if self._control is not None:
             try_send(self._control, msg)
 
-    def _target_lost(self, work: list, exc: TargetConnectionLost) -> None:
-        chunked = work[0][0].kind == FrameKind.CHUNK
+    def _target_lost(self, work: list[Picked], exc: TargetConnectionLost) -> None:
+        chunked = work[0].frame.kind == FrameKind.CHUNK
         self._pending = [] if chunked else work  # rolled back by the server: retry it
         self._reconnect_target(exc)
         if chunked:  # its earlier chunks are gone from the ring: resend from the binlog
-            self._end_session(f"replica connection lost inside chunked transaction at seq {work[0][0].seq}",
+            self._end_session(f"replica connection lost inside chunked transaction at seq {work[0].frame.seq}",
                               "chunk_lost")
 
-    def _halt(self, work: list, exc: ApplyError) -> None:
+    def _halt(self, work: list[Picked], exc: ApplyError) -> None:
         """Stop applying at ``work[0]``; it is retried first by resume."""
         frame, item, _ = work[0]
         chunked = frame.kind == FrameKind.CHUNK
@@ -343,8 +353,8 @@ class ReplicaNode:
         if chunked:
             self._end_session(f"applying stopped inside chunked transaction at seq {frame.seq}", "chunk_lost")
 
-    def _take(self) -> list:
-        """[(frame, decoded)], grouping row-only transactions up to the configured bounds
+    def _take(self) -> list[Picked]:
+        """Picked transactions, grouping row-only transactions up to the configured bounds
         (transactions, rows, payload bytes). Only frames already in the ring join: a
         group never waits for more."""
         work, rows, size = [], 0, 0
@@ -358,24 +368,23 @@ class ReplicaNode:
             if cfg.delay_s and not self._due(entry):
                 self._stash = entry  # taken again once due
                 break
-            groupable = entry[0].kind == FrameKind.TXN and not entry[1].is_barrier and \
-                not (work and entry[1].format_event)  # a new format starts a group: the group has one format
+            groupable = entry.frame.kind == FrameKind.TXN and not entry.item.is_barrier and \
+                not (work and entry.item.format_event)  # a new format starts a group: the group has one format
             if not groupable:
                 if work:
                     self._stash = entry  # a barrier: it goes alone, next
                     break
                 return [entry]
             work.append(entry)
-            rows += entry[1].row_count
-            size += len(entry[0].payload)
+            rows += entry.item.row_count
+            size += len(entry.frame.payload)
             if held is not None:  # --until-gtid: a group ends where the set is reached
-                held = held.add_text(entry[1].gtid)
+                held = held.add_text(entry.item.gtid)
                 if held.contains_all(self._until):
                     break
         return work
 
-    def _next_decoded(self):
-        """(frame, decoded, picked-up wall-clock ns)."""
+    def _next_decoded(self) -> Picked | None:
         frame = self.consumer.poll()
         if frame is None:
             return None
@@ -386,9 +395,9 @@ class ReplicaNode:
         else:
             raise RemoteProtocolError(f"frame seq {frame.seq}: kind {frame.kind.name} is not expected in the ring")
         self._has_format = check_payload(frame.seq, item, self.apply_mode, self._has_format)
-        return frame, item, time.time_ns()
+        return Picked(frame, item, time.time_ns())
 
-    def _apply(self, work: list) -> None:
+    def _apply(self, work: list[Picked]) -> None:
         frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:
             self.applier.apply_chunk(frame.seq, item)
@@ -403,7 +412,7 @@ class ReplicaNode:
             self.heartbeats_applied += beats
             self.groups += 1
             self.largest_group = max(self.largest_group, len(work))
-        self.last_gtid_applied = work[-1][1].gtid
+        self.last_gtid_applied = work[-1].item.gtid
         for _, item, _ in work:
             rows, events = rows_and_events(item.changes)
             self.rows_applied += rows
