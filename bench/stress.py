@@ -43,6 +43,7 @@ acceptance criteria met or not); -stress-short for a bridge phase under an hour.
 from __future__ import annotations
 
 import argparse
+import os
 import datetime as dt
 import html
 import json
@@ -323,7 +324,7 @@ def _line(row: dict) -> str:
 # --- the run -------------------------------------------------------------------------
 
 def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir: str, ack_timeout_ms: int = 10,
-        out: Path = RESULTS, log=print) -> dict:
+        out: Path = RESULTS, log=print, primary_nice: int = 0) -> dict:
     bench = Bench(state_dir, "shm", extra_primary=("--semi-sync", semi_sync))
     started_at = dt.datetime.now(dt.timezone.utc)
     stress = None
@@ -335,6 +336,8 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
                     "SET GLOBAL rpl_semi_sync_master_enabled=ON")
         bench.native_sql("STOP SLAVE", "SET GLOBAL rpl_semi_sync_slave_enabled=OFF", "START SLAVE")
         bench.start_bridge()
+        if primary_nice:
+            renice(bench.bridge_primary.proc.pid, primary_nice, log)
         wait_clients(bench, 1)
         bench.wait(bench.bridge_pos, bench.primary_pos(), alive=bench.bridge_alive)
         bench.wait(bench.native_pos, bench.primary_pos())
@@ -377,11 +380,21 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
                        started_at)
     result["bridge_stages_us"] = stages
     out.mkdir(parents=True, exist_ok=True)
-    name = f"{started_at.date().isoformat()}-stress{'' if minutes >= 60 else '-short'}"
+    name = f"{started_at.date().isoformat()}-stress{'' if minutes >= 60 else '-short'}" + \
+        (f"-nice{primary_nice}" if primary_nice else "")
+    result["primary_side_nice"] = primary_nice
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     (out / f"{name}.html").write_text(render_html(result))
     log(f"written: {out / name}.json and .html")
     return result
+
+
+def renice(pid: int, nice: int, log) -> None:
+    """Every thread of the primary side at ``nice`` (Linux keeps it per thread; threads
+    made later inherit it), as `Nice=` in its systemd unit would start it."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+    log(f"primary side (pid {pid}) at nice {nice}")
 
 
 def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: int, native_minutes: int, rate: int,
@@ -517,11 +530,13 @@ def main() -> None:
     ap.add_argument("--semi-sync", default="received", choices=["received", "applied"])
     ap.add_argument("--ack-timeout-ms", type=int, default=10)
     ap.add_argument("--state-dir", default=".sandbox")
+    ap.add_argument("--primary-nice", type=int, default=0,
+                    help="run the bridge's primary side at this nice value (e.g. -10; root), the result file named so")
     args = ap.parse_args()
     if args.hours is not None:
         args.minutes, args.native_minutes = max(1, round(args.hours * 60)), max(1, round(args.hours * 6))
     run(args.minutes, args.native_minutes, args.rate, args.semi_sync, args.state_dir, args.ack_timeout_ms,
-        log=lambda m: print(m, file=sys.stderr, flush=True))
+        log=lambda m: print(m, file=sys.stderr, flush=True), primary_nice=args.primary_nice)
 
 
 if __name__ == "__main__":
