@@ -26,7 +26,8 @@ from bridge.model import Chunk, GtidSet, Transaction
 from bridge.node.fencing import WriterSeat
 from bridge.node import admin
 from bridge.node.halt import Halt
-from bridge.node.listener import Listener, try_send
+from bridge.node.listener import Listener
+from bridge.node.session import Session
 from bridge.node.progress import Progress
 from bridge.ring.consumer import RingConsumer
 from bridge.statusdoc import ReplicaStatus
@@ -80,11 +81,8 @@ class ReplicaNode:
                 self.applier.preflight("binlog")
             except ConfigError as exc:
                 log.warning("a %s primary will be refused until this is fixed: %s", self.applier.server.flavor, exc)
-        self.apply_mode = ""  # the current session's
-        self._has_format = False  # a FORMAT_DESCRIPTION is known for the frames taken in this session
         self.host = make_host(cfg.transport, cfg.ring_bytes)
-        self.consumer: RingConsumer | None = None
-        self.session = ""
+        self.current: Session | None = None  # the primary side's session (bridge.node.session)
         self.applied_count = 0  # user transactions (heartbeat rows apart)
         self.heartbeats_applied = 0
         self.corrupt_frames = 0
@@ -105,9 +103,7 @@ class ReplicaNode:
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
         self.address = self._listener.address
-        self._control: ControlConnection | None = None
         self.writers = WriterSeat(cfg.channel)  # which primary side may feed the ring (bridge.node.fencing)
-        self._rung = False  # the current session's producer rings the doorbell
         self.halt: Halt | None = None  # applying stopped on this error (bridge.node.halt)
         self._unhalted = threading.Event()  # set by resume and skip
         self._until = GtidSet.parse(cfg.until_gtid) if cfg.until_gtid else None  # --until-gtid, until reached
@@ -153,10 +149,11 @@ class ReplicaNode:
 
     def _idle_wait(self) -> None:
         """Sleep until the primary rings the ring's doorbell (shm, tcp), or poll (rdma)."""
-        consumer, fd = self.consumer, self.host.doorbell_fd
-        if consumer is None or fd is None or not self._rung:
+        session, fd = self.current, self.host.doorbell_fd
+        if session is None or fd is None or not session.rung:
             time.sleep(self.cfg.poll_idle_s)
             return
+        consumer = session.consumer
         wait_for_doorbell(self.host.region, fd, lambda: consumer.published or bool(self._pending or self._stash))
 
     def _report_progress(self) -> None:
@@ -173,7 +170,8 @@ class ReplicaNode:
     def status(self) -> ReplicaStatus:
         pos = self.applier.position
         stats = self.applier.stats
-        consumer = self.consumer
+        session = self.current
+        consumer = session.consumer if session is not None else None
         counters = {"transactions_applied": self.applied_count, "heartbeats_applied": self.heartbeats_applied,
                     "rows_applied": self.rows_applied,
                     "row_events_applied": self.row_events_applied,
@@ -187,8 +185,8 @@ class ReplicaNode:
             counters["last_lag_seconds"] = self.last_lag_s
         return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
-                "workers": self.cfg.workers, "apply_mode": self.apply_mode or self.cfg.apply_mode,
-                "session": bool(self.session), "gtid_set": str(pos.gtid_set),
+                "workers": self.cfg.workers, "apply_mode": session.apply_mode if session else self.cfg.apply_mode,
+                "session": session is not None, "gtid_set": str(pos.gtid_set),
                 "apply_stopped": self.halt.status() if self.halt else None,
                 "counters": counters, "stages": self.stages.summary()}
 
@@ -228,7 +226,7 @@ class ReplicaNode:
         if self._session_waiting.is_set() or self.halt is not None:
             return False  # a new session resets the ring: let it in first
         with self._lock:
-            if self.consumer is None or self._reached_until():
+            if self.current is None or self._reached_until():
                 return False
             try:
                 work = self._pending or self._take()
@@ -317,7 +315,7 @@ class ReplicaNode:
                                   "skip")
             halt.check_skip(gtid)
             self.applier.skip(halt.seq, halt.gtid, halt.error, by)
-            if self._pending and self._pending[0][0].seq == halt.seq:
+            if self._pending and self._pending[0].frame.seq == halt.seq:
                 self._pending = self._pending[1:]
                 if self.consumer is not None:
                     self.consumer.acknowledge(halt.seq)
@@ -329,8 +327,8 @@ class ReplicaNode:
         return halt
 
     def _tell_primary(self, msg: dict) -> None:
-        if self._control is not None:
-            try_send(self._control, msg)
+        if self.current is not None:
+            self.current.tell(msg)
 
     def _target_lost(self, work: list[Picked], exc: TargetConnectionLost) -> None:
         chunked = work[0].frame.kind == FrameKind.CHUNK
@@ -385,7 +383,8 @@ class ReplicaNode:
         return work
 
     def _next_decoded(self) -> Picked | None:
-        frame = self.consumer.poll()
+        session = self.current
+        frame = session.consumer.poll()
         if frame is None:
             return None
         if frame.kind == FrameKind.TXN:
@@ -394,7 +393,7 @@ class ReplicaNode:
             item = decode_chunk(frame.payload)
         else:
             raise RemoteProtocolError(f"frame seq {frame.seq}: kind {frame.kind.name} is not expected in the ring")
-        self._has_format = check_payload(frame.seq, item, self.apply_mode, self._has_format)
+        session.has_format = check_payload(frame.seq, item, session.apply_mode, session.has_format)
         return Picked(frame, item, time.time_ns())
 
     def _apply(self, work: list[Picked]) -> None:
@@ -443,9 +442,9 @@ class ReplicaNode:
         self._stop.set()
         self._listener.close()
         with self._lock:
-            if self._control:
-                self._control.close()
-            self.consumer = None
+            if self.current is not None:
+                self.current.end()
+                self.current = None
             self.host.close()
             self.applier.close()
         if self.metrics is not None:
@@ -455,7 +454,8 @@ class ReplicaNode:
     # --- connections -----------------------------------------------------
 
     def serve_data(self, conn: ControlConnection, msg: dict, proof: str) -> None:
-        if not self.session or msg.get("session") != self.session:
+        session = self.current
+        if session is None or msg.get("session") != session.id:
             raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
         self.host.accept(conn, proof, msg)
 
@@ -495,8 +495,9 @@ class ReplicaNode:
             mode = modes.choose(self.cfg.apply_mode, str(msg.get("flavor", "")), self.applier.server.flavor)
             self.applier.preflight(mode)
             fenced = self.writers.admit(msg)
-            self._close_control(f"fenced: the primary side {self.writers.current} took channel "
-                                f"{self.cfg.channel!r} over" if fenced else "", Fenced.code)
+            if self.current is not None:
+                self.current.end(f"fenced: the primary side {self.writers.current} took channel "
+                                 f"{self.cfg.channel!r} over" if fenced else "", Fenced.code)
             if fenced:
                 log.warning("channel %r taken over: primary side %s fenced off by %s", self.cfg.channel, fenced,
                             self.writers.current)
@@ -506,18 +507,18 @@ class ReplicaNode:
                                                  explicit=msg.get("start_explicit") is True)
             epoch = self.applier.next_epoch()
             self.applier.set_mode(mode, msg.get("flavor") == self.applier.server.flavor)
-            self.apply_mode, self._has_format = mode, self.applier.format is not None
             self.host.fence()  # fresh ring memory: no writer of an earlier session reaches it
             self._pending, self._stash = [], None
-            self.consumer = RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1, epoch=epoch)
-            self.session = secrets.token_hex(8)
-            self._control = conn
-            # tcp: our own receiver thread rings; shm: the primary, if it says it does
-            self._rung = self.cfg.transport == "tcp" or msg.get("doorbell") is True
+            self.current = Session(
+                id=secrets.token_hex(8), epoch=epoch, control=conn, apply_mode=mode,
+                consumer=RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1, epoch=epoch),
+                # tcp: our own receiver thread rings; shm: the primary, if it says it does
+                rung=self.cfg.transport == "tcp" or msg.get("doorbell") is True,
+                has_format=self.applier.format is not None)
             return {"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
                     "auth": proof,
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
-                    "params": {**self.host.params(), "session": self.session},
+                    "params": {**self.host.params(), "session": self.current.id},
                     "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel,
                     "apply_mode": mode, "format": self.applier.format.id if self.applier.format else "",
                     "epoch": epoch, "apply_stopped": self.halt.message() if self.halt else None,
@@ -526,14 +527,15 @@ class ReplicaNode:
     def _end_session(self, reason: str, code: str = "bad_frame") -> None:
         log.error("session %s ended: %s", self.session, reason)
         self.applier.abort_open()
-        self.consumer = None
-        self.session = ""
-        self._close_control(reason, code)
+        ended, self.current = self.current, None
+        if ended is not None:
+            ended.end(reason, code)
 
-    def _close_control(self, reason: str, code: str) -> None:
-        """End the current control connection, telling the primary side why (if there is a reason)."""
-        if self._control is not None:
-            if reason:
-                try_send(self._control, control.error(reason, code))
-            self._control.close()
-            self._control = None
+    @property
+    def session(self) -> str:
+        """The current session's id; "" between sessions."""
+        return self.current.id if self.current is not None else ""
+
+    @property
+    def consumer(self) -> RingConsumer | None:
+        return self.current.consumer if self.current is not None else None

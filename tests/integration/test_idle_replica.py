@@ -94,7 +94,7 @@ def test_a_primary_that_does_not_ring_is_polled_not_waited_for(urls, monkeypatch
         for i in range(5):
             pair.sql(f"INSERT INTO old_primary.t VALUES ({i})")
         pair.assert_same("old_primary")
-        assert pair.replica_node._rung is False
+        assert pair.replica_node.current.rung is False
     finally:
         pair.stop()
     monkeypatch.undo()  # a current primary side says it rings
@@ -102,6 +102,6 @@ def test_a_primary_that_does_not_ring_is_polled_not_waited_for(urls, monkeypatch
     try:
         new.sql("INSERT INTO old_primary.t VALUES (100)")
         new.sync()
-        assert new.replica_node._rung is True
+        assert new.replica_node.current.rung is True
     finally:
         new.stop()

@@ -5,16 +5,16 @@ codec; only the ring is replaced by a list."""
 
 from bridge.config import MysqlUrl, ReplicaConfig
 from bridge.model import RowChange, Statement, Transaction
-from bridge.node.replica import ReplicaNode
+from bridge.node.replica import Picked, ReplicaNode
 from bridge.wire.codec import decode_transaction, encode_transaction
 from bridge.wire.frame import Frame, FrameKind
 
 
-def txn(seq: int, rows: int = 1, pad: int = 0, ddl: bool = False) -> tuple:
+def txn(seq: int, rows: int = 1, pad: int = 0, ddl: bool = False) -> Picked:
     changes = (Statement("s", "ALTER TABLE t ADD c INT"),) if ddl else tuple(
         RowChange("insert", "s", "t", ("id", "p"), ("id",), None, (seq * 100 + i, "x" * pad)) for i in range(rows))
     payload = encode_transaction(Transaction(f"0-1-{seq}", changes))
-    return Frame(FrameKind.TXN, seq, payload), decode_transaction(payload), 0
+    return Picked(Frame(FrameKind.TXN, seq, payload), decode_transaction(payload), 0)
 
 
 def grouper(entries, **bounds) -> ReplicaNode:
