@@ -297,6 +297,7 @@ class PrimaryNode:
         attempt = 0
         while not self._stop.is_set():
             try:
+                self._check_fenced()  # the replica side said so while this side was retrying
                 if self.reader is None:
                     self.connect()
                 elif self.remote is None:
@@ -313,6 +314,13 @@ class PrimaryNode:
                 if attempt > self.cfg.reconnect_attempts:
                     raise
                 self._backoff(attempt, exc)
+
+    def _check_fenced(self) -> None:
+        """Another primary side took the channel (the replica side said so, code fenced):
+        stop writing, whatever else failed meanwhile. Over rdma the old queue pair is
+        closed at once, so a placement may fail before the message is read."""
+        if self._link_code == Fenced.code:
+            raise Fenced(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
 
     def _backoff(self, attempt: int, exc: BridgeError) -> None:
         delay = backoff_s(attempt, self.cfg.reconnect_backoff_s, self.cfg.reconnect_backoff_max_s)
@@ -337,8 +345,7 @@ class PrimaryNode:
             self._ack_refresh_at = now + ACK_REFRESH_S
             self.producer.acknowledge(self.remote.read_ack())
         if self._link_down.is_set():
-            if self._link_code == Fenced.code:  # another primary side took the channel: stop writing
-                raise Fenced(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
+            self._check_fenced()
             raise TransportError(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
         self._say_alive()
         reader = self.reader  # close() from another thread may drop it mid-step
