@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import pymysql
 import pymysql.cursors
 
+from bridge.apply.connection import apply_error
 from bridge.check.checksum import range_sql
-from bridge.errors import ApplyError, SourceError
+from bridge.errors import SourceError
 from bridge.sqlnames import quote_name, table_name
 
 log = logging.getLogger(__name__)
@@ -225,9 +226,7 @@ def _insert(conn: pymysql.Connection, statement: str, shape: TableShape) -> None
         conn.commit()
     except pymysql.MySQLError as exc:
         conn.rollback()
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-        raise ApplyError(f"clone: write {shape.name} on the replica: {exc.args[-1] if exc.args else exc}", code) \
-            from exc
+        raise apply_error(f"clone: write {shape.name} on the replica", exc) from exc
 
 
 def _text(value) -> str:

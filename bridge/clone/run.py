@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from bridge.apply.connection import apply_error
 from bridge.apply import channel as channel_rows
 from bridge.clone import rows as row_copy
 from bridge.clone import schema
 from bridge.clone.snapshot import Snapshot, open_snapshot
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError, ConfigError
+from bridge.errors import ConfigError
 from bridge.model import GtidSet
 from bridge.sqlnames import CLONE_STATE, quote_name
 
@@ -207,8 +208,7 @@ def _target(url: MysqlUrl) -> pymysql.Connection:
         with conn.cursor() as cur:
             cur.execute(row_copy.TARGET_SESSION)
     except pymysql.MySQLError as exc:
-        raise ApplyError(f"clone: connect to replica {url}: {exc.args[-1] if exc.args else exc}",
-                         exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0) from exc
+        raise apply_error(f"clone: connect to replica {url}", exc) from exc
     return conn
 
 
@@ -220,8 +220,7 @@ def _execute(conn: pymysql.Connection, statement: str, url: MysqlUrl, args=None,
             conn.commit()
     except pymysql.MySQLError as exc:
         conn.rollback()
-        raise ApplyError(f"clone: on replica {url}: {exc.args[-1] if exc.args else exc}",
-                         exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0) from exc
+        raise apply_error(f"clone: on replica {url}", exc) from exc
 
 
 def _stopped_clone(conn: pymysql.Connection, channel: str) -> list[str]:

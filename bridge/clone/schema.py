@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from bridge.apply.connection import apply_error
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
 from bridge.sqlnames import SYSTEM_SCHEMAS, quote_name, table_name
@@ -133,6 +134,4 @@ def _run(conn: pymysql.Connection, statement: str, what: str, url: MysqlUrl) -> 
         with conn.cursor() as cur:
             cur.execute(statement)
     except pymysql.MySQLError as exc:
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-        raise ApplyError(f"clone: create {what} on replica {url}: {exc.args[-1] if exc.args else exc}", code) \
-            from exc
+        raise apply_error(f"clone: create {what} on replica {url}", exc) from exc
