@@ -144,18 +144,28 @@ def plan_tables(conn, schemas: list[str] | None, tables: list[str] | None) -> li
             cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema=%s AND table_name=%s "
                         "ORDER BY ordinal_position", (db, tbl))
             columns = tuple(r[0] for r in cur.fetchall())
-            cur.execute("SELECT s.index_name, s.column_name, c.is_nullable FROM information_schema.statistics s "
-                        "JOIN information_schema.columns c ON c.table_schema=s.table_schema AND "
-                        "c.table_name=s.table_name AND c.column_name=s.column_name WHERE s.table_schema=%s AND "
-                        "s.table_name=%s AND s.non_unique=0 ORDER BY s.index_name='PRIMARY' DESC, s.index_name, "
-                        "s.seq_in_index", (db, tbl))
-            keys: dict[str, list] = {}
-            for index, column, nullable in cur.fetchall():
-                keys.setdefault(index, []).append((column, nullable == "YES"))
-            usable = [(i, tuple(c for c, _ in cols)) for i, cols in keys.items() if not any(n for _, n in cols)]
-            index, key = usable[0] if usable else (None, ())
-            plans.append(TablePlan(db, tbl, columns, index, key))
+            plans.append(TablePlan(db, tbl, columns, *unique_key(cur, db, tbl)))
     return plans
+
+
+def unique_key(cur, db: str, tbl: str, refused_types: tuple[str, ...] = ()) -> tuple[str | None, tuple[str, ...]]:
+    """(index, its columns): the primary key, else a unique index of NOT NULL columns,
+    none with a column of ``refused_types``; (None, ()) when there is none."""
+    cur.execute("SELECT s.index_name, s.column_name, c.is_nullable, c.data_type FROM information_schema.statistics s "
+                "JOIN information_schema.columns c ON c.table_schema=s.table_schema AND c.table_name=s.table_name "
+                "AND c.column_name=s.column_name WHERE s.table_schema=%s AND s.table_name=%s AND s.non_unique=0 "
+                "ORDER BY s.index_name='PRIMARY' DESC, s.index_name, s.seq_in_index", (db, tbl))
+    keys: dict[str, list] = {}
+    for index, column, nullable, data_type in cur.fetchall():
+        keys.setdefault(_str(index), []).append((_str(column), _str(nullable), _str(data_type).lower()))
+    for index, cols in keys.items():
+        if all(n == "NO" and t not in refused_types for _, n, t in cols):
+            return index, tuple(c for c, _, _ in cols)
+    return None, ()
+
+
+def _str(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def range_sql(cur, key: tuple[str, ...], lower: tuple | None, upper: tuple | None) -> str:

@@ -27,7 +27,7 @@ import pymysql
 import pymysql.cursors
 
 from bridge.apply.connection import apply_error
-from bridge.check.checksum import range_sql
+from bridge.check.checksum import range_sql, unique_key
 from bridge.errors import SourceError
 from bridge.sqlnames import quote_name, table_name
 
@@ -63,27 +63,12 @@ def table_shape(conn: pymysql.Connection, db: str, table: str) -> TableShape:
         cur.execute("SELECT TABLE_ROWS, AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
                     "TABLE_NAME=%s", (db, table))
         estimate, row_bytes = cur.fetchone()
-        index, key = _chunk_key(cur, db, table)
+        # FLOAT/DOUBLE text is not exact enough to bound a key range with
+        index, key = unique_key(cur, db, table, refused_types=("float", "double"))
     names = tuple(_text(c) for c, _ in columns)
     parts = ", ',', ".join(_quoted(quote_name(c), _text(t).lower()) for c, t in zip(names, (t for _, t in columns)))
     return TableShape(db, table, names, f"CONCAT('(', {parts}, ')')", int(estimate or 0), int(row_bytes or 0),
                       index, key)
-
-
-def _chunk_key(cur, db: str, table: str) -> tuple[str | None, tuple[str, ...]]:
-    """The primary key, or else a unique index of NOT NULL columns; none whose column is
-    FLOAT or DOUBLE (their text is not exact enough to bound a range with)."""
-    cur.execute("SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE, c.DATA_TYPE FROM information_schema.STATISTICS s "
-                "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA=s.TABLE_SCHEMA AND c.TABLE_NAME=s.TABLE_NAME "
-                "AND c.COLUMN_NAME=s.COLUMN_NAME WHERE s.TABLE_SCHEMA=%s AND s.TABLE_NAME=%s AND s.NON_UNIQUE=0 "
-                "ORDER BY s.INDEX_NAME='PRIMARY' DESC, s.INDEX_NAME, s.SEQ_IN_INDEX", (db, table))
-    indexes: dict[str, list] = {}
-    for index, column, nullable, data_type in cur.fetchall():
-        indexes.setdefault(_text(index), []).append((_text(column), _text(nullable), _text(data_type).lower()))
-    for index, cols in indexes.items():
-        if all(n == "NO" and t not in ("float", "double") for _, n, t in cols):
-            return index, tuple(c for c, _, _ in cols)
-    return None, ()
 
 
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
