@@ -189,6 +189,9 @@ class ReplicaConfig:
     until_gtid: str = ""  # stop applying once the replica holds this GTID set
     tls: TlsFiles | None = None  # None: plain TCP (refused beyond loopback unless insecure_transport)
     insecure_transport: bool = False  # plain TCP beyond loopback, said at start
+    # --include/--exclude/--rename-schema as bridge.filter.Filter.to_json(); "": not given
+    # (the channel's recorded filter, if any, holds)
+    channel_filter: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ SKIPPED = f"{SCHEMA}.skipped"  # replica: transactions an operator skipped
 REPAIRS = f"{SCHEMA}.repairs"  # primary: repair markers, replicated to the replica side
 PROBE = f"{SCHEMA}.bridge_probe"  # replica: the binlog apply mode's capability probe
 CLONE_STATE = f"{SCHEMA}.clone_state"  # replica: how far `rdma-bridge clone` got, per table
+CHANNEL_FILTER = f"{SCHEMA}.channel_filter"  # replica: what each channel replicates (bridge.filter)
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", SCHEMA)
 
 

@@ -65,6 +65,7 @@ class ReplicaStatus(TypedDict):
     transport: str
     workers: int
     apply_mode: str
+    replicates: str  # the channel's filter (bridge.filter), e.g. "every table"
     session: bool
     gtid_set: str
     apply_stopped: ApplyStopped | None

@@ -46,3 +46,11 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.clone_state (
   updated_at    TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
   PRIMARY KEY (channel, db, tbl)
 ) ENGINE=InnoDB;
+-- What each channel replicates (--include/--exclude/--rename-schema, as JSON), set by
+-- `rdma-bridge clone` with the channel's start or by the first start-replica given one;
+-- no row: every table under its own name.
+CREATE TABLE IF NOT EXISTS rdma_bridge.channel_filter (
+  channel     VARCHAR(64) NOT NULL PRIMARY KEY,
+  rules       TEXT NOT NULL,
+  updated_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB;

@@ -38,6 +38,7 @@ from bridge.apply.statements import StatementReplayer
 from bridge.config import MysqlUrl
 from bridge.errors import (ApplyError, BridgeError, ChannelLocked, ConfigError, RemoteProtocolError, StartRefused,
                            TargetConnectionLost)
+from bridge.filter import EVERYTHING
 from bridge.model import Chunk, GtidSet, RowEvents, Statement, Transaction
 from bridge.apply.payload import heartbeat_rows
 from bridge.wire import binlog, tablemap
@@ -67,6 +68,7 @@ class Applier:
         self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
         self._open_repair: dict | None = None  # the marker of a repair cut in chunks, until its last chunk
         self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
+        self.rules = EVERYTHING  # the channel's filter (the replica node sets it): a repair's table is renamed too
         self._binlog, self._sql, self._statements = BinlogRows(url, channel), SqlRows(channel), StatementReplayer()
         self._connect()
         self.position = self._load_position()
@@ -267,7 +269,7 @@ class Applier:
     def _replace_range(self, context: str, fields: dict, changes, seq: int, gtids: GtidSet, fmt) -> None:
         """The last rows of a repair (the copy), then the replica's rows of the range
         replaced by the copy, the position and COMMIT; all rolled back on failure."""
-        db, tbl, copy, where = fields["db"], fields["tbl"], fields["copy_table"], fields["where_sql"]
+        db, tbl, copy, where = self.rules.target(fields["db"]), fields["tbl"], fields["copy_table"], fields["where_sql"]
         if not str(copy).startswith("repair_copy_"):
             raise ApplyError(f"{context}: repair marker names copy table {copy!r}")
         # no cascade: the replica's rows of the range are replaced, not deleted

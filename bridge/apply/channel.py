@@ -11,6 +11,7 @@ carry it, and frames of an older session are never applied.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 
 import pymysql
@@ -18,11 +19,13 @@ import pymysql
 from bridge.apply import sql
 from bridge.apply.connection import apply_error
 from bridge.config import MysqlUrl
-from bridge.errors import ChannelLocked
+from bridge.errors import ChannelLocked, StartRefused
+from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
 from bridge.sqlfiles import sql_statements
-from bridge.sqlnames import META, SKIPPED, SYSTEM_SCHEMAS
+from bridge.sqlnames import CHANNEL_FILTER, META, SKIPPED, SYSTEM_SCHEMAS
 
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,51 @@ def init_position(conn: pymysql.Connection, channel: str, gtid_set: GtidSet) -> 
     with conn.cursor() as cur:
         cur.execute(sql.POSITION_INSERT + " ON DUPLICATE KEY UPDATE channel=channel", (channel, 0, str(gtid_set)))
     conn.commit()
+
+
+def load_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> Filter | None:
+    """The channel's recorded filter; None when it has none (every table, own names)."""
+    ensure_schema(conn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT rules FROM {CHANNEL_FILTER} WHERE channel=%s", (channel,))
+            row = cur.fetchone()
+        conn.commit()
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"read the filter of channel {channel!r} on replica {url}", exc) from exc
+    return Filter.from_json(row[0]) if row else None
+
+
+def save_filter(conn: pymysql.Connection, channel: str, rules: Filter, commit: bool = True) -> None:
+    with conn.cursor() as cur:
+        cur.execute(f"{sql.TAG}REPLACE INTO {CHANNEL_FILTER} (channel, rules) VALUES (%s, %s)",
+                    (channel, rules.to_json()))
+    if commit:
+        conn.commit()
+
+
+def settle_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl, given: Filter | None,
+                  has_position: bool) -> Filter:
+    """The filter the channel applies with: the one recorded, or ``given`` when there is
+    none yet or it only narrows the recorded one (recorded then). A filter that would
+    add tables or change a rename is refused: those tables' rows before now were never
+    copied."""
+    recorded = load_filter(conn, channel, url)
+    if given is None or given == recorded:
+        return recorded or EVERYTHING
+    if recorded is None and not has_position:
+        save_filter(conn, channel, given)
+        return given
+    old = recorded or EVERYTHING
+    if not given.narrows(old):
+        raise StartRefused(f"channel {channel!r} on replica {url} replicates {old.describe()}; the filter given "
+                           f"({given.describe()}) would add tables or change a rename, whose earlier rows the "
+                           "replica never received: start a new channel with rdma-bridge clone --include/--exclude/"
+                           "--rename-schema (it copies them), or give the recorded filter (or a narrower one)")
+    log.warning("channel %r: filter narrowed from %s to %s: the tables left out keep their rows on the replica and "
+                "get no more changes", channel, old.describe(), given.describe())
+    save_filter(conn, channel, given)
+    return given
 
 
 def record_skip(conn: pymysql.Connection, channel: str, seq: int, gtids: GtidSet, gtid: str, error: str,

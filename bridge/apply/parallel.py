@@ -116,6 +116,18 @@ class ParallelApplier:
     def mode(self) -> str:
         return self.main.mode
 
+    @property
+    def conn(self):
+        return self.main.conn
+
+    @property
+    def rules(self):
+        return self.main.rules
+
+    @rules.setter
+    def rules(self, rules) -> None:
+        self.main.rules = rules
+
     def set_mode(self, mode: str, same_flavor: bool) -> None:
         for applier in (self.main, *self.others):
             applier.set_mode(mode, same_flavor)

@@ -34,6 +34,7 @@ from bridge import sqlnames
 from bridge.sqlnames import quote_name, table_name
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, BridgeError, ConfigError
+from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,15 @@ class TablePlan:
     columns: tuple[str, ...]
     index: str | None  # PRIMARY, a unique index, or None: one chunk
     key: tuple[str, ...]
+    into: str = ""  # the replica's schema when the channel renames it
 
     @property
     def name(self) -> str:
         return table_name(self.db, self.tbl)
+
+    @property
+    def replica_name(self) -> str:
+        return table_name(self.into or self.db, self.tbl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +136,22 @@ def has_crc32c(conn) -> bool:
         return False
 
 
-def plan_tables(conn, schemas: list[str] | None, tables: list[str] | None) -> list[TablePlan]:
+def channel_filter(conn, channel: str) -> Filter:
+    """What the channel replicates, as recorded on the replica (bridge.filter)."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"SELECT rules FROM {sqlnames.CHANNEL_FILTER} WHERE channel=%s", (channel,))
+            row = cur.fetchone()
+        except pymysql.ProgrammingError as exc:  # 1146: no bridge of this version ran against this replica
+            if exc.args[0] != NO_SUCH_TABLE:
+                raise
+            row = None
+    return Filter.from_json(row[0]) if row else EVERYTHING
+
+
+def plan_tables(conn, schemas: list[str] | None, tables: list[str] | None,
+                rules: Filter = EVERYTHING) -> list[TablePlan]:
+    """The primary's tables to check: those named (default: all) that the channel replicates."""
     with conn.cursor() as cur:
         if schemas:
             cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type='BASE TABLE' "
@@ -138,13 +159,15 @@ def plan_tables(conn, schemas: list[str] | None, tables: list[str] | None) -> li
         else:
             cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type='BASE TABLE' "
                         "AND table_schema NOT IN %s ORDER BY 1, 2", (SYSTEM_SCHEMAS,))
-        names = [(db, t) for db, t in cur.fetchall() if not tables or t in tables or f"{db}.{t}" in tables]
+        names = [(db, t) for db, t in cur.fetchall() if (not tables or t in tables or f"{db}.{t}" in tables)
+                 and rules.keeps(db, t) and db != SCHEMA]
         plans = []
         for db, tbl in names:
             cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema=%s AND table_name=%s "
                         "ORDER BY ordinal_position", (db, tbl))
             columns = tuple(r[0] for r in cur.fetchall())
-            plans.append(TablePlan(db, tbl, columns, *unique_key(cur, db, tbl)))
+            into = rules.target(db)
+            plans.append(TablePlan(db, tbl, columns, *unique_key(cur, db, tbl), into if into != db else ""))
     return plans
 
 
@@ -263,6 +286,7 @@ class Checksummer:
         self.replica = connect(replica, "replica")
         self._wheres: dict[tuple[str, str, int], str] = {}
         self.crc = has_crc32c(self.primary) and has_crc32c(self.replica)  # both sides run the same hash
+        self.rules = channel_filter(self.replica, channel)  # the tables it replicates, under the replica's names
         self._offline_results: list[ChunkResult] = []
 
     def close(self) -> None:
@@ -274,12 +298,13 @@ class Checksummer:
         """Every chunk of the chosen tables, or just the chunks ``only`` names (re-check)."""
         started = time.perf_counter()
         result = ChecksumRun()
-        plans = plan_tables(self.primary, schemas, tables)
+        plans = plan_tables(self.primary, schemas, tables, self.rules)
         if only is not None:
             wanted = {(c.db, c.tbl) for c in only}
             plans = [p for p in plans if (p.db, p.tbl) in wanted]
         if not plans:
-            raise ConfigError(f"checksum: no tables to check (schemas {schemas or 'all'}, tables {tables or 'all'})")
+            raise ConfigError(f"checksum: no tables to check (schemas {schemas or 'all'}, tables {tables or 'all'}; "
+                              f"channel {self.channel!r} replicates {self.rules.describe()})")
         if not self.offline:
             self._prepare_in_band()
         for plan in plans:
@@ -337,11 +362,13 @@ class Checksummer:
 
     def _chunk(self, cur, plan: TablePlan, number: int, where: str, lower: str | None, upper: str | None,
                hash_sql: str) -> int:
-        source = f"{plan.name} FORCE INDEX ({quote_name(plan.index)})" if plan.index else plan.name
+        force = f" FORCE INDEX ({quote_name(plan.index)})" if plan.index else ""
+        source = plan.name + force
         self._wheres[(plan.db, plan.tbl, number)] = where
         if self.offline:
-            return self._offline_chunk(plan, number, where, lower, upper, f"SELECT COUNT(*), {hash_sql} FROM "
-                                       f"{source} WHERE {where}")
+            return self._offline_chunk(plan, number, where, lower, upper, *(
+                f"SELECT COUNT(*), {hash_sql} FROM {name}{force} WHERE {where}" for name in (plan.name,
+                                                                                              plan.replica_name)))
         cur.execute(f"REPLACE INTO {SCHEMA}.checksums (db, tbl, chunk, chunk_index, lower_boundary, upper_boundary, "
                     f"this_cnt, this_crc) SELECT %s, %s, %s, %s, %s, %s, COUNT(*), {hash_sql} FROM {source} "
                     f"WHERE {where}", (plan.db, plan.tbl, number, plan.index, lower, upper))
@@ -352,9 +379,9 @@ class Checksummer:
                     (cnt, crc, plan.db, plan.tbl, number))
         return int(cnt)
 
-    def _offline_chunk(self, plan, number, where, lower, upper, select: str) -> int:
+    def _offline_chunk(self, plan, number, where, lower, upper, select: str, replica_select: str) -> int:
         values = []
-        for conn in (self.primary, self.replica):
+        for conn, select in ((self.primary, select), (self.replica, replica_select)):
             with conn.cursor() as cur:
                 cur.execute(select)
                 values.append(cur.fetchone())

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from bridge import sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import CheckError, ConsistencyError
+from bridge.filter import EVERYTHING, Filter
 
 SYSTEM_SCHEMAS = set(sqlnames.SYSTEM_SCHEMAS)
 
@@ -101,35 +102,45 @@ def digest(rows: Counter) -> TableDigest:
 ABSENT = Counter({("<table absent>",): 1})
 
 
-def compare_databases(primary: MysqlUrl, replica: MysqlUrl, schemas: list[str] | None = None) -> Comparison:
-    """Row by row. Raises CheckError (never a difference, never a match) when a server
-    cannot be reached, a named schema is unknown, or a table cannot be read."""
+def compare_databases(primary: MysqlUrl, replica: MysqlUrl, schemas: list[str] | None = None,
+                      rules: Filter = EVERYTHING) -> Comparison:
+    """Row by row, the tables ``rules`` replicates (``schemas``: the primary's names),
+    each against its replica namesake (renamed schemas followed). Raises CheckError
+    (never a difference, never a match) when a server cannot be reached, a named
+    schema is unknown, or a table cannot be read."""
     p_eng, r_eng = engine(primary), engine(replica)
     try:
-        return _compare(p_eng, r_eng, primary, replica, schemas)
+        return _compare(p_eng, r_eng, primary, replica, schemas, rules)
     finally:
         p_eng.dispose()
         r_eng.dispose()
 
 
-def _compare(p_eng, r_eng, primary: MysqlUrl, replica: MysqlUrl, schemas: list[str] | None) -> Comparison:
+def _compare(p_eng, r_eng, primary: MysqlUrl, replica: MysqlUrl, schemas: list[str] | None,
+             rules: Filter) -> Comparison:
     tables = {}
     for side, eng, url in (("primary", p_eng, primary), ("replica", r_eng, replica)):
+        names = schemas if side == "primary" or not schemas else [rules.target(s) for s in schemas]
         try:
-            tables[side] = set(list_tables(eng, schemas))
+            listed = list_tables(eng, names)
             known = set(sa.inspect(eng).get_schema_names())
         except sa.exc.SQLAlchemyError as exc:
             raise _fail(f"list the tables of the {side}", url, exc) from exc
-        unknown = [s for s in schemas or () if s not in known]
+        unknown = [s for s in names or () if s not in known]
         if unknown:
             raise CheckError(f"compare: schema {', '.join(unknown)} is unknown on the {side} {url} (or "
                              f"{url.user} may not see it: it needs SELECT on it)")
+        if side == "replica":  # by the primary's names
+            listed = [(rules.source(s), t) for s, t in listed if rules.source(s) is not None]
+        tables[side] = {(s, t) for s, t in listed if rules.keeps(s, t)}
     result = Comparison()
     with p_eng.connect() as p, r_eng.connect() as r:
         for schema, table in sorted(tables["primary"] | tables["replica"]):
             a = _rows(p, primary, "primary", schema, table, tables["primary"])
-            b = _rows(r, replica, "replica", schema, table, tables["replica"])
-            _record(result, f"{schema}.{table}", a, b)
+            b = _rows(r, replica, "replica", rules.target(schema), table,
+                      {(rules.target(s), t) for s, t in tables["replica"]})
+            into = rules.target(schema)
+            _record(result, f"{schema}.{table}" + (f" -> {into}.{table}" if into != schema else ""), a, b)
     return result
 
 

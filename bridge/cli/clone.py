@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from bridge.cli.nodes import server_url_option
+from bridge.cli.options import filter_options
 from bridge.config import PASSWORD_ENV, MysqlUrl
 
 
@@ -15,7 +16,8 @@ from bridge.config import PASSWORD_ENV, MysqlUrl
 @server_url_option("target", "Replica server (the apply user of start-replica, or one with CREATE, ALTER, INSERT, "
                              "CREATE ROUTINE, TRIGGER, EVENT, CREATE VIEW, and SET USER for other definers)")
 @click.option("--schema", "schemas", multiple=True, metavar="NAME",
-              help="A schema to clone (repeatable). Default: every user schema of the primary.")
+              help="A schema to clone (repeatable; it must exist): the same as --include NAME. Default: every user "
+                   "schema of the primary.")
 @click.option("--channel", default="default", show_default=True,
               help="The channel start-replica / start-primary will use; clone records its start position.")
 @click.option("--parallel", type=click.IntRange(1, 32), default=1, show_default=True,
@@ -26,8 +28,9 @@ from bridge.config import PASSWORD_ENV, MysqlUrl
 @click.option("--restart", is_flag=True,
               help="An earlier clone of this channel stopped before it finished: drop the schemas it created on the "
                    "replica and start over from a new snapshot.")
+@filter_options
 def clone(source: str, target: str, schemas: tuple[str, ...], channel: str, parallel: int,
-          max_rows_per_second: float, restart: bool) -> None:
+          max_rows_per_second: float, restart: bool, rules) -> None:
     """Copy a live primary into empty replica schemas, consistently with one GTID
     position, and record that position as the channel's start, so that
     start-primary streams from exactly there: no gap, no duplicate.
@@ -38,21 +41,29 @@ def clone(source: str, target: str, schemas: tuple[str, ...], channel: str, para
     for copied rows) and events (disabled on the replica, as a native replica keeps
     them); the channel's position, last. The primary keeps taking writes throughout
     (a consistent snapshot; DDL on a table being copied waits for its copy).
+
+    \b
+    --include/--exclude/--rename-schema (and --schema) choose what is copied and
+    are recorded with the channel: start-replica then applies only the rows and
+    DDL of those tables, into the renamed schemas, and checksum/verify compare
+    the same tables.
     \b
     Example:
       export RDMA_BRIDGE_SOURCE=mysql://rdma_repl:...@10.0.0.1:3306
       export RDMA_BRIDGE_TARGET=mysql://rdma_apply:...@127.0.0.1:3306
       rdma-bridge clone --schema app1 --schema app2 --parallel 2
+      rdma-bridge clone --include shop --exclude 'shop.audit_*' --rename-schema shop=shop_copy
       rdma-bridge start-replica ... & rdma-bridge start-primary ...   # no --start-gtid
     """
     from bridge.clone.run import Cloner
+    from bridge.filter import EVERYTHING
 
     def say(line: str) -> None:  # progress goes to stderr, the result to stdout
         click.echo(line, err=True)
 
     cloner = Cloner(MysqlUrl.parse(source, PASSWORD_ENV["source"]), MysqlUrl.parse(target, PASSWORD_ENV["target"]),
                     channel=channel, schemas=schemas, parallel=parallel, max_rows_per_second=max_rows_per_second,
-                    say=say)
+                    say=say, rules=rules or EVERYTHING)
     result = cloner.run(restart=restart)
     click.echo(f"cloned {result.tables} tables, {result.rows:,} rows, {result.bytes / 1e6:.1f} MB in "
                f"{result.seconds:.1f}s ({result.rows / max(result.seconds, 1e-6):,.0f} rows/s); channel "

@@ -10,8 +10,8 @@ import signal
 import click
 
 from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REPLICA_METRICS_PORT,
-                                RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, hostport_param, metrics_option,
-                                tls_options)
+                                RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, filter_options, hostport_param,
+                                metrics_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
 from bridge.model import GtidSet
 from bridge.sandbox import Sandbox
@@ -106,9 +106,10 @@ def sandbox_status(state_dir: str) -> None:
 @click.option("--insecure-transport", is_flag=True,
               help="Listen beyond loopback without TLS (said in the log at start): every replicated row crosses the "
                    "network in clear text. Only for a network you trust.")
+@filter_options
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
                   apply_mode: str, spin_us: int, pin_near_nic: bool, delay: float, until_gtid: str, metrics,
-                  secret_file: str, tls, insecure_transport: bool) -> None:
+                  secret_file: str, tls, insecure_transport: bool, rules) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
     \b
@@ -117,6 +118,12 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
       rdma-bridge start-replica --target mysql://rdma_apply@127.0.0.1:3307 \\
           --listen 127.0.0.1:7400 --transport shm
     Runs in the foreground; SIGTERM or Ctrl-C stops after the transaction in flight.
+
+    \b
+    --include/--exclude/--rename-schema are recorded with the channel on the
+    replica (rdma-bridge clone records them too): later starts need not repeat
+    them, and a start that would add tables to a channel is refused (their
+    earlier rows were never copied); narrowing is allowed.
     """
     from bridge.node.replica import ReplicaNode
 
@@ -127,7 +134,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                         spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
                         metrics=metrics, secret=read_secret(secret_file), delay_s=delay,
                         until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "", tls=tls,
-                        insecure_transport=insecure_transport)
+                        insecure_transport=insecure_transport, channel_filter=rules.to_json() if rules else "")
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:

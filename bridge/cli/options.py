@@ -13,6 +13,7 @@ import click
 
 from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostport
 from bridge.errors import BridgeError
+from bridge.filter import Filter
 from bridge.ring.layout import check_ring_bytes
 from bridge.sandbox import DEFAULT_STATE_DIR
 
@@ -143,3 +144,29 @@ def tls_options(command):
     for option in reversed(_TLS_OPTIONS):
         with_tls = option(with_tls)
     return with_tls
+
+
+_FILTER_OPTIONS = (
+    click.option("--include", multiple=True, metavar="PATTERN",
+                 help="Replicate only tables matching PATTERN (repeatable): schema or schema.table, wildcards * and "
+                      "? allowed, e.g. shop or 'shop.order*'. Default: every table."),
+    click.option("--exclude", multiple=True, metavar="PATTERN",
+                 help="Do not replicate tables matching PATTERN (repeatable; wins over --include), e.g. "
+                      "'shop.audit_*'."),
+    click.option("--rename-schema", multiple=True, metavar="FROM=TO",
+                 help="Replicate the primary's schema FROM into schema TO on the replica (repeatable). Patterns "
+                      "name the primary's schemas."),
+)
+
+
+def filter_options(command):
+    """--include, --exclude, --rename-schema: the command gets ``rules`` (a Filter, or
+    None when none of them is given)."""
+    @functools.wraps(command)
+    def with_filter(*args, include: tuple, exclude: tuple, rename_schema: tuple, **kwargs):
+        given = include or exclude or rename_schema
+        return command(*args, rules=Filter.parse(include, exclude, rename_schema) if given else None, **kwargs)
+
+    for option in reversed(_FILTER_OPTIONS):
+        with_filter = option(with_filter)
+    return with_filter

@@ -294,11 +294,23 @@ def skip(gtid: str, replica, secret_file: str | None, tls) -> None:
 @click.option("--primary", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_PRIMARY")
 @click.option("--replica", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_REPLICA")
 @click.option("--schema", "schemas", multiple=True, help="Schemas to compare (default: all user schemas).")
-def verify(primary: str, replica: str, schemas: tuple[str, ...]) -> None:
+@click.option("--channel", default="default", show_default=True,
+              help="Compare what this channel replicates (its --include/--exclude/--rename-schema, recorded on "
+                   "the replica); a replica without that channel's record: every table.")
+def verify(primary: str, replica: str, schemas: tuple[str, ...], channel: str) -> None:
     """Compare both databases row by row; exit 1 on any difference."""
+    from bridge.check.checksum import channel_filter, connect
     from bridge.check.compare import compare_databases
 
-    result = compare_databases(MysqlUrl.parse(primary), MysqlUrl.parse(replica), list(schemas) or None)
+    replica_url = MysqlUrl.parse(replica)
+    conn = connect(replica_url, "replica")
+    try:
+        rules = channel_filter(conn, channel)
+    finally:
+        conn.close()
+    if not rules.everything:
+        click.echo(f"channel {channel!r} replicates {rules.describe()}", err=True)
+    result = compare_databases(MysqlUrl.parse(primary), replica_url, list(schemas) or None, rules)
     for name, (a, b) in result.digests.items():
         mark = "ok" if a == b else "DIFF"
         click.echo(f"{mark:4} {name:40} rows {a.rows:>8} / {b.rows:<8} sha256 {a.sha256[:12]} / {b.sha256[:12]}")

@@ -49,13 +49,19 @@ class TableShape:
     row_bytes: int  # the average, as the server estimates it
     index: str | None = None  # a unique NOT NULL index without FLOAT/DOUBLE columns: chunks; None: streamed
     key: tuple[str, ...] = ()
+    into: str = ""  # the replica's schema (--rename-schema); "": the same as db
+
+    @property
+    def target(self) -> str:
+        """The table on the replica, quoted."""
+        return table_name(self.into or self.db, self.table)
 
     @property
     def name(self) -> str:
         return f"{self.db}.{self.table}"
 
 
-def table_shape(conn: pymysql.Connection, db: str, table: str) -> TableShape:
+def table_shape(conn: pymysql.Connection, db: str, table: str, into: str = "") -> TableShape:
     with conn.cursor() as cur:
         cur.execute("SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
                     "TABLE_NAME=%s AND IS_GENERATED='NEVER' ORDER BY ORDINAL_POSITION", (db, table))
@@ -68,7 +74,7 @@ def table_shape(conn: pymysql.Connection, db: str, table: str) -> TableShape:
     names = tuple(_text(c) for c, _ in columns)
     parts = ", ',', ".join(_quoted(quote_name(c), _text(t).lower()) for c, t in zip(names, (t for _, t in columns)))
     return TableShape(db, table, names, f"CONCAT('(', {parts}, ')')", int(estimate or 0), int(row_bytes or 0),
-                      index, key)
+                      index, key, into if into != db else "")
 
 
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
@@ -91,7 +97,7 @@ def copy_table(source: pymysql.Connection, target: pymysql.Connection, shape: Ta
                on_batch: Callable[[int, int], None]) -> tuple[int, int]:
     """(rows, bytes) copied; ``on_batch(rows, bytes)`` after each committed batch (throttle,
     progress; on the writer's thread). ``source`` is in its snapshot transaction."""
-    head = f"INSERT INTO {table_name(shape.db, shape.table)} ({', '.join(map(quote_name, shape.columns))}) VALUES "
+    head = f"INSERT INTO {shape.target} ({', '.join(map(quote_name, shape.columns))}) VALUES "
     writer = _Writer(target, shape, on_batch)
     try:
         copied = (_copy_chunks if shape.key else _copy_streamed)(source, writer, shape, head)

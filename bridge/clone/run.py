@@ -28,6 +28,7 @@ from bridge.clone import schema
 from bridge.clone.snapshot import Snapshot, open_snapshot
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
+from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
 from bridge.sqlnames import CLONE_STATE, quote_name
 
@@ -93,9 +94,13 @@ class Progress:
 
 class Cloner:
     def __init__(self, source: MysqlUrl, target: MysqlUrl, channel: str = "default", schemas: tuple[str, ...] = (),
-                 parallel: int = 1, max_rows_per_second: float = 0.0, say: Callable[[str], None] = log.info) -> None:
+                 parallel: int = 1, max_rows_per_second: float = 0.0, say: Callable[[str], None] = log.info,
+                 rules: Filter = EVERYTHING) -> None:
+        """``schemas``: as many --include patterns of whole schemas, which must exist."""
         self.source, self.target, self.channel = source, target, channel
         self.schemas, self.parallel = tuple(schemas), max(1, parallel)
+        self.rules = Filter(tuple(dict.fromkeys((*rules.include, *schemas))), rules.exclude, rules.renames) \
+            if schemas else rules
         self.throttle, self.progress, self.say = Throttle(max_rows_per_second), Progress(say), say
 
     def run(self, restart: bool = False) -> CloneResult:
@@ -114,22 +119,27 @@ class Cloner:
         return result
 
     def _clone(self, control: pymysql.Connection, snapshot: Snapshot) -> CloneResult:
-        schemas = list(self.schemas) or schema.user_schemas(snapshot.conns[0])
-        missing = set(schemas) - set(schema.user_schemas(snapshot.conns[0]))
+        available, rules = schema.user_schemas(snapshot.conns[0]), self.rules
+        missing = set(self.schemas) - set(available)
         if missing:
             raise ConfigError(f"clone: the primary {self.source} has no schema {', '.join(sorted(missing))}")
-        plan = schema.read_schema(snapshot.conns[0], schemas)
+        schemas = [db for db in available if rules.keeps_schema(db)]
+        plan = schema.read_schema(snapshot.conns[0], schemas, rules)
+        if not plan.tables and not rules.everything:
+            raise ConfigError(f"clone: no table of the primary {self.source} matches the filter ({rules.describe()})")
         schema.refuse_non_empty(control, plan, self.target)
-        shapes = sorted((row_copy.table_shape(snapshot.conns[0], db, t) for db, t in plan.tables),
+        shapes = sorted((row_copy.table_shape(snapshot.conns[0], db, t, rules.target(db)) for db, t in plan.tables),
                         key=lambda s: -s.estimated_rows)
         _record_start(control, self.channel, plan, snapshot.gtid)
-        self.say(f"clone of {', '.join(schemas)} at GTID {snapshot.gtid or '(empty binlog)'}: {len(plan.tables)} "
-                 f"tables (~{sum(s.estimated_rows for s in shapes):,} rows), {len(plan.after_rows)} other objects")
+        renamed = "".join(f", {s} as {t}" for s, t in rules.renames)
+        self.say(f"clone of {', '.join(schemas)}{renamed} at GTID {snapshot.gtid or '(empty binlog)'}: "
+                 f"{len(plan.tables)} tables (~{sum(s.estimated_rows for s in shapes):,} rows), "
+                 f"{len(plan.after_rows)} other objects{'' if rules.everything else f' ({rules.describe()})'}")
         schema.create_before_rows(control, plan, self.target)
         result = CloneResult(snapshot.gtid, tables=len(shapes))
         self._copy_all(snapshot, shapes, result)
         schema.create_after_rows(control, plan, self.target)
-        _record_done(control, self.channel, snapshot.gtid)
+        _record_done(control, self.channel, snapshot.gtid, rules)
         return result
 
     def _refuse_existing(self, control: pymysql.Connection, restart: bool) -> None:
@@ -187,14 +197,14 @@ class Cloner:
             copied[1] += nbytes
             batch_s, copied[2] = now - copied[2], now
             _execute(target, f"UPDATE {CLONE_STATE} SET rows_copied=%s, bytes_copied=%s WHERE channel=%s AND "
-                             "db=%s AND tbl=%s", self.target, (copied[0], copied[1], self.channel, shape.db,
-                                                                shape.table), commit=True)
+                             "db=%s AND tbl=%s", self.target, (copied[0], copied[1], self.channel,
+                                                                shape.into or shape.db, shape.table), commit=True)
             self.progress.table(shape, copied[0], copied[1], started)
             self.throttle.account(rows, batch_s)
 
         rows, nbytes = row_copy.copy_table(source, target, shape, on_batch)
         _execute(target, f"UPDATE {CLONE_STATE} SET copied=1 WHERE channel=%s AND db=%s AND tbl=%s", self.target,
-                 (self.channel, shape.db, shape.table), commit=True)
+                 (self.channel, shape.into or shape.db, shape.table), commit=True)
         self.progress.table(shape, rows, nbytes, started, done=True)
         return rows, nbytes
 
@@ -235,16 +245,19 @@ def _stopped_clone(conn: pymysql.Connection, channel: str) -> list[str]:
 def _record_start(conn: pymysql.Connection, channel: str, plan: schema.SchemaPlan, gtid: GtidSet) -> None:
     """Every table of the clone in clone_state before the first one is created: a
     clone that stops from here on is found by the next one."""
-    rows = [(channel, db, t, str(gtid)) for db, t in plan.tables] or \
-        [(channel, db, "", str(gtid)) for db in plan.databases]
+    into = plan.rules.target  # the replica's names: what --restart drops
+    rows = [(channel, into(db), t, str(gtid)) for db, t in plan.tables] or \
+        [(channel, into(db), "", str(gtid)) for db in plan.databases]
     with conn.cursor() as cur:
         cur.executemany(f"INSERT INTO {CLONE_STATE} (channel, db, tbl, gtid_set) VALUES (%s, %s, %s, %s)", rows)
     conn.commit()
 
 
-def _record_done(conn: pymysql.Connection, channel: str, gtid: GtidSet) -> None:
-    """The channel's start at the snapshot's position and the clone marked finished,
-    in one replica transaction: `start-primary` streams from exactly there."""
+def _record_done(conn: pymysql.Connection, channel: str, gtid: GtidSet, rules: Filter) -> None:
+    """The channel's start at the snapshot's position, its filter, and the clone marked
+    finished, in one replica transaction: `start-primary` streams from exactly there."""
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {CLONE_STATE} SET finished=1 WHERE channel=%s", (channel,))
-    channel_rows.init_position(conn, channel, gtid)  # commits both
+    if not rules.everything:
+        channel_rows.save_filter(conn, channel, rules, commit=False)
+    channel_rows.init_position(conn, channel, gtid)  # commits all three

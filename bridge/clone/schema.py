@@ -16,6 +16,8 @@ import pymysql
 from bridge.apply.connection import apply_error
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
+from bridge.filter import EVERYTHING, Filter
+from bridge.filter.sqltext import rename
 from bridge.sqlnames import SYSTEM_SCHEMAS, quote_name, table_name
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,7 @@ class SchemaPlan:
     tables: dict[tuple[str, str], str] = field(default_factory=dict)  # (db, table) -> CREATE TABLE
     # (kind, db, name, CREATE ..., the sql_mode it was created under: "" for views)
     after_rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    rules: Filter = EVERYTHING  # what was kept, and the replica's schema names (renames)
 
 
 def user_schemas(conn: pymysql.Connection) -> list[str]:
@@ -37,8 +40,10 @@ def user_schemas(conn: pymysql.Connection) -> list[str]:
         return [row[0] for row in cur.fetchall()]
 
 
-def read_schema(conn: pymysql.Connection, schemas: list[str]) -> SchemaPlan:
-    plan = SchemaPlan()
+def read_schema(conn: pymysql.Connection, schemas: list[str], rules: Filter = EVERYTHING) -> SchemaPlan:
+    """The objects of ``schemas`` the filter keeps: tables and views by name, triggers
+    by their table, routines and events with their schema. Names as on the primary."""
+    plan = SchemaPlan(rules=rules)
     with conn.cursor() as cur:
         for db in schemas:
             cur.execute(f"SHOW CREATE DATABASE {quote_name(db)}")
@@ -46,6 +51,8 @@ def read_schema(conn: pymysql.Connection, schemas: list[str]) -> SchemaPlan:
             cur.execute("SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
                         "ORDER BY 1", (db,))
             for name, kind in cur.fetchall():
+                if not rules.keeps(db, name):
+                    continue
                 if kind == "VIEW":
                     plan.after_rows.append(("VIEW", db, name, _show(cur, "VIEW", db, name, 1)[0], ""))
                 elif kind in ("BASE TABLE", "SYSTEM VERSIONED"):
@@ -55,11 +62,14 @@ def read_schema(conn: pymysql.Connection, schemas: list[str]) -> SchemaPlan:
                                   "AND ROUTINE_TYPE='PROCEDURE'", 2),
                     ("FUNCTION", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA=%s "
                                  "AND ROUTINE_TYPE='FUNCTION'", 2),
-                    ("TRIGGER", "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA=%s "
-                                "ORDER BY EVENT_OBJECT_TABLE, ACTION_TIMING, EVENT_MANIPULATION, ACTION_ORDER", 2),
+                    ("TRIGGER", "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS WHERE "
+                                "TRIGGER_SCHEMA=%s ORDER BY EVENT_OBJECT_TABLE, ACTION_TIMING, EVENT_MANIPULATION, "
+                                "ACTION_ORDER", 2),
                     ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA=%s", 3)):
                 cur.execute(query, (db,))
-                for (name,) in cur.fetchall():
+                for name, *table in cur.fetchall():
+                    if table and (db, table[0]) not in plan.tables:
+                        continue  # a trigger of a table the filter leaves out
                     plan.after_rows.append((kind, db, name, *_show(cur, kind, db, name, column)))
     plan.after_rows.sort(key=lambda o: _KINDS_AFTER_ROWS.index(o[0]))  # stable: listing order within a kind
     return plan
@@ -84,11 +94,11 @@ def _text(value) -> str:
 
 def refuse_non_empty(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
     """Clone writes only into schemas the replica does not hold (or holds empty)."""
+    targets = tuple(plan.rules.target(db) for db in plan.databases)
     with conn.cursor() as cur:
         cur.execute("SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) FROM information_schema.TABLES WHERE "
                     "TABLE_SCHEMA IN %s UNION ALL SELECT CONCAT(ROUTINE_SCHEMA, '.', ROUTINE_NAME) FROM "
-                    "information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN %s ORDER BY 1 LIMIT 6",
-                    (tuple(plan.databases), tuple(plan.databases)))
+                    "information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN %s ORDER BY 1 LIMIT 6", (targets, targets))
         held = [row[0] for row in cur.fetchall()]
     if held:
         more = ", ..." if len(held) > 5 else ""
@@ -96,16 +106,27 @@ def refuse_non_empty(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) 
                           "schemas the replica does not have; drop them there first (or choose --schema)")
 
 
+def _renamed(text: str, rules: Filter) -> str:
+    """A definition with the renamed schemas' qualified names rewritten (bridge.filter.sqltext)."""
+    return rename(text.encode("utf-8"), dict(rules.renames)).decode("utf-8") if rules.renames else text
+
+
 def create_before_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
+    rules = plan.rules
     for db, create in plan.databases.items():
-        _run(conn, create.replace("CREATE DATABASE", "CREATE DATABASE IF NOT EXISTS", 1), f"database {db}", url)
+        db = rules.target(db)
+        _run(conn, _renamed(create, rules).replace("CREATE DATABASE", "CREATE DATABASE IF NOT EXISTS", 1),
+             f"database {db}", url)
     for (db, name), create in plan.tables.items():
+        db = rules.target(db)
         _run(conn, f"USE {quote_name(db)}", f"database {db}", url)
-        _run(conn, create, f"table {db}.{name}", url)
+        _run(conn, _renamed(create, rules), f"table {db}.{name}", url)
 
 
 def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
-    pending = list(plan.after_rows)
+    rules = plan.rules
+    pending = [(kind, rules.target(db), name, _renamed(create, rules), mode)
+               for kind, db, name, create, mode in plan.after_rows]
     while pending:  # views over views: what failed for a missing view goes again once others exist
         failed = []
         for kind, db, name, create, mode in pending:

@@ -12,9 +12,11 @@ import logging
 import secrets
 import threading
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 from bridge.apply import modes
+from bridge.apply.channel import settle_filter
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
@@ -22,6 +24,7 @@ from bridge.config import SECRET_ENV, ReplicaConfig, backoff_s, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
                            TargetConnectionLost)
+from bridge.filter import Filter, filter_changes
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.node.fencing import WriterSeat
 from bridge.node import admin
@@ -81,6 +84,15 @@ class ReplicaNode:
                 self.applier.preflight("binlog")
             except ConfigError as exc:
                 log.warning("a %s primary will be refused until this is fixed: %s", self.applier.server.flavor, exc)
+        try:  # what the channel replicates (bridge.filter): recorded on the replica, or given and recorded now
+            self.rules = settle_filter(self.applier.conn, cfg.channel, cfg.target,
+                                       Filter.from_json(cfg.channel_filter) if cfg.channel_filter else None,
+                                       self.applier.has_position)
+            self.applier.rules = self.rules
+        except BridgeError:
+            self.applier.close()
+            self._listener.close()
+            raise
         self.host = make_host(cfg.transport, cfg.ring_bytes)
         self.current: Session | None = None  # the primary side's session (bridge.node.session)
         self.applied_count = 0  # user transactions (heartbeat rows apart)
@@ -119,10 +131,10 @@ class ReplicaNode:
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)
-        log.info("replica listening on %s:%d%s, transport %s, ring %d bytes, channel %r at seq %d (%s)",
-                 *self.address, " (TLS, peers verified)" if self.cfg.tls else "", self.cfg.transport,
-                 self.cfg.ring_bytes, self.cfg.channel,
-                 self.applier.position.applied_seq, self.applier.position.gtid_set or "no gtid yet")
+        log.info("replica listening on %s:%d%s, transport %s, ring %d bytes, channel %r at seq %d (%s), "
+                 "replicating %s", *self.address, " (TLS, peers verified)" if self.cfg.tls else "",
+                 self.cfg.transport, self.cfg.ring_bytes, self.cfg.channel, self.applier.position.applied_seq,
+                 self.applier.position.gtid_set or "no gtid yet", self.rules.describe())
 
     def run(self) -> None:
         """Apply loop until ``stop``: finishes the transaction in flight."""
@@ -186,7 +198,7 @@ class ReplicaNode:
         return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
                 "workers": self.cfg.workers, "apply_mode": session.apply_mode if session else self.cfg.apply_mode,
-                "session": session is not None, "gtid_set": str(pos.gtid_set),
+                "replicates": self.rules.describe(), "session": session is not None, "gtid_set": str(pos.gtid_set),
                 "apply_stopped": self.halt.status() if self.halt else None,
                 "counters": counters, "stages": self.stages.summary()}
 
@@ -396,7 +408,21 @@ class ReplicaNode:
         session.has_format = check_payload(frame.seq, item, session.apply_mode, session.has_format)
         return Picked(frame, item, time.time_ns())
 
+    def _filtered(self, work: list[Picked]) -> list[Picked]:
+        """The work's changes as the channel replicates them (bridge.filter)."""
+        out, fmt = [], None
+        for entry in work:
+            item = entry.item
+            if fmt is None or item.format_event:
+                fmt = self.applier.format_for(item)
+            changes = filter_changes(item.changes, self.rules, fmt.checksum_bytes if fmt else 0,
+                                     f"apply seq {entry.frame.seq} ({item.gtid})")
+            out.append(entry._replace(item=replace(item, changes=changes)))
+        return out
+
     def _apply(self, work: list[Picked]) -> None:
+        if not self.rules.everything:
+            work = self._filtered(work)
         frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:
             self.applier.apply_chunk(frame.seq, item)
