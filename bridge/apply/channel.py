@@ -23,7 +23,7 @@ from bridge.errors import ChannelLocked, StartRefused
 from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
 from bridge.sqlfiles import sql_statements
-from bridge.sqlnames import CHANNEL_FILTER, META, SKIPPED, SYSTEM_SCHEMAS
+from bridge.sqlnames import CHANNEL_FILTER, CLONE_STATE, META, SKIPPED, SYSTEM_SCHEMAS
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,18 @@ def settle_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl, given: 
                 "get no more changes", channel, old.describe(), given.describe())
     save_filter(conn, channel, given)
     return given
+
+
+def load_catch_up(conn: pymysql.Connection, channel: str, position: GtidSet) -> dict[tuple[str, str], GtidSet]:
+    """Tables (the replica's names; table '': a schema's routines, views, triggers and
+    events) a resumed clone copied at a later position than the channel holds: their
+    changes up to that position are already on the replica (bridge.clone.state)."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT db, tbl, gtid_set FROM {CLONE_STATE} WHERE channel=%s AND finished=1", (channel,))
+        rows = cur.fetchall()
+    conn.commit()
+    found = {(db, tbl): GtidSet.parse(gtid) for db, tbl, gtid in rows}
+    return {key: gtid for key, gtid in found.items() if not position.contains_all(gtid)}
 
 
 def record_skip(conn: pymysql.Connection, channel: str, seq: int, gtids: GtidSet, gtid: str, error: str,

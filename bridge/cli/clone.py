@@ -27,7 +27,8 @@ from bridge.config import PASSWORD_ENV, MysqlUrl
                    "pauses after a batch the replica was slow to take.")
 @click.option("--restart", is_flag=True,
               help="An earlier clone of this channel stopped before it finished: drop the schemas it created on the "
-                   "replica and start over from a new snapshot.")
+                   "replica and start over from a new snapshot. Without it, clone resumes the stopped one (the "
+                   "tables it copied stay).")
 @filter_options
 def clone(source: str, target: str, schemas: tuple[str, ...], channel: str, parallel: int,
           max_rows_per_second: float, restart: bool, rules) -> None:
@@ -43,6 +44,12 @@ def clone(source: str, target: str, schemas: tuple[str, ...], channel: str, para
     (a consistent snapshot; DDL on a table being copied waits for its copy).
 
     \b
+    Killed or failed half way, it is resumed by running it again: the tables it
+    copied stay (as of its snapshot), the others are copied from a new one, and
+    the channel starts at the earlier position; until the stream passes the
+    later one, the replica side leaves out the changes the later tables hold.
+
+    \b
     --include/--exclude/--rename-schema (and --schema) choose what is copied and
     are recorded with the channel: start-replica then applies only the rows and
     DDL of those tables, into the renamed schemas, and checksum/verify compare
@@ -56,16 +63,16 @@ def clone(source: str, target: str, schemas: tuple[str, ...], channel: str, para
       rdma-bridge start-replica ... & rdma-bridge start-primary ...   # no --start-gtid
     """
     from bridge.clone.run import Cloner
-    from bridge.filter import EVERYTHING
 
     def say(line: str) -> None:  # progress goes to stderr, the result to stdout
         click.echo(line, err=True)
 
     cloner = Cloner(MysqlUrl.parse(source, PASSWORD_ENV["source"]), MysqlUrl.parse(target, PASSWORD_ENV["target"]),
                     channel=channel, schemas=schemas, parallel=parallel, max_rows_per_second=max_rows_per_second,
-                    say=say, rules=rules or EVERYTHING)
+                    say=say, rules=rules)
     result = cloner.run(restart=restart)
-    click.echo(f"cloned {result.tables} tables, {result.rows:,} rows, {result.bytes / 1e6:.1f} MB in "
+    kept = f" ({result.kept} more kept from the clone that stopped)" if result.kept else ""
+    click.echo(f"cloned {result.tables} tables{kept}, {result.rows:,} rows, {result.bytes / 1e6:.1f} MB in "
                f"{result.seconds:.1f}s ({result.rows / max(result.seconds, 1e-6):,.0f} rows/s); channel "
                f"{channel!r} starts at {result.gtid or '(the binlog start)'}: run start-replica and start-primary "
                f"with --channel {channel} and no --start-gtid")

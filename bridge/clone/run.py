@@ -4,10 +4,13 @@ snapshot(s); create databases and tables; copy every table (the largest first,
 and events; record the channel's start at the snapshot's GTID position, last, so a
 clone that stopped half way leaves no channel to stream into it.
 
-``rdma_bridge.clone_state`` on the replica says, per table, how far the copy got;
-a clone that stopped (killed, an error) is found there by the next one, which refuses
-until ``restart`` drops what the stopped one created (schemas that did not exist
-before it) and starts over from a new snapshot.
+``rdma_bridge.clone_state`` on the replica says, per table, how far the copy got
+(bridge.clone.state); a clone that stopped (killed, an error) is found there by the
+next one, which resumes it: the tables it copied stay as of its snapshot, the others
+(and the routines, views, triggers and events) come from a new one, and the channel
+starts at the earliest of those positions, the replica side leaving out each table's
+changes until the stream passes that table's own. ``restart`` drops what the stopped
+one created (schemas that did not exist before it) and starts over.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from bridge.apply import channel as channel_rows
 from bridge.clone import rows as row_copy
 from bridge.clone import schema
 from bridge.clone.snapshot import Snapshot, open_snapshot
+from bridge.clone.state import CloneState, Entry, Key
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
-from bridge.sqlnames import CLONE_STATE, quote_name
+from bridge.sqlnames import quote_name
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0
@@ -40,7 +44,8 @@ SLOW_BATCH_S = 2.0  # a replica that needs longer than this for 1 MiB of rows is
 @dataclass
 class CloneResult:
     gtid: GtidSet
-    tables: int = 0
+    tables: int = 0  # copied by this run
+    kept: int = 0  # copied by a stopped clone this one resumed
     rows: int = 0
     bytes: int = 0
     seconds: float = 0.0
@@ -95,22 +100,31 @@ class Progress:
 class Cloner:
     def __init__(self, source: MysqlUrl, target: MysqlUrl, channel: str = "default", schemas: tuple[str, ...] = (),
                  parallel: int = 1, max_rows_per_second: float = 0.0, say: Callable[[str], None] = log.info,
-                 rules: Filter = EVERYTHING) -> None:
-        """``schemas``: as many --include patterns of whole schemas, which must exist."""
+                 rules: Filter | None = None) -> None:
+        """``schemas``: as many --include patterns of whole schemas, which must exist.
+        ``rules`` None (and no ``schemas``): every table, or what a stopped clone that
+        this one resumes copied."""
         self.source, self.target, self.channel = source, target, channel
         self.schemas, self.parallel = tuple(schemas), max(1, parallel)
-        self.rules = Filter(tuple(dict.fromkeys((*rules.include, *schemas))), rules.exclude, rules.renames) \
-            if schemas else rules
+        if schemas:
+            rules = rules or EVERYTHING
+            rules = Filter(tuple(dict.fromkeys((*rules.include, *schemas))), rules.exclude, rules.renames)
+        self.given = rules
+        self.rules = rules or EVERYTHING
         self.throttle, self.progress, self.say = Throttle(max_rows_per_second), Progress(say), say
+        self.state: CloneState | None = None
 
     def run(self, restart: bool = False) -> CloneResult:
+        """A clone of the channel that stopped is resumed (``restart``: dropped, and
+        started over)."""
         started = time.monotonic()
         control = _target(self.target)
         try:
-            self._refuse_existing(control, restart)
+            self.state = CloneState(control, self.channel, self.target)
+            stopped = self._stopped(control, restart)
             snapshot = open_snapshot(self.source, self.parallel)
             try:
-                result = self._clone(control, snapshot)
+                result = self._clone(control, snapshot, stopped)
             finally:
                 snapshot.close()
         finally:
@@ -118,7 +132,7 @@ class Cloner:
         result.seconds = time.monotonic() - started
         return result
 
-    def _clone(self, control: pymysql.Connection, snapshot: Snapshot) -> CloneResult:
+    def _clone(self, control: pymysql.Connection, snapshot: Snapshot, stopped: dict[Key, Entry]) -> CloneResult:
         available, rules = schema.user_schemas(snapshot.conns[0]), self.rules
         missing = set(self.schemas) - set(available)
         if missing:
@@ -127,35 +141,58 @@ class Cloner:
         plan = schema.read_schema(snapshot.conns[0], schemas, rules)
         if not plan.tables and not rules.everything:
             raise ConfigError(f"clone: no table of the primary {self.source} matches the filter ({rules.describe()})")
-        schema.refuse_non_empty(control, plan, self.target)
-        shapes = sorted((row_copy.table_shape(snapshot.conns[0], db, t, rules.target(db)) for db, t in plan.tables),
+        if not stopped:
+            schema.refuse_non_empty(control, plan, self.target)
+        into = rules.target
+        kept = {key for key, entry in stopped.items() if key[1] and entry.copied}
+        todo = [(db, t) for db, t in plan.tables if (into(db), t) not in kept]
+        planned = {(into(db), t) for db, t in plan.tables}
+        gone = [key for key, entry in stopped.items() if key[1] and not entry.copied and key not in planned]
+        self.state.begin(rules, snapshot.gtid, [(into(db), t) for db, t in todo], [into(db) for db in schemas], gone)
+        shapes = sorted((row_copy.table_shape(snapshot.conns[0], db, t, into(db)) for db, t in todo),
                         key=lambda s: -s.estimated_rows)
-        _record_start(control, self.channel, plan, snapshot.gtid)
         renamed = "".join(f", {s} as {t}" for s, t in rules.renames)
         self.say(f"clone of {', '.join(schemas)}{renamed} at GTID {snapshot.gtid or '(empty binlog)'}: "
-                 f"{len(plan.tables)} tables (~{sum(s.estimated_rows for s in shapes):,} rows), "
-                 f"{len(plan.after_rows)} other objects{'' if rules.everything else f' ({rules.describe()})'}")
-        schema.create_before_rows(control, plan, self.target)
-        result = CloneResult(snapshot.gtid, tables=len(shapes))
+                 f"{len(todo)} tables (~{sum(s.estimated_rows for s in shapes):,} rows), "
+                 f"{len(plan.after_rows)} other objects{'' if rules.everything else f' ({rules.describe()})'}"
+                 + (f"; {len(kept)} tables kept as the stopped clone copied them" if stopped else ""))
+        if stopped:  # what the stopped clone left half done (or the primary dropped since) goes
+            schema.drop_tables(control, [*((into(db), t) for db, t in todo), *gone], self.target)
+        schema.create_before_rows(control, plan, self.target, tables=set(todo))
+        result = CloneResult(snapshot.gtid, tables=len(shapes), kept=len(kept))
         self._copy_all(snapshot, shapes, result)
+        if stopped:
+            schema.drop_objects(control, [into(db) for db in schemas], self.target)
         schema.create_after_rows(control, plan, self.target)
-        _record_done(control, self.channel, snapshot.gtid, rules)
+        result.gtid = self.state.finish(snapshot.gtid)
         return result
 
-    def _refuse_existing(self, control: pymysql.Connection, restart: bool) -> None:
+    def _stopped(self, control: pymysql.Connection, restart: bool) -> dict[Key, Entry]:
+        """What a clone of this channel that stopped left (its filter adopted); refused
+        when the channel streams already."""
         position = channel_rows.load_position(control, self.channel)
         if position.recorded:
             raise ConfigError(f"clone: channel {self.channel!r} on replica {self.target} already has a position "
                               f"({position.gtid_set}): clone starts a new channel (--channel)")
-        created = _stopped_clone(control, self.channel)
-        if created and not restart:
-            raise ConfigError(f"clone: an earlier clone of channel {self.channel!r} stopped before it finished "
-                              f"(it created {', '.join(created)} on replica {self.target}); run clone again with "
-                              "--restart to drop those and start over")
-        for db in created:
-            self.say(f"--restart: dropping {db}, created by the clone that stopped")
-            _execute(control, f"DROP DATABASE IF EXISTS {quote_name(db)}", self.target)
-        _execute(control, f"DELETE FROM {CLONE_STATE} WHERE channel=%s", self.target, (self.channel,))
+        stopped = self.state.unfinished()
+        if stopped and restart:
+            for db in sorted({db for db, _ in stopped}):
+                self.say(f"--restart: dropping {db}, created by the clone that stopped")
+                _execute(control, f"DROP DATABASE IF EXISTS {quote_name(db)}", self.target)
+            self.state.forget()
+            return {}
+        if stopped:
+            recorded = channel_rows.load_filter(control, self.channel, self.target)
+            if recorded is not None and self.given is not None and self.given != recorded:
+                raise ConfigError(f"clone: the stopped clone of channel {self.channel!r} copies {recorded.describe()}, "
+                                  f"not {self.given.describe()}: run it again with the same --include/--exclude/"
+                                  "--rename-schema (or none), or with --restart to drop what it copied and start over")
+            self.rules = recorded or self.rules
+            done = sum(1 for (_, t), e in stopped.items() if t and e.copied)
+            self.say(f"resuming the clone of channel {self.channel!r} that stopped: {done} of "
+                     f"{sum(1 for _, t in stopped if t)} tables were copied; the others are copied again from a new "
+                     "snapshot (--restart starts over instead)")
+        return stopped
 
     def _copy_all(self, snapshot: Snapshot, shapes: list[row_copy.TableShape], result: CloneResult) -> None:
         work: queue.Queue = queue.Queue()
@@ -190,21 +227,19 @@ class Cloner:
 
     def _copy_one(self, source, target, shape: row_copy.TableShape) -> tuple[int, int]:
         started, copied = time.monotonic(), [0, 0, time.monotonic()]
+        key = (shape.into or shape.db, shape.table)
 
         def on_batch(rows: int, nbytes: int) -> None:
             now = time.monotonic()
             copied[0] += rows
             copied[1] += nbytes
             batch_s, copied[2] = now - copied[2], now
-            _execute(target, f"UPDATE {CLONE_STATE} SET rows_copied=%s, bytes_copied=%s WHERE channel=%s AND "
-                             "db=%s AND tbl=%s", self.target, (copied[0], copied[1], self.channel,
-                                                                shape.into or shape.db, shape.table), commit=True)
+            self.state.progress(target, key, copied[0], copied[1])
             self.progress.table(shape, copied[0], copied[1], started)
             self.throttle.account(rows, batch_s)
 
         rows, nbytes = row_copy.copy_table(source, target, shape, on_batch)
-        _execute(target, f"UPDATE {CLONE_STATE} SET copied=1 WHERE channel=%s AND db=%s AND tbl=%s", self.target,
-                 (self.channel, shape.into or shape.db, shape.table), commit=True)
+        self.state.progress(target, key, rows, nbytes, done=True)
         self.progress.table(shape, rows, nbytes, started, done=True)
         return rows, nbytes
 
@@ -231,33 +266,3 @@ def _execute(conn: pymysql.Connection, statement: str, url: MysqlUrl, args=None,
     except pymysql.MySQLError as exc:
         conn.rollback()
         raise apply_error(f"clone: on replica {url}", exc) from exc
-
-
-def _stopped_clone(conn: pymysql.Connection, channel: str) -> list[str]:
-    """The schemas a clone of ``channel`` that did not finish had created."""
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT DISTINCT db FROM {CLONE_STATE} WHERE channel=%s AND finished=0 ORDER BY 1", (channel,))
-        found = [row[0] for row in cur.fetchall()]
-    conn.commit()
-    return found
-
-
-def _record_start(conn: pymysql.Connection, channel: str, plan: schema.SchemaPlan, gtid: GtidSet) -> None:
-    """Every table of the clone in clone_state before the first one is created: a
-    clone that stops from here on is found by the next one."""
-    into = plan.rules.target  # the replica's names: what --restart drops
-    rows = [(channel, into(db), t, str(gtid)) for db, t in plan.tables] or \
-        [(channel, into(db), "", str(gtid)) for db in plan.databases]
-    with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO {CLONE_STATE} (channel, db, tbl, gtid_set) VALUES (%s, %s, %s, %s)", rows)
-    conn.commit()
-
-
-def _record_done(conn: pymysql.Connection, channel: str, gtid: GtidSet, rules: Filter) -> None:
-    """The channel's start at the snapshot's position, its filter, and the clone marked
-    finished, in one replica transaction: `start-primary` streams from exactly there."""
-    with conn.cursor() as cur:
-        cur.execute(f"UPDATE {CLONE_STATE} SET finished=1 WHERE channel=%s", (channel,))
-    if not rules.everything:
-        channel_rows.save_filter(conn, channel, rules, commit=False)
-    channel_rows.init_position(conn, channel, gtid)  # commits all three

@@ -111,13 +111,17 @@ def _renamed(text: str, rules: Filter) -> str:
     return rename(text.encode("utf-8"), dict(rules.renames)).decode("utf-8") if rules.renames else text
 
 
-def create_before_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
+def create_before_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl,
+                       tables: set[tuple[str, str]] | None = None) -> None:
+    """Every database, and the tables (``tables``: only these, by the primary's names)."""
     rules = plan.rules
     for db, create in plan.databases.items():
         db = rules.target(db)
         _run(conn, _renamed(create, rules).replace("CREATE DATABASE", "CREATE DATABASE IF NOT EXISTS", 1),
              f"database {db}", url)
     for (db, name), create in plan.tables.items():
+        if tables is not None and (db, name) not in tables:
+            continue
         db = rules.target(db)
         _run(conn, f"USE {quote_name(db)}", f"database {db}", url)
         _run(conn, _renamed(create, rules), f"table {db}.{name}", url)
@@ -148,6 +152,29 @@ def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl)
 
 
 NO_SUCH_TABLE = 1146
+
+
+def drop_tables(conn: pymysql.Connection, tables: list[tuple[str, str]], url: MysqlUrl) -> None:
+    """Tables of the replica (its names) a stopped clone left half copied."""
+    for db, name in tables:
+        _run(conn, f"DROP TABLE IF EXISTS {table_name(db, name)}", f"(drop) table {db}.{name}", url)
+
+
+def drop_objects(conn: pymysql.Connection, schemas: list[str], url: MysqlUrl) -> None:
+    """The routines, views, triggers and events of the replica's ``schemas``, before
+    a resumed clone creates them again as of its own snapshot."""
+    if not schemas:
+        return
+    with conn.cursor() as cur:
+        cur.execute("SELECT ROUTINE_TYPE, ROUTINE_SCHEMA, ROUTINE_NAME FROM information_schema.ROUTINES WHERE "
+                    "ROUTINE_SCHEMA IN %s UNION ALL SELECT 'VIEW', TABLE_SCHEMA, TABLE_NAME FROM "
+                    "information_schema.VIEWS WHERE TABLE_SCHEMA IN %s UNION ALL SELECT 'TRIGGER', TRIGGER_SCHEMA, "
+                    "TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN %s UNION ALL SELECT "
+                    "'EVENT', EVENT_SCHEMA, EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA IN %s",
+                    (tuple(schemas),) * 4)
+        found = list(cur.fetchall())
+    for kind, db, name in found:
+        _run(conn, f"DROP {kind} IF EXISTS {table_name(db, name)}", f"(drop) {kind.lower()} {db}.{name}", url)
 
 
 def _run(conn: pymysql.Connection, statement: str, what: str, url: MysqlUrl) -> None:

@@ -45,7 +45,8 @@ def statement_kept(sql: bytes, schema: str, rules: Filter, context: str = "state
     found = targets(sql, schema)
     if found is None:
         return not schema or rules.keeps_schema(schema)
-    kept = [rules.keeps(t.schema, t.table) if t.table else rules.keeps_schema(t.schema) for t in found]
+    kept = [(rules.keeps(t.schema, t.table) if t.table else rules.keeps_schema(t.schema))
+            and not (t.objects and rules.holds(t.schema, "")) for t in found]
     if all(kept) or not any(kept):
         return all(kept)
     names = ", ".join(f"{t.schema}.{t.table}" if t.table else t.schema for t in found)

@@ -13,7 +13,7 @@ always name the primary's schemas.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from bridge.errors import ConfigError
@@ -34,6 +34,10 @@ class Filter:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     renames: tuple[tuple[str, str], ...] = ()  # (primary schema, replica schema)
+    # per transaction while a resumed clone catches up: (replica schema, table) copied at a
+    # later position than the transaction's (table "": the schema's routines, views,
+    # triggers and events), whose changes the replica already holds; never recorded
+    copied_later: frozenset[tuple[str, str]] = field(default=frozenset(), compare=False)
 
     @classmethod
     def parse(cls, include=(), exclude=(), renames=()) -> Filter:
@@ -58,14 +62,14 @@ class Filter:
     @property
     def everything(self) -> bool:
         """Keeps every table under its own name (no filtering work at all)."""
-        return not (self.include or self.exclude or self.renames)
+        return not (self.include or self.exclude or self.renames or self.copied_later)
 
     def keeps(self, schema: str, table: str) -> bool:
         if schema == SCHEMA:
             return True
         if self.include and not any(_matches(p, schema, table) for p in self.include):
             return False
-        return not any(_matches(p, schema, table) for p in self.exclude)
+        return not any(_matches(p, schema, table) for p in self.exclude) and not self.holds(schema, table)
 
     def keeps_schema(self, schema: str) -> bool:
         """Some table of ``schema`` may be replicated: its schema-level objects are."""
@@ -73,7 +77,13 @@ class Filter:
             return True
         if self.include and not any(fnmatchcase(schema, _split(p)[0]) for p in self.include):
             return False
-        return not any(_split(p)[1] == "*" and fnmatchcase(schema, _split(p)[0]) for p in self.exclude)
+        return not any(_split(p)[1] == "*" and fnmatchcase(schema, _split(p)[0]) for p in self.exclude) \
+            and not self.holds(schema, "")
+
+    def holds(self, schema: str, table: str) -> bool:
+        """The replica's copy of this table ("": of the schema's objects) was made after
+        the transaction at hand (``copied_later``)."""
+        return bool(self.copied_later) and (self.target(schema), table) in self.copied_later
 
     def target(self, schema: str) -> str:
         """The replica's name of a primary schema."""

@@ -62,6 +62,7 @@ def tokens(sql: bytes) -> list[Token]:
 class Target:
     schema: str
     table: str  # "" for a schema-level object (database, routine, event)
+    objects: bool = False  # a view, trigger, routine or event (clone creates them after the rows)
 
 
 _TABLE_VERBS = {"INSERT", "REPLACE", "UPDATE", "DELETE"}
@@ -157,12 +158,13 @@ def targets(sql: bytes, default_schema: str) -> list[Target] | None:
             return [Target(tok.name, "")]
         if kind in ("TABLE", "VIEW"):
             r.skip_if_exists()
+            view = kind == "VIEW"
             if verb == "DROP":
-                return r.names() or None
+                return [Target(t.schema, t.table, view) for t in r.names()] or None
             first = r.name()
             if first is None:
                 return None
-            found = [first]
+            found = [Target(first.schema, first.table, view)]
             if verb == "ALTER":  # ALTER TABLE a RENAME [TO|AS] b
                 while r.find("RENAME"):
                     if r.word() in ("COLUMN", "INDEX", "KEY"):
@@ -183,16 +185,16 @@ def targets(sql: bytes, default_schema: str) -> list[Target] | None:
             if trigger is None:
                 return None
             if verb == "DROP":
-                return [Target(trigger.schema, "")]
+                return [Target(trigger.schema, "", True)]
             if not r.find("ON"):
                 return None
             table = r.name()
             return [Target(trigger.schema if table.schema == default_schema and trigger.schema != default_schema
-                           else table.schema, table.table)] if table else None
+                           else table.schema, table.table, True)] if table else None
         if kind in _SCHEMA_OBJECTS:
             r.skip_if_exists()
             obj = r.name()
-            return [Target(obj.schema, "")] if obj else None
+            return [Target(obj.schema, "", True)] if obj else None
         return None
     if verb == "RENAME":
         if not r.take("TABLE", "TABLES"):

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from bridge.apply import modes
-from bridge.apply.channel import settle_filter
+from bridge.apply.channel import load_catch_up, settle_filter
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
@@ -25,7 +25,7 @@ from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
                            TargetConnectionLost)
 from bridge.filter import Filter, filter_changes
-from bridge.model import Chunk, GtidSet, Transaction
+from bridge.model import Chunk, Gtid, GtidSet, Transaction
 from bridge.node.fencing import WriterSeat
 from bridge.node import admin
 from bridge.node.halt import Halt
@@ -89,6 +89,11 @@ class ReplicaNode:
                                        Filter.from_json(cfg.channel_filter) if cfg.channel_filter else None,
                                        self.applier.has_position)
             self.applier.rules = self.rules
+            self.catch_up = load_catch_up(self.applier.conn, cfg.channel, self.applier.position.gtid_set)
+            if self.catch_up:
+                log.info("channel %r: %d tables were copied by a resumed clone at later positions than the channel's "
+                         "start; their changes before those are left out until the stream passes them (%s)",
+                         cfg.channel, len(self.catch_up), ", ".join(sorted({str(g) for g in self.catch_up.values()})))
         except BridgeError:
             self.applier.close()
             self._listener.close()
@@ -198,7 +203,9 @@ class ReplicaNode:
         return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
                 "workers": self.cfg.workers, "apply_mode": session.apply_mode if session else self.cfg.apply_mode,
-                "replicates": self.rules.describe(), "session": session is not None, "gtid_set": str(pos.gtid_set),
+                "replicates": self.rules.describe() + (f"; {len(self.catch_up)} tables catching up with a resumed "
+                                                       "clone" if self.catch_up else ""),
+                "session": session is not None, "gtid_set": str(pos.gtid_set),
                 "apply_stopped": self.halt.status() if self.halt else None,
                 "counters": counters, "stages": self.stages.summary()}
 
@@ -409,19 +416,30 @@ class ReplicaNode:
         return Picked(frame, item, time.time_ns())
 
     def _filtered(self, work: list[Picked]) -> list[Picked]:
-        """The work's changes as the channel replicates them (bridge.filter)."""
+        """The work's changes as the channel replicates them (bridge.filter), less, after
+        a resumed clone, those of tables the replica copied at a later position."""
         out, fmt = [], None
+        if self.catch_up:
+            held = self.applier.position.gtid_set
+            self.catch_up = {key: gtid for key, gtid in self.catch_up.items() if not held.contains_all(gtid)}
         for entry in work:
-            item = entry.item
+            item, rules = entry.item, self.rules
             if fmt is None or item.format_event:
                 fmt = self.applier.format_for(item)
-            changes = filter_changes(item.changes, self.rules, fmt.checksum_bytes if fmt else 0,
+            if self.catch_up:
+                gtid = Gtid.parse(item.gtid)
+                later = frozenset(key for key, at in self.catch_up.items() if at.contains(gtid))
+                rules = replace(rules, copied_later=later) if later else rules
+            if rules.everything:
+                out.append(entry)
+                continue
+            changes = filter_changes(item.changes, rules, fmt.checksum_bytes if fmt else 0,
                                      f"apply seq {entry.frame.seq} ({item.gtid})")
             out.append(entry._replace(item=replace(item, changes=changes)))
         return out
 
     def _apply(self, work: list[Picked]) -> None:
-        if not self.rules.everything:
+        if self.catch_up or not self.rules.everything:
             work = self._filtered(work)
         frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:

@@ -5,14 +5,21 @@ copied rows) and events (disabled on the replica); what clone refuses, it refuse
 before writing anything; a clone that stopped is found and restarted."""
 
 import logging
+import os
+import subprocess
+import sys
+import threading
+import time
 
+import pymysql
 import pytest
 from click.testing import CliRunner
 
 from bridge.cli import main
 from bridge.clone.run import Cloner
 from bridge.errors import ConfigError
-from bridge.workload import create_schema
+from bridge.filter import Filter
+from bridge.workload import connect, create_schema
 from tests.conftest import BridgePair
 from tests.helpers import BackgroundWorkload
 from tests.integration.test_types import ROWS, TYPES_TABLE
@@ -96,6 +103,8 @@ def test_clone_refuses_a_replica_that_holds_the_schema_and_restarts_a_stopped_on
             # a clone that stopped half way: its state says so, the next one refuses, --restart goes on
             cur.execute("INSERT INTO rdma_bridge.clone_state (channel, db, tbl, gtid_set) VALUES (%s, %s, 't', '')",
                         (pair.channel, s))
+            cur.execute("INSERT INTO rdma_bridge.channel_filter (channel, rules) VALUES (%s, %s)",
+                        (pair.channel, Filter.parse([s, "other"]).to_json()))
             cur.execute(f"CREATE DATABASE {s}")
             cur.execute(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
             cur.execute(f"INSERT INTO {s}.t VALUES (1)")
@@ -104,8 +113,9 @@ def test_clone_refuses_a_replica_that_holds_the_schema_and_restarts_a_stopped_on
         env = {"RDMA_BRIDGE_SOURCE": str(urls["primary_admin"]).replace(":***@",
                                                                         f":{urls['primary_admin'].password}@"),
                "RDMA_BRIDGE_TARGET": str(urls["replica_admin"]).replace(":***@", f":{urls['replica_admin'].password}@")}
-        out = CliRunner().invoke(main, args, env=env)
-        assert out.exit_code == 1 and "stopped before it finished" in out.output and "--restart" in out.output
+        out = CliRunner().invoke(main, args, env=env)  # a resume must copy what the stopped clone copied
+        assert out.exit_code == 1 and f"the stopped clone of channel '{pair.channel}' copies include {s}, other, " \
+            f"not include {s}" in out.output and "--restart" in out.output, out.output
         out = CliRunner().invoke(main, [*args, "--restart"], env=env)
         assert out.exit_code == 0, out.output
         assert "cloned 5 tables, 2 rows" in out.output  # t and the (empty) tables create_schema makes
@@ -126,3 +136,85 @@ def _drop_on_replica(pair, schema):
     with pair.replica.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {schema}")
     pair.replica.commit()
+
+
+def _writes_to(url, s, stop):
+    """Updates and inserts into both big tables until ``stop``: the window between the
+    killed clone's snapshot and the resumed one's has changes to tables of both."""
+    conn = connect(url)
+    n = ROWS_PER_TABLE
+    while not stop.is_set():
+        n += 1
+        with conn.cursor() as cur:
+            for t in ("big", "big2"):
+                cur.execute(f"UPDATE {s}.{t} SET n = n + 1 WHERE id = %s", (n % ROWS_PER_TABLE + 1,))
+                cur.execute(f"INSERT INTO {s}.{t} VALUES (%s, 'written during the clone', 0)", (n,))
+        conn.commit()
+        time.sleep(0.005)
+    conn.close()
+
+
+def _clone_state(pair):
+    with pair.replica.cursor() as cur:
+        try:
+            cur.execute("SELECT tbl, gtid_set, copied, finished FROM rdma_bridge.clone_state WHERE channel=%s "
+                        "ORDER BY 1", (pair.channel,))
+        except pymysql.ProgrammingError:  # not created yet (the clone creates it)
+            return ()
+        rows = cur.fetchall()
+    pair.replica.commit()
+    return rows
+
+
+def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, caplog):
+    caplog.set_level(logging.INFO, logger="bridge.node.replica")
+    s = fresh_schema("clone_kill")
+    pair = BridgePair(urls, "tcp")
+    create_schema(pair.primary, s)
+    pair.sql(*[f"CREATE TABLE {s}.{t} (id INT PRIMARY KEY, v VARCHAR(40), n INT)" for t in ("big", "big2")],
+             *[f"INSERT INTO {s}.{t} SELECT seq, CONCAT('row ', seq), 0 FROM {s}.seq_1_to_{ROWS_PER_TABLE}"
+               for t in ("big", "big2")],
+             f"CREATE VIEW {s}.counted AS SELECT COUNT(*) AS n FROM {s}.big",
+             f"CREATE PROCEDURE {s}.touch() UPDATE {s}.big SET n = n + 100 WHERE id = 2")
+    env = {**os.environ, **{f"RDMA_BRIDGE_{role}": str(urls[key]).replace(":***@", f":{urls[key].password}@")
+                            for role, key in (("SOURCE", "primary_admin"), ("TARGET", "replica_admin"))}}
+    args = [sys.executable, "-m", "bridge", "clone", "--schema", s, "--channel", pair.channel,
+            "--max-rows-per-second", "8000"]
+    stop = threading.Event()
+    writer = threading.Thread(target=_writes_to, args=(urls["primary_admin"], s, stop))
+    try:
+        with BackgroundWorkload(urls["primary_admin"], s):
+            writer.start()
+            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while not any(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("big")):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.05)
+            proc.kill()  # one big table copied, the other half way
+            proc.communicate()
+            killed = _clone_state(pair)
+            assert sum(copied for t, _, copied, _ in killed if t) == 1 and not any(f for *_, f in killed)
+            time.sleep(1)  # more writes before the resumed clone's snapshot
+            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            assert "resuming the clone" in done.stderr and "(1 more kept from the clone that stopped)" in done.stdout
+            state = _clone_state(pair)
+            assert len({g for _, g, _, _ in state}) == 2 and all(f and c for _, _, c, f in state)
+            pair.start_gtid = None  # the channel starts at the earlier position
+            pair.start_replica()
+            pair.start_primary()
+            time.sleep(1)  # the writes go on while the replica side catches up
+            stop.set()
+            writer.join()
+        pair.sql(f"CALL {s}.touch()")
+        pair.assert_same(s)
+        assert any("tables were copied by a resumed clone at later positions" in r.message for r in caplog.records)
+        with pair.replica.cursor() as cur:
+            cur.execute(f"SELECT n FROM {s}.counted")
+            assert cur.fetchone()[0] > ROWS_PER_TABLE
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join()
+        _drop_on_replica(pair, s)
+        pair.stop()

@@ -10,7 +10,7 @@ import pytest
 from bridge.errors import ApplyError, ConfigError
 from bridge.filter import EVERYTHING, Filter, filter_changes
 from bridge.filter.events import _reseal, filter_row_events, rename_table_map, rewrite_query
-from bridge.filter.sqltext import Target, rename, targets
+from bridge.filter.sqltext import rename, targets
 from bridge.model import RowChange, RowEvents, Statement
 from bridge.wire import binlog, tablemap
 from tests.unit.test_binlog_events import QUERY, TABLE_MAP, UPDATE, WRITE
@@ -96,7 +96,10 @@ def test_bad_rules_are_refused_naming_them(include, exclude, renames, message):
 ])
 def test_statement_targets(sql, expected):
     found = targets(sql, "db")
-    assert found == (None if expected is None else [Target(*t) for t in expected])
+    assert (None if found is None else [(t.schema, t.table) for t in found]) == expected
+    if found:  # routines, events, views and triggers: created after the rows by clone
+        objects = any(w in sql.upper() for w in (b"TRIGGER", b"PROCEDURE", b"FUNCTION", b"VIEW"))
+        assert all(t.objects == objects for t in found), found
 
 
 def test_rename_rewrites_qualified_names_and_database_statements_only():
@@ -168,3 +171,16 @@ def test_changes_of_both_apply_modes_filtered():
     assert binlog.parse_query(kept.raw, CRC).sql == b"INSERT INTO `copy`.t (id, name, n) VALUES (2 + RAND(3)*0, @v, @i)"
     with pytest.raises(ApplyError, match="changes tables this channel replicates and tables it filters out"):
         filter_changes((Statement("shop", "RENAME TABLE orders TO other.orders"),), rules, CRC, "seq 3")
+
+
+def test_tables_copied_later_are_left_out_until_the_stream_passes_them():
+    rules = Filter(renames=(("shop", "store"),), copied_later=frozenset({("store", "orders"), ("store", "")}))
+    assert not rules.everything and not rules.keeps("shop", "orders") and rules.keeps("shop", "items")
+    changes = (RowChange("insert", "shop", "orders", ("id",), ("id",), None, (1,)),
+               RowChange("insert", "shop", "items", ("id",), ("id",), None, (1,)),
+               Statement("shop", "CREATE PROCEDURE p() BEGIN END"),  # the schema's objects: copied later
+               Statement("shop", "CREATE TRIGGER tr BEFORE INSERT ON items FOR EACH ROW SET NEW.id = 1"),
+               Statement("shop", "ALTER TABLE items ADD c INT"))
+    assert filter_changes(changes, rules, CRC, "seq 1") == (
+        RowChange("insert", "store", "items", ("id",), ("id",), None, (1,)), Statement("store", "ALTER TABLE items ADD c INT"))
+    assert Filter.from_json(rules.to_json()) == Filter(renames=(("shop", "store"),))  # never recorded
