@@ -15,6 +15,7 @@ import pymysql
 import pytest
 from click.testing import CliRunner
 
+from bridge.check.checksum import Checksummer
 from bridge.cli import main
 from bridge.clone.run import Cloner
 from bridge.errors import ConfigError
@@ -217,4 +218,80 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
         if writer.is_alive():
             writer.join()
         _drop_on_replica(pair, s)
+        pair.stop()
+
+
+MATRIX_TABLES, MATRIX_ROWS = 4, 250_000
+# Every column of the type matrix as a function of n: extremes and traps spread over the
+# rows (NULLs, empty strings, BINARY padding, negative TIME, zero-length BLOBs, JSON).
+MATRIX_VALUES = """n, n % 256 - 128, n % 256, n % 65536 - 32768, n % 65536, n % 16777216 - 8388608, n % 16777216,
+  n * 2654435761 % 4294967296 - 2147483648, n * 2654435761 % 4294967296, -1000003 * n, 18446744073709551615 - n,
+  (n % 199999 - 99999) / 100, n / 7, n / 3, IF(n % 11 = 0, NULL, n / 3), IF(n % 2, -1, 1) * n / 7e0,
+  n % 2, n % 8, n * 2654435761, DATE_ADD('1000-01-01', INTERVAL n * 13 DAY),
+  DATE_ADD('1000-01-01 00:00:00', INTERVAL n * 7919 SECOND), DATE_ADD('2000-01-01', INTERVAL n * 1000003 MICROSECOND),
+  IF(n % 10 = 0, NULL, FROM_UNIXTIME(1 + n * 1000)), FROM_UNIXTIME(1 + n * 1000 + 0.123),
+  SEC_TO_TIME(n % 6000000 - 3000000), SEC_TO_TIME(n % 600000 - 300000 + 0.25), SEC_TO_TIME(n % 86400 + 0.000001),
+  1901 + n % 255, LEFT(MD5(n), n % 6), CONCAT('é😀', n), IF(n % 3 = 0, '', REPEAT('t', n % 50)),
+  IF(n % 100 = 0, NULL, CONCAT('中文 ', n)), CONCAT('Ø', n % 1000), UNHEX(LPAD(HEX(n % 65536), 4, '0')),
+  UNHEX(LPAD(HEX(n), 8, '0')), IF(n % 5 = 0, NULL, UNHEX(MD5(n))), IF(n % 1000 = 0, REPEAT(UNHEX(MD5(n)), 100), ''),
+  JSON_OBJECT('n', n, 'f', n / 3, 's', CONCAT('v', n)), ELT(1 + n % 3, 'x', 'y', 'zz'), MAKE_SET(n % 8, 'a', 'b', 'c')"""
+
+
+def _matrix_writes(url, big, stop):
+    """Inserts, updates and deletes in every matrix table until ``stop``."""
+    conn = connect(url)
+    n = MATRIX_ROWS
+    while not stop.is_set():
+        n += 1
+        with conn.cursor() as cur:
+            for k in range(MATRIX_TABLES):
+                cur.execute(f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES} FROM (SELECT %s AS n) AS src", (n,))
+                cur.execute(f"UPDATE {big}.m{k} SET db = db + 1, vc = CONCAT(vc, '+') WHERE id = %s", (n * 7919 %
+                                                                                                       MATRIX_ROWS,))
+                cur.execute(f"DELETE FROM {big}.m{k} WHERE id = %s", (n * 104729 % MATRIX_ROWS,))
+        time.sleep(0.01)
+    conn.close()
+
+
+def test_clone_of_a_million_rows_of_the_type_matrix_under_writes(urls, fresh_schema):
+    """~1M rows over four tables of every column type, cloned with two connections while
+    the mixed workload and writes into those tables run, then streamed: the workload's
+    schema compared row by row, the million rows by chunk checksums on both servers
+    (COUNT and CRC sums over every column, both servers quiet: ``checksum --offline``)."""
+    s, big = fresh_schema("clone_mix"), fresh_schema("clone_1m")
+    pair = BridgePair(urls, "tcp")
+    create_schema(pair.primary, s)
+    pair.sql(f"CREATE DATABASE {big}")
+    for k in range(MATRIX_TABLES):
+        pair.sql(TYPES_TABLE.format(s=big).replace(".types (", f".m{k} (", 1),
+                 f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES} FROM (SELECT CAST(seq AS SIGNED) AS n FROM "
+                 f"{big}.seq_1_to_{MATRIX_ROWS}) AS src")
+    stop = threading.Event()
+    writer = threading.Thread(target=_matrix_writes, args=(urls["primary_admin"], big, stop))
+    try:
+        with BackgroundWorkload(urls["primary_admin"], s):
+            writer.start()
+            result = Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, schemas=(s, big),
+                            parallel=2).run()
+            pair.start_gtid = None
+            pair.start_replica()
+            pair.start_primary()
+            time.sleep(1)
+            stop.set()
+            writer.join()
+        assert result.rows >= MATRIX_TABLES * (MATRIX_ROWS - 1000)
+        pair.assert_same(s)
+        checker = Checksummer(urls["primary_admin"], urls["replica_admin"], pair.channel, offline=True)
+        try:
+            run = checker.run([big])
+        finally:
+            checker.close()
+        assert run.tables == MATRIX_TABLES and run.rows >= MATRIX_TABLES * (MATRIX_ROWS - 1000) and run.chunks > 20
+        assert not run.mismatches, run.mismatches[:3]
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join()
+        _drop_on_replica(pair, s)
+        _drop_on_replica(pair, big)
         pair.stop()
