@@ -46,11 +46,12 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.clone_state (
   updated_at    TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
   PRIMARY KEY (channel, db, tbl)
 ) ENGINE=InnoDB;
--- What each channel replicates (--include/--exclude/--rename-schema, as JSON), set by
--- `rdma-bridge clone` with the channel's start or by the first start-replica given one;
--- no row: every table under its own name.
+-- What each channel replicates (--include/--exclude/--rename-schema, as JSON): rules is
+-- what the replica side applies (NULL or no row: every table under its own name);
+-- pending is what a clone of the channel that has not finished will make it.
 CREATE TABLE IF NOT EXISTS rdma_bridge.channel_filter (
   channel     VARCHAR(64) NOT NULL PRIMARY KEY,
-  rules       TEXT NOT NULL,
+  rules       TEXT NULL,
+  pending     TEXT NULL,
   updated_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB;

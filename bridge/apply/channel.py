@@ -73,13 +73,26 @@ def load_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> Filter
         conn.commit()
     except pymysql.MySQLError as exc:
         raise apply_error(f"read the filter of channel {channel!r} on replica {url}", exc) from exc
-    return Filter.from_json(row[0]) if row else None
+    return Filter.from_json(row[0]) if row and row[0] else None
+
+
+def refuse_unfinished_clone(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> None:
+    """A clone of the channel that stopped half way leaves tables half copied: nothing
+    may be applied until it is resumed (or restarted) and finishes."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {CLONE_STATE} WHERE channel=%s AND finished=0", (channel,))
+        unfinished = cur.fetchone()[0]
+    conn.commit()
+    if unfinished:
+        raise StartRefused(f"channel {channel!r} on replica {url}: a clone of it stopped before it finished, with "
+                           "tables half copied; run the same rdma-bridge clone again to resume it (or with --restart "
+                           "to start over), then start the replica side")
 
 
 def save_filter(conn: pymysql.Connection, channel: str, rules: Filter, commit: bool = True) -> None:
     with conn.cursor() as cur:
-        cur.execute(f"{sql.TAG}REPLACE INTO {CHANNEL_FILTER} (channel, rules) VALUES (%s, %s)",
-                    (channel, rules.to_json()))
+        cur.execute(f"{sql.TAG}INSERT INTO {CHANNEL_FILTER} (channel, rules) VALUES (%s, %s) ON DUPLICATE KEY "
+                    "UPDATE rules=VALUES(rules)", (channel, rules.to_json()))
     if commit:
         conn.commit()
 
@@ -90,6 +103,7 @@ def settle_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl, given: 
     none yet or it only narrows the recorded one (recorded then). A filter that would
     add tables or change a rename is refused: those tables' rows before now were never
     copied."""
+    refuse_unfinished_clone(conn, channel, url)
     recorded = load_filter(conn, channel, url)
     if given is None or given == recorded:
         return recorded or EVERYTHING
@@ -100,8 +114,9 @@ def settle_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl, given: 
     if not given.narrows(old):
         raise StartRefused(f"channel {channel!r} on replica {url} replicates {old.describe()}; the filter given "
                            f"({given.describe()}) would add tables or change a rename, whose earlier rows the "
-                           "replica never received: start a new channel with rdma-bridge clone --include/--exclude/"
-                           "--rename-schema (it copies them), or give the recorded filter (or a narrower one)")
+                           "replica never received: with the replica side stopped, rdma-bridge clone --channel "
+                           f"{channel} with the new --include/--exclude/--rename-schema copies the tables it adds "
+                           "and records it; or give the recorded filter (or a narrower one)")
     log.warning("channel %r: filter narrowed from %s to %s: the tables left out keep their rows on the replica and "
                 "get no more changes", channel, old.describe(), given.describe())
     save_filter(conn, channel, given)

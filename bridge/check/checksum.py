@@ -146,7 +146,7 @@ def channel_filter(conn, channel: str) -> Filter:
             if exc.args[0] != NO_SUCH_TABLE:
                 raise
             row = None
-    return Filter.from_json(row[0]) if row else EVERYTHING
+    return Filter.from_json(row[0]) if row and row[0] else EVERYTHING
 
 
 def plan_tables(conn, schemas: list[str] | None, tables: list[str] | None,

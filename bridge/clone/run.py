@@ -34,7 +34,6 @@ from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
-from bridge.sqlnames import quote_name
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0
@@ -113,13 +112,16 @@ class Cloner:
         self.rules = rules or EVERYTHING
         self.throttle, self.progress, self.say = Throttle(max_rows_per_second), Progress(say), say
         self.state: CloneState | None = None
+        self.base: Filter | None = None  # adding tables to a channel that streams: the filter it has
 
     def run(self, restart: bool = False) -> CloneResult:
         """A clone of the channel that stopped is resumed (``restart``: dropped, and
-        started over)."""
+        started over). On a channel that streams already, the tables a wider filter
+        adds are copied and the filter recorded (the replica side must be stopped)."""
         started = time.monotonic()
         control = _target(self.target)
         try:
+            channel_rows.lock_channel(control, self.channel, self.target)  # no replica side applies meanwhile
             self.state = CloneState(control, self.channel, self.target)
             stopped = self._stopped(control, restart)
             snapshot = open_snapshot(self.source, self.parallel)
@@ -133,66 +135,89 @@ class Cloner:
         return result
 
     def _clone(self, control: pymysql.Connection, snapshot: Snapshot, stopped: dict[Key, Entry]) -> CloneResult:
-        available, rules = schema.user_schemas(snapshot.conns[0]), self.rules
+        available, rules, base = schema.user_schemas(snapshot.conns[0]), self.rules, self.base
         missing = set(self.schemas) - set(available)
         if missing:
             raise ConfigError(f"clone: the primary {self.source} has no schema {', '.join(sorted(missing))}")
         schemas = [db for db in available if rules.keeps_schema(db)]
         plan = schema.read_schema(snapshot.conns[0], schemas, rules)
-        if not plan.tables and not rules.everything:
+        if base is not None:  # adding tables to a channel: only what it lacks
+            plan = plan.only_added(base)
+            if not plan.tables and not plan.after_rows:
+                raise ConfigError(f"clone: channel {self.channel!r} replicates {base.describe()}; the filter "
+                                  f"({rules.describe()}) adds no table of the primary {self.source}")
+        elif not plan.tables and not rules.everything:
             raise ConfigError(f"clone: no table of the primary {self.source} matches the filter ({rules.describe()})")
         if not stopped:
             schema.refuse_non_empty(control, plan, self.target)
         into = rules.target
         kept = {key for key, entry in stopped.items() if key[1] and entry.copied}
         todo = [(db, t) for db, t in plan.tables if (into(db), t) not in kept]
-        planned = {(into(db), t) for db, t in plan.tables}
-        gone = [key for key, entry in stopped.items() if key[1] and not entry.copied and key not in planned]
-        self.state.begin(rules, snapshot.gtid, [(into(db), t) for db, t in todo], [into(db) for db in schemas], gone)
+        listed = set(plan.entries())
+        gone = [key for key, entry in stopped.items() if key[1] and not entry.copied and key not in listed]
+        self.state.begin(rules, snapshot.gtid, [key for key in plan.entries() if key not in kept], gone)
         shapes = sorted((row_copy.table_shape(snapshot.conns[0], db, t, into(db)) for db, t in todo),
                         key=lambda s: -s.estimated_rows)
-        renamed = "".join(f", {s} as {t}" for s, t in rules.renames)
-        self.say(f"clone of {', '.join(schemas)}{renamed} at GTID {snapshot.gtid or '(empty binlog)'}: "
-                 f"{len(todo)} tables (~{sum(s.estimated_rows for s in shapes):,} rows), "
-                 f"{len(plan.after_rows)} other objects{'' if rules.everything else f' ({rules.describe()})'}"
+        renamed = "".join(f", {s} as {t}" for s, t in rules.renames if s in plan.databases)
+        what = f"tables added to channel {self.channel!r}" if base is not None else "clone"
+        self.say(f"{what} of {', '.join(sorted({db for db, _ in plan.tables} | set(plan.databases)))}{renamed} at "
+                 f"GTID {snapshot.gtid or '(empty binlog)'}: {len(todo)} tables (~"
+                 f"{sum(s.estimated_rows for s in shapes):,} rows), {len(plan.after_rows)} other objects"
+                 f"{'' if rules.everything else f' ({rules.describe()})'}"
                  + (f"; {len(kept)} tables kept as the stopped clone copied them" if stopped else ""))
         if stopped:  # what the stopped clone left half done (or the primary dropped since) goes
-            schema.drop_tables(control, [*((into(db), t) for db, t in todo), *gone], self.target)
+            schema.drop_listed(control, [*((into(db), t) for db, t in todo), *gone], self.target)
         schema.create_before_rows(control, plan, self.target, tables=set(todo))
         result = CloneResult(snapshot.gtid, tables=len(shapes), kept=len(kept))
         self._copy_all(snapshot, shapes, result)
         if stopped:
-            schema.drop_objects(control, [into(db) for db in schemas], self.target)
+            schema.drop_objects(control, plan, self.target)
         schema.create_after_rows(control, plan, self.target)
-        result.gtid = self.state.finish(snapshot.gtid)
+        result.gtid = self.state.finish(snapshot.gtid, new_channel=base is None)
         return result
 
     def _stopped(self, control: pymysql.Connection, restart: bool) -> dict[Key, Entry]:
-        """What a clone of this channel that stopped left (its filter adopted); refused
-        when the channel streams already."""
+        """What a clone of this channel that stopped left (its filter adopted), and, on
+        a channel that streams already, the filter it has (``base``)."""
         position = channel_rows.load_position(control, self.channel)
+        self.base = None
         if position.recorded:
-            raise ConfigError(f"clone: channel {self.channel!r} on replica {self.target} already has a position "
-                              f"({position.gtid_set}): clone starts a new channel (--channel)")
-        stopped = self.state.unfinished()
+            self.base = channel_rows.load_filter(control, self.channel, self.target) or EVERYTHING
+        pending, stopped = self.state.pending(), self.state.unfinished()
         if stopped and restart:
-            for db in sorted({db for db, _ in stopped}):
-                self.say(f"--restart: dropping {db}, created by the clone that stopped")
-                _execute(control, f"DROP DATABASE IF EXISTS {quote_name(db)}", self.target)
+            dropped = sorted({db for db, t in stopped if not t} or {f"{db}.{t}" for db, t in stopped})
+            self.say(f"--restart: dropping what the clone that stopped created: {', '.join(dropped)}")
+            schema.drop_listed(control, list(stopped), self.target)
             self.state.forget()
-            return {}
+            stopped, pending = {}, None
         if stopped:
-            recorded = channel_rows.load_filter(control, self.channel, self.target)
-            if recorded is not None and self.given is not None and self.given != recorded:
-                raise ConfigError(f"clone: the stopped clone of channel {self.channel!r} copies {recorded.describe()}, "
+            if pending is not None and self.given is not None and self.given != pending:
+                raise ConfigError(f"clone: the stopped clone of channel {self.channel!r} copies {pending.describe()}, "
                                   f"not {self.given.describe()}: run it again with the same --include/--exclude/"
                                   "--rename-schema (or none), or with --restart to drop what it copied and start over")
-            self.rules = recorded or self.rules
+            self.rules = pending or self.rules
             done = sum(1 for (_, t), e in stopped.items() if t and e.copied)
             self.say(f"resuming the clone of channel {self.channel!r} that stopped: {done} of "
-                     f"{sum(1 for _, t in stopped if t)} tables were copied; the others are copied again from a new "
-                     "snapshot (--restart starts over instead)")
+                     f"{sum(1 for _, t in stopped if t)} tables and views were copied; the others are copied again "
+                     "from a new snapshot (--restart starts over instead)")
+        if self.base is not None:
+            self._refuse_adding(position.gtid_set, bool(stopped))
         return stopped
+
+    def _refuse_adding(self, position: GtidSet, resuming: bool) -> None:
+        """On a channel that streams: only tables added by a filter given for it, which
+        keeps every replicated schema's name."""
+        base, rules = self.base, self.rules
+        if self.given is None and not resuming:
+            raise ConfigError(f"clone: channel {self.channel!r} on replica {self.target} already has a position "
+                              f"({position}): clone starts a new channel (--channel), or adds tables to this one "
+                              "when given a wider --include/--exclude")
+        renamed = [s for s, _ in (*base.renames, *rules.renames) if base.keeps_schema(s) and
+                   base.target(s) != rules.target(s)]
+        if renamed:
+            raise ConfigError(f"clone: channel {self.channel!r} replicates {', '.join(renamed)} as "
+                              f"{', '.join(base.target(s) for s in renamed)}: a rename cannot change for a schema "
+                              "the channel replicates (clone a new channel)")
 
     def _copy_all(self, snapshot: Snapshot, shapes: list[row_copy.TableShape], result: CloneResult) -> None:
         work: queue.Queue = queue.Queue()
@@ -255,14 +280,3 @@ def _target(url: MysqlUrl) -> pymysql.Connection:
     except pymysql.MySQLError as exc:
         raise apply_error(f"clone: connect to replica {url}", exc) from exc
     return conn
-
-
-def _execute(conn: pymysql.Connection, statement: str, url: MysqlUrl, args=None, commit: bool = True) -> None:
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, args)
-        if commit:
-            conn.commit()
-    except pymysql.MySQLError as exc:
-        conn.rollback()
-        raise apply_error(f"clone: on replica {url}", exc) from exc

@@ -31,6 +31,25 @@ class SchemaPlan:
     # (kind, db, name, CREATE ..., the sql_mode it was created under: "" for views)
     after_rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     rules: Filter = EVERYTHING  # what was kept, and the replica's schema names (renames)
+    trigger_tables: dict[tuple[str, str], str] = field(default_factory=dict)  # (db, trigger) -> its table
+
+    def entries(self) -> list[tuple[str, str]]:
+        """What the clone's state lists (the replica's names): tables, views, and each
+        schema's other objects (table '')."""
+        into = self.rules.target
+        return [*((into(db), t) for db, t in self.tables), *((into(db), "") for db in self.databases),
+                *((into(db), name) for kind, db, name, _, _ in self.after_rows if kind == "VIEW")]
+
+    def only_added(self, base: Filter) -> SchemaPlan:
+        """The part a channel that replicates ``base`` lacks: the tables and views it
+        leaves out, their triggers, and the schemas it leaves out whole (the database,
+        its routines and events)."""
+        new = {db for db in self.databases if not base.keeps_schema(db)}
+        tables = {key: create for key, create in self.tables.items() if not base.keeps(*key)}
+        after = [o for o in self.after_rows if o[1] in new or (o[0] == "VIEW" and not base.keeps(o[1], o[2]))
+                 or (o[0] == "TRIGGER" and (o[1], self.trigger_tables[(o[1], o[2])]) in tables)]
+        return SchemaPlan({db: self.databases[db] for db in self.databases if db in new}, tables, after, self.rules,
+                          self.trigger_tables)
 
 
 def user_schemas(conn: pymysql.Connection) -> list[str]:
@@ -70,6 +89,8 @@ def read_schema(conn: pymysql.Connection, schemas: list[str], rules: Filter = EV
                 for name, *table in cur.fetchall():
                     if table and (db, table[0]) not in plan.tables:
                         continue  # a trigger of a table the filter leaves out
+                    if table:
+                        plan.trigger_tables[(db, name)] = table[0]
                     plan.after_rows.append((kind, db, name, *_show(cur, kind, db, name, column)))
     plan.after_rows.sort(key=lambda o: _KINDS_AFTER_ROWS.index(o[0]))  # stable: listing order within a kind
     return plan
@@ -93,17 +114,22 @@ def _text(value) -> str:
 
 
 def refuse_non_empty(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
-    """Clone writes only into schemas the replica does not hold (or holds empty)."""
-    targets = tuple(plan.rules.target(db) for db in plan.databases)
+    """Clone writes only into schemas the replica does not hold (or holds empty), and
+    tables it does not have."""
+    into = plan.rules.target
+    targets = tuple(into(db) for db in plan.databases) or ("",)
+    tables = tuple(f"{into(db)}.{t}" for db, t in plan.tables) or ("",)
     with conn.cursor() as cur:
-        cur.execute("SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) FROM information_schema.TABLES WHERE "
-                    "TABLE_SCHEMA IN %s UNION ALL SELECT CONCAT(ROUTINE_SCHEMA, '.', ROUTINE_NAME) FROM "
-                    "information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN %s ORDER BY 1 LIMIT 6", (targets, targets))
+        cur.execute("SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) AS n FROM information_schema.TABLES WHERE "
+                    "TABLE_SCHEMA IN %s OR CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) IN %s UNION SELECT "
+                    "CONCAT(ROUTINE_SCHEMA, '.', ROUTINE_NAME) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA "
+                    "IN %s ORDER BY 1 LIMIT 6", (targets, tables, targets))
         held = [row[0] for row in cur.fetchall()]
     if held:
         more = ", ..." if len(held) > 5 else ""
         raise ConfigError(f"clone: the replica {url} already holds {', '.join(held[:5])}{more}: clone copies into "
-                          "schemas the replica does not have; drop them there first (or choose --schema)")
+                          "schemas and tables the replica does not have; drop them there first (or choose --schema, "
+                          "--include, --exclude)")
 
 
 def _renamed(text: str, rules: Filter) -> str:
@@ -154,27 +180,38 @@ def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl)
 NO_SUCH_TABLE = 1146
 
 
-def drop_tables(conn: pymysql.Connection, tables: list[tuple[str, str]], url: MysqlUrl) -> None:
-    """Tables of the replica (its names) a stopped clone left half copied."""
-    for db, name in tables:
-        _run(conn, f"DROP TABLE IF EXISTS {table_name(db, name)}", f"(drop) table {db}.{name}", url)
-
-
-def drop_objects(conn: pymysql.Connection, schemas: list[str], url: MysqlUrl) -> None:
-    """The routines, views, triggers and events of the replica's ``schemas``, before
-    a resumed clone creates them again as of its own snapshot."""
-    if not schemas:
-        return
+def drop_objects(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:
+    """The routines, views, triggers and events a stopped clone may have created (those
+    of the plan's schemas, and its views and triggers), before a resumed clone creates
+    them again as of its own snapshot."""
+    into = plan.rules.target
+    schemas = tuple(into(db) for db in plan.databases) or ("",)
+    found = [(kind, into(db), name) for kind, db, name, _, _ in plan.after_rows if kind in ("VIEW", "TRIGGER")]
     with conn.cursor() as cur:
         cur.execute("SELECT ROUTINE_TYPE, ROUTINE_SCHEMA, ROUTINE_NAME FROM information_schema.ROUTINES WHERE "
                     "ROUTINE_SCHEMA IN %s UNION ALL SELECT 'VIEW', TABLE_SCHEMA, TABLE_NAME FROM "
                     "information_schema.VIEWS WHERE TABLE_SCHEMA IN %s UNION ALL SELECT 'TRIGGER', TRIGGER_SCHEMA, "
                     "TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN %s UNION ALL SELECT "
                     "'EVENT', EVENT_SCHEMA, EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA IN %s",
-                    (tuple(schemas),) * 4)
-        found = list(cur.fetchall())
-    for kind, db, name in found:
+                    (schemas,) * 4)
+        found += list(cur.fetchall())
+    for kind, db, name in dict.fromkeys(found):
         _run(conn, f"DROP {kind} IF EXISTS {table_name(db, name)}", f"(drop) {kind.lower()} {db}.{name}", url)
+
+
+def drop_listed(conn: pymysql.Connection, listed: list[tuple[str, str]], url: MysqlUrl) -> None:
+    """What a stopped clone listed (the replica's names): tables and views, then the
+    schemas it created (table '')."""
+    with conn.cursor() as cur:
+        views = {(db, t) for db, t in listed if t and cur.execute(
+            "SELECT 1 FROM information_schema.VIEWS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, t))}
+    for db, t in listed:
+        if t:
+            kind = "VIEW" if (db, t) in views else "TABLE"
+            _run(conn, f"DROP {kind} IF EXISTS {table_name(db, t)}", f"(drop) {kind.lower()} {db}.{t}", url)
+    for db, t in listed:
+        if not t:
+            _run(conn, f"DROP DATABASE IF EXISTS {quote_name(db)}", f"(drop) database {db}", url)
 
 
 def _run(conn: pymysql.Connection, statement: str, what: str, url: MysqlUrl) -> None:

@@ -23,7 +23,7 @@ from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 from bridge.filter import Filter
 from bridge.model import GtidSet
-from bridge.sqlnames import CLONE_STATE
+from bridge.sqlnames import CHANNEL_FILTER, CLONE_STATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,20 +45,30 @@ class CloneState:
                            (self.channel,))
         return {(db, tbl): Entry(GtidSet.parse(gtid), bool(copied)) for db, tbl, gtid, copied in rows}
 
-    def forget(self) -> None:
-        self._run([(f"DELETE FROM {CLONE_STATE} WHERE channel=%s", (self.channel,))])
+    def pending(self) -> Filter | None:
+        """The filter the unfinished clone will give the channel."""
+        rows = self._query(f"SELECT pending FROM {CHANNEL_FILTER} WHERE channel=%s", (self.channel,))
+        return Filter.from_json(rows[0][0]) if rows and rows[0][0] else None
 
-    def begin(self, rules: Filter, gtid: GtidSet, tables: list[Key], schemas: list[str], gone: list[Key]) -> None:
-        """Before anything is created: the filter, and every table this run copies (and
-        every schema's objects) at ``gtid``; tables a stopped run listed that are gone
-        from the primary now are marked as of ``gtid`` too (absent)."""
+    def forget(self) -> None:
+        """The unfinished clone's rows (a finished earlier clone's stay: the channel may
+        still be catching up with them)."""
+        self._run([(f"DELETE FROM {CLONE_STATE} WHERE channel=%s AND finished=0", (self.channel,)),
+                   (f"UPDATE {CHANNEL_FILTER} SET pending=NULL WHERE channel=%s", (self.channel,))])
+
+    def begin(self, rules: Filter, gtid: GtidSet, entries: list[Key], gone: list[Key]) -> None:
+        """Before anything is created: the filter the channel will have, and every table,
+        view and schema (its objects: table '') this run copies, at ``gtid``; tables a
+        stopped run listed that are gone from the primary now are marked as of ``gtid``
+        too (absent)."""
         text = str(gtid)
         statements = [(f"INSERT INTO {CLONE_STATE} (channel, db, tbl, gtid_set) VALUES (%s, %s, %s, %s) ON DUPLICATE "
-                       "KEY UPDATE gtid_set=VALUES(gtid_set), rows_copied=0, bytes_copied=0, copied=0",
-                       (self.channel, db, tbl, text)) for db, tbl in [*tables, *((db, "") for db in schemas)]]
+                       "KEY UPDATE gtid_set=VALUES(gtid_set), rows_copied=0, bytes_copied=0, copied=0, finished=0",
+                       (self.channel, db, tbl, text)) for db, tbl in entries]
         statements += [(f"UPDATE {CLONE_STATE} SET gtid_set=%s, copied=1 WHERE channel=%s AND db=%s AND tbl=%s",
                         (text, self.channel, db, tbl)) for db, tbl in gone]
-        channel_rows.save_filter(self.conn, self.channel, rules, commit=False)
+        statements.append((f"INSERT INTO {CHANNEL_FILTER} (channel, pending) VALUES (%s, %s) ON DUPLICATE KEY UPDATE "
+                           "pending=VALUES(pending)", (self.channel, rules.to_json())))
         self._run(statements)
 
     def progress(self, conn: pymysql.Connection, key: Key, rows: int, nbytes: int, done: bool = False) -> None:
@@ -66,12 +76,19 @@ class CloneState:
         self._run([(f"UPDATE {CLONE_STATE} SET rows_copied=%s, bytes_copied=%s, copied=%s WHERE channel=%s AND "
                     "db=%s AND tbl=%s", (rows, nbytes, int(done), self.channel, *key))], conn)
 
-    def finish(self, objects_gtid: GtidSet) -> GtidSet:
-        """The schemas' objects as of ``objects_gtid``, the clone finished and the
-        channel's start at the earliest position of any of its rows, in one replica
-        transaction: `start-primary` streams from exactly there. Returns the start."""
-        self._run([(f"UPDATE {CLONE_STATE} SET gtid_set=%s, copied=1 WHERE channel=%s AND tbl=''",
-                    (str(objects_gtid), self.channel))], commit=False)
+    def finish(self, objects_gtid: GtidSet, new_channel: bool) -> GtidSet:
+        """In one replica transaction: the objects (views, and the schemas' routines,
+        triggers and events) as of ``objects_gtid``, the clone finished, its filter the
+        channel's, and a ``new_channel``'s start at the earliest position of any of its
+        rows: `start-primary` streams from exactly there. Returns the start (or, adding
+        tables to a channel, the channel's position, unchanged)."""
+        self._run([(f"UPDATE {CLONE_STATE} SET gtid_set=%s, copied=1 WHERE channel=%s AND finished=0 AND copied=0",
+                    (str(objects_gtid), self.channel)),
+                   (f"UPDATE {CHANNEL_FILTER} SET rules=pending, pending=NULL WHERE channel=%s", (self.channel,))],
+                  commit=False)
+        if not new_channel:
+            self._run([(f"UPDATE {CLONE_STATE} SET finished=1 WHERE channel=%s", (self.channel,))])
+            return channel_rows.load_position(self.conn, self.channel).gtid_set
         positions = {g for (g,) in self._query(f"SELECT DISTINCT gtid_set FROM {CLONE_STATE} WHERE channel=%s",
                                                 (self.channel,))}
         start = earliest([GtidSet.parse(g) for g in positions] or [objects_gtid])

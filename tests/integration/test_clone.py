@@ -97,14 +97,14 @@ def test_clone_refuses_a_replica_that_holds_the_schema_and_restarts_a_stopped_on
         with pair.replica.cursor() as cur:  # the replica holds it already: refused, nothing written
             cur.execute(f"CREATE DATABASE {s}")
             cur.execute(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
-        with pytest.raises(ConfigError, match=f"already holds {s}.t: clone copies into schemas the replica does not"):
+        with pytest.raises(ConfigError, match=f"already holds {s}.t: clone copies into schemas and tables the replica does not"):
             Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, schemas=(s,)).run()
         with pair.replica.cursor() as cur:
             cur.execute(f"DROP DATABASE {s}")
             # a clone that stopped half way: its state says so, the next one refuses, --restart goes on
             cur.execute("INSERT INTO rdma_bridge.clone_state (channel, db, tbl, gtid_set) VALUES (%s, %s, 't', '')",
                         (pair.channel, s))
-            cur.execute("INSERT INTO rdma_bridge.channel_filter (channel, rules) VALUES (%s, %s)",
+            cur.execute("INSERT INTO rdma_bridge.channel_filter (channel, pending) VALUES (%s, %s)",
                         (pair.channel, Filter.parse([s, "other"]).to_json()))
             cur.execute(f"CREATE DATABASE {s}")
             cur.execute(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
@@ -139,7 +139,7 @@ def _drop_on_replica(pair, schema):
     pair.replica.commit()
 
 
-def _writes_to(url, s, stop):
+def _writes_to(url, s, stop, done):
     """Updates and inserts into both big tables until ``stop``: the window between the
     killed clone's snapshot and the resumed one's has changes to tables of both."""
     conn = connect(url)
@@ -151,6 +151,7 @@ def _writes_to(url, s, stop):
                 cur.execute(f"UPDATE {s}.{t} SET n = n + 1 WHERE id = %s", (n % ROWS_PER_TABLE + 1,))
                 cur.execute(f"INSERT INTO {s}.{t} VALUES (%s, 'written during the clone', 0)", (n,))
         conn.commit()
+        done.append(n)
         time.sleep(0.005)
     conn.close()
 
@@ -181,8 +182,8 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
                             for role, key in (("SOURCE", "primary_admin"), ("TARGET", "replica_admin"))}}
     args = [sys.executable, "-m", "bridge", "clone", "--schema", s, "--channel", pair.channel,
             "--max-rows-per-second", "8000"]
-    stop = threading.Event()
-    writer = threading.Thread(target=_writes_to, args=(urls["primary_admin"], s, stop))
+    stop, rounds = threading.Event(), []
+    writer = threading.Thread(target=_writes_to, args=(urls["primary_admin"], s, stop, rounds))
     try:
         with BackgroundWorkload(urls["primary_admin"], s):
             writer.start()
@@ -207,6 +208,7 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
             time.sleep(1)  # the writes go on while the replica side catches up
             stop.set()
             writer.join()
+        assert len(rounds) > 100  # the writer wrote all along
         pair.sql(f"CALL {s}.touch()")
         pair.assert_same(s)
         assert any("tables were copied by a resumed clone at later positions" in r.message for r in caplog.records)
@@ -237,18 +239,21 @@ MATRIX_VALUES = """n, n % 256 - 128, n % 256, n % 65536 - 32768, n % 65536, n % 
   JSON_OBJECT('n', n, 'f', n / 3, 's', CONCAT('v', n)), ELT(1 + n % 3, 'x', 'y', 'zz'), MAKE_SET(n % 8, 'a', 'b', 'c')"""
 
 
-def _matrix_writes(url, big, stop):
-    """Inserts, updates and deletes in every matrix table until ``stop``."""
+def _matrix_writes(url, big, stop, done):
+    """Inserts, updates and deletes in every matrix table until ``stop``; ``done``: how
+    many rounds (the test checks they happened)."""
     conn = connect(url)
     n = MATRIX_ROWS
     while not stop.is_set():
         n += 1
         with conn.cursor() as cur:
             for k in range(MATRIX_TABLES):
-                cur.execute(f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES} FROM (SELECT %s AS n) AS src", (n,))
+                cur.execute(f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES.replace('%', '%%')} FROM (SELECT %s AS n) "
+                            "AS src", (n,))
                 cur.execute(f"UPDATE {big}.m{k} SET db = db + 1, vc = CONCAT(vc, '+') WHERE id = %s", (n * 7919 %
                                                                                                        MATRIX_ROWS,))
                 cur.execute(f"DELETE FROM {big}.m{k} WHERE id = %s", (n * 104729 % MATRIX_ROWS,))
+        done.append(n)
         time.sleep(0.01)
     conn.close()
 
@@ -266,8 +271,8 @@ def test_clone_of_a_million_rows_of_the_type_matrix_under_writes(urls, fresh_sch
         pair.sql(TYPES_TABLE.format(s=big).replace(".types (", f".m{k} (", 1),
                  f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES} FROM (SELECT CAST(seq AS SIGNED) AS n FROM "
                  f"{big}.seq_1_to_{MATRIX_ROWS}) AS src")
-    stop = threading.Event()
-    writer = threading.Thread(target=_matrix_writes, args=(urls["primary_admin"], big, stop))
+    stop, rounds = threading.Event(), []
+    writer = threading.Thread(target=_matrix_writes, args=(urls["primary_admin"], big, stop, rounds))
     try:
         with BackgroundWorkload(urls["primary_admin"], s):
             writer.start()
@@ -279,7 +284,7 @@ def test_clone_of_a_million_rows_of_the_type_matrix_under_writes(urls, fresh_sch
             time.sleep(1)
             stop.set()
             writer.join()
-        assert result.rows >= MATRIX_TABLES * (MATRIX_ROWS - 1000)
+        assert result.rows >= MATRIX_TABLES * (MATRIX_ROWS - 1000) and len(rounds) > 50  # the writer wrote all along
         pair.assert_same(s)
         checker = Checksummer(urls["primary_admin"], urls["replica_admin"], pair.channel, offline=True)
         try:

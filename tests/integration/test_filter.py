@@ -14,7 +14,7 @@ import pytest
 from bridge.check.checksum import Checksummer, channel_filter
 from bridge.check.compare import compare_databases
 from bridge.clone.run import Cloner
-from bridge.errors import StartRefused
+from bridge.errors import ChannelLocked, StartRefused
 from bridge.filter import Filter
 from bridge.node.replica import ReplicaNode
 from bridge.workload import MixedWorkload, create_schema
@@ -123,5 +123,35 @@ def test_filter_given_to_start_replica_is_recorded_and_may_only_narrow(urls, fre
         node = ReplicaNode(dataclasses.replace(base, channel_filter=""))  # not given: the recorded one holds
         assert node.rules == narrower
         node.close()
+    finally:
+        pair.stop()
+
+
+def test_a_wider_filter_is_taken_once_clone_copied_the_tables_it_adds(urls, fresh_schema):
+    s = fresh_schema("filt_add")
+    narrow, wide = Filter.parse([s], [f"{s}.ledger*"]), Filter.parse([s])  # the view over ledger goes with it
+    pair = BridgePair(urls, "tcp", channel_filter=narrow.to_json()).start()
+    try:
+        create_schema(pair.primary, s)
+        pair.sql(f"CREATE VIEW {s}.ledger_sum AS SELECT account, SUM(amount) AS total FROM {s}.ledger GROUP BY 1")
+        MixedWorkload(pair.primary, s).run(200)
+        pair.sync()
+        assert not {"ledger", "ledger_sum"} & set(_tables(pair.replica, s))
+        with pytest.raises(ChannelLocked, match="applied by another replica side"):  # not while it applies
+            Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, rules=wide).run()
+        cfg, node = pair.replica_node.cfg, pair.replica_node
+        pair.replica_node = None
+        node.close()
+        with BackgroundWorkload(urls["primary_admin"], s, seed=5):  # the channel falls behind the copy's snapshot
+            time.sleep(0.5)
+            result = Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, rules=wide).run()
+            time.sleep(0.5)
+        assert set(result.per_table) == {f"{s}.ledger"}
+        assert channel_filter(pair.replica, pair.channel) == wide
+        pair.replica_options = {}  # the recorded (wider) filter holds
+        pair.start_replica(port=cfg.listen[1] or node.address[1])  # the primary side reconnects to it
+        MixedWorkload(pair.primary, s, seed=9).run(100)
+        pair.assert_same(s)
+        assert "ledger_sum" in _tables(pair.replica, s)
     finally:
         pair.stop()
