@@ -4,7 +4,8 @@ A schema of ROWS rows over four tables (narrow integers, strings, a mix of types
 wider rows with a blob) on the sandbox primary; each method copies it into the sandbox
 replica (the schema dropped there before each): the dump pipe
 (`mariadb-dump --single-transaction --gtid ... | mariadb`, both through the servers'
-unix sockets), then `rdma-bridge clone` with 1 and 2 parallel connections. Rows/s and
+unix sockets), then `rdma-bridge clone` with 1 and 2 parallel connections, and with 2 and
+`--defer-indexes` (the four secondary indexes of two tables built after their rows). Rows/s and
 MB/s (the bytes clone counted, the same data for all), ratios clone over dump pipe.
 
     python -m bench.clone [--rows 1000000] [--state-dir .sandbox]
@@ -27,10 +28,10 @@ from bridge.workload import connect
 SCHEMA = "bench_clone"
 TABLES = {  # name: (share of the rows, CREATE body, SELECT over seq)
     "narrow": (0.4, "(id INT PRIMARY KEY, a INT, b BIGINT)", "seq, seq % 1000, seq * 7"),
-    "strings": (0.3, "(id INT PRIMARY KEY, name VARCHAR(64), note VARCHAR(200), KEY (name))",
+    "strings": (0.3, "(id INT PRIMARY KEY, name VARCHAR(64), note VARCHAR(200), KEY (name), KEY (note(20)))",
                 "seq, CONCAT('name ', seq), REPEAT(CHAR(65 + seq % 26), 40 + seq % 100)"),
     "mixed": (0.2, "(id INT PRIMARY KEY, d DECIMAL(12,2), f FLOAT, dt DATETIME(6), ts TIMESTAMP NULL, e ENUM('a','b'),"
-                   " j JSON)",
+                   " j JSON, KEY (dt), KEY (e, d))",
               "seq, seq / 100, seq / 3, '2024-01-01 00:00:00' + INTERVAL seq SECOND, "
               "FROM_UNIXTIME(1700000000 + seq), IF(seq % 2, 'a', 'b'), CONCAT('{\"k\": ', seq, '}')"),
     "wide": (0.1, "(id INT PRIMARY KEY, payload BLOB, t TEXT)", "seq, RANDOM_BYTES(200), REPEAT('w', 300)"),
@@ -52,6 +53,7 @@ def drop_on_replica(conn, channel: str | None = None) -> None:
         if channel:
             cur.execute(f"DELETE FROM {META} WHERE channel=%s", (channel,))
             cur.execute("DELETE FROM rdma_bridge.clone_state WHERE channel=%s", (channel,))
+            cur.execute("DELETE FROM rdma_bridge.channel_filter WHERE channel=%s", (channel,))
 
 
 def dump_pipe(box: Sandbox) -> float:
@@ -81,15 +83,14 @@ def run(rows: int, state_dir: str, log=print) -> dict:
         seconds = dump_pipe(box)
         results["dump pipe"] = {"seconds": round(seconds, 2)}
         log(f"dump pipe: {seconds:.1f}s")
-        for parallel in (1, 2):
+        for parallel, defer in ((1, False), (2, False), (2, True)):
             channel = f"bench_clone_{time.time_ns()}"
             drop_on_replica(rconn)
             result = Cloner(primary, replica, channel=channel, schemas=(SCHEMA,), parallel=parallel,
-                            say=lambda _line: None).run()
-            results[f"clone, {parallel} connection(s)"] = {"seconds": round(result.seconds, 2), "rows": result.rows,
-                                                           "bytes": result.bytes}
-            log(f"clone --parallel {parallel}: {result.seconds:.1f}s, {result.rows:,} rows, "
-                f"{result.bytes / 1e6:.1f} MB")
+                            say=lambda _line: None, defer_indexes=defer).run()
+            name = f"clone, {parallel} connection(s)" + (", --defer-indexes" if defer else "")
+            results[name] = {"seconds": round(result.seconds, 2), "rows": result.rows, "bytes": result.bytes}
+            log(f"{name}: {result.seconds:.1f}s, {result.rows:,} rows, {result.bytes / 1e6:.1f} MB")
             drop_on_replica(rconn, channel)
     finally:
         with pconn.cursor() as cur:

@@ -99,7 +99,7 @@ class Progress:
 class Cloner:
     def __init__(self, source: MysqlUrl, target: MysqlUrl, channel: str = "default", schemas: tuple[str, ...] = (),
                  parallel: int = 1, max_rows_per_second: float = 0.0, say: Callable[[str], None] = log.info,
-                 rules: Filter | None = None) -> None:
+                 rules: Filter | None = None, defer_indexes: bool = False) -> None:
         """``schemas``: as many --include patterns of whole schemas, which must exist.
         ``rules`` None (and no ``schemas``): every table, or what a stopped clone that
         this one resumes copied."""
@@ -113,6 +113,8 @@ class Cloner:
         self.throttle, self.progress, self.say = Throttle(max_rows_per_second), Progress(say), say
         self.state: CloneState | None = None
         self.base: Filter | None = None  # adding tables to a channel that streams: the filter it has
+        self.defer_indexes = defer_indexes  # secondary indexes built after each table's rows
+        self.deferred: dict[tuple[str, str], list[str]] = {}
 
     def run(self, restart: bool = False) -> CloneResult:
         """A clone of the channel that stopped is resumed (``restart``: dropped, and
@@ -167,7 +169,8 @@ class Cloner:
                  + (f"; {len(kept)} tables kept as the stopped clone copied them" if stopped else ""))
         if stopped:  # what the stopped clone left half done (or the primary dropped since) goes
             schema.drop_listed(control, [*((into(db), t) for db, t in todo), *gone], self.target)
-        schema.create_before_rows(control, plan, self.target, tables=set(todo))
+        self.deferred = schema.create_before_rows(control, plan, self.target, tables=set(todo),
+                                                  defer_indexes=self.defer_indexes)
         result = CloneResult(snapshot.gtid, tables=len(shapes), kept=len(kept))
         self._copy_all(snapshot, shapes, result)
         if stopped:
@@ -264,6 +267,11 @@ class Cloner:
             self.throttle.account(rows, batch_s)
 
         rows, nbytes = row_copy.copy_table(source, target, shape, on_batch)
+        indexes = self.deferred.get((shape.db, shape.table))
+        if indexes:
+            built = time.monotonic()
+            schema.add_indexes(target, shape.target, indexes, self.target)
+            self.say(f"{shape.name}: {len(indexes)} secondary indexes built in {time.monotonic() - built:.1f}s")
         self.state.progress(target, key, rows, nbytes, done=True)
         self.progress.table(shape, rows, nbytes, started, done=True)
         return rows, nbytes

@@ -137,10 +137,31 @@ def _renamed(text: str, rules: Filter) -> str:
     return rename(text.encode("utf-8"), dict(rules.renames)).decode("utf-8") if rules.renames else text
 
 
+_SECONDARY = ("  KEY ", "  UNIQUE KEY ", "  FULLTEXT KEY ", "  SPATIAL KEY ", "  VECTOR KEY ")
+
+
+def without_secondary_indexes(create: str) -> tuple[str, list[str]]:
+    """A SHOW CREATE TABLE text without its secondary indexes, and those indexes (each an
+    ``ALTER TABLE ... ADD`` clause), to build once the rows are in. A table with foreign
+    keys keeps them all (the server would make an index of its own for a key's columns)."""
+    lines = create.split("\n")
+    if any("FOREIGN KEY" in line for line in lines):
+        return create, []
+    kept = [line for line in lines if not line.startswith(_SECONDARY)]
+    deferred = [line.strip().rstrip(",") for line in lines if line.startswith(_SECONDARY)]
+    if not deferred:
+        return create, []
+    last = max(i for i, line in enumerate(kept) if line.startswith("  "))  # the last column or key before ")"
+    kept[last] = kept[last].rstrip(",")
+    return "\n".join(kept), deferred
+
+
 def create_before_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl,
-                       tables: set[tuple[str, str]] | None = None) -> None:
-    """Every database, and the tables (``tables``: only these, by the primary's names)."""
-    rules = plan.rules
+                       tables: set[tuple[str, str]] | None = None, defer_indexes: bool = False) -> dict:
+    """Every database, and the tables (``tables``: only these, by the primary's names);
+    ``defer_indexes``: without their secondary indexes, returned by table (the primary's
+    names) as ALTER TABLE clauses to add once the rows are in."""
+    rules, deferred = plan.rules, {}
     for db, create in plan.databases.items():
         db = rules.target(db)
         _run(conn, _renamed(create, rules).replace("CREATE DATABASE", "CREATE DATABASE IF NOT EXISTS", 1),
@@ -148,9 +169,20 @@ def create_before_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl
     for (db, name), create in plan.tables.items():
         if tables is not None and (db, name) not in tables:
             continue
-        db = rules.target(db)
-        _run(conn, f"USE {quote_name(db)}", f"database {db}", url)
-        _run(conn, _renamed(create, rules), f"table {db}.{name}", url)
+        into = rules.target(db)
+        create = _renamed(create, rules)
+        if defer_indexes:
+            create, indexes = without_secondary_indexes(create)
+            if indexes:
+                deferred[(db, name)] = indexes
+        _run(conn, f"USE {quote_name(into)}", f"database {into}", url)
+        _run(conn, create, f"table {into}.{name}", url)
+    return deferred
+
+
+def add_indexes(conn: pymysql.Connection, table: str, indexes: list[str], url: MysqlUrl) -> None:
+    """The secondary indexes ``create_before_rows`` deferred, in one ALTER TABLE."""
+    _run(conn, f"ALTER TABLE {table} " + ", ".join(f"ADD {index}" for index in indexes), f"indexes of {table}", url)
 
 
 def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:

@@ -59,7 +59,7 @@ def test_clone_under_writes_then_stream_ends_equal(urls, fresh_schema, caplog):
     try:
         with BackgroundWorkload(urls["primary_admin"], s):  # the mixed workload's own tables, written throughout
             result = Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, schemas=(s,),
-                            parallel=2).run()
+                            parallel=2, defer_indexes=True).run()
         assert result.rows > ROWS_PER_TABLE and result.per_table[f"{s}.big"][0] == ROWS_PER_TABLE + 1
         assert any(f"a chunk of {s}.blobs was longer" in r.message for r in caplog.records)
         pair.start_gtid = None  # the channel's start is the clone's position
@@ -70,6 +70,9 @@ def test_clone_under_writes_then_stream_ends_equal(urls, fresh_schema, caplog):
         with pair.replica.cursor() as cur:
             cur.execute(f"SELECT COUNT(*) FROM {s}.audit")  # the trigger fired on the primary only, never on copy
             audited = cur.fetchone()[0]
+            cur.execute("SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s AND "
+                        "TABLE_NAME='big' ORDER BY 1", (s,))  # built after the rows (--defer-indexes)
+            assert [r[0] for r in cur.fetchall()] == ["PRIMARY", "v"]
             cur.execute(f"SELECT hidden, twice FROM {s}.big WHERE id = 3")
             assert cur.fetchone() == (3, 6)
             cur.execute(f"SELECT n, {s}.twice(21) FROM {s}.v_v")

@@ -1,6 +1,7 @@
-"""Clone's progress lines and its throttle's arithmetic (no server: the copy itself is
+"""Clone's progress lines, its throttle's arithmetic and the deferred indexes' cut (no server: the copy itself is
 tested against the sandbox in tests/integration/test_clone.py)."""
 
+from bridge.clone.schema import without_secondary_indexes
 from bridge.clone import run as clone_run
 from bridge.clone.rows import TableShape
 
@@ -29,3 +30,17 @@ def test_throttle_spaces_batches_to_the_row_rate(monkeypatch):
     slept.clear()
     clone_run.Throttle(rows_per_s=0).account(10_000, batch_s=3.0)  # no limit, but a slow batch: wait as long
     assert slept == [3.0]
+
+
+def test_secondary_indexes_are_cut_from_the_create_and_kept_for_later():
+    create = ("CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `v` varchar(40) DEFAULT NULL,\n  `w` text,\n"
+              "  PRIMARY KEY (`id`),\n  KEY `v` (`v`),\n  UNIQUE KEY `u` (`v`,`id`),\n  FULLTEXT KEY `ft` (`w`)\n"
+              ") ENGINE=InnoDB DEFAULT CHARSET=latin1")
+    table, indexes = without_secondary_indexes(create)
+    assert table == ("CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `v` varchar(40) DEFAULT NULL,\n  `w` text,\n"
+                     "  PRIMARY KEY (`id`)\n) ENGINE=InnoDB DEFAULT CHARSET=latin1")
+    assert indexes == ["KEY `v` (`v`)", "UNIQUE KEY `u` (`v`,`id`)", "FULLTEXT KEY `ft` (`w`)"]
+    with_fk = create.replace("  FULLTEXT KEY `ft` (`w`)", "  CONSTRAINT `f` FOREIGN KEY (`v`) REFERENCES `p` (`v`)")
+    assert without_secondary_indexes(with_fk) == (with_fk, [])  # the server would index the key's columns itself
+    no_keys = create.split("  PRIMARY")[0].rstrip(",\n") + "\n) ENGINE=InnoDB"
+    assert without_secondary_indexes(no_keys) == (no_keys, [])
