@@ -137,15 +137,22 @@ def has_crc32c(conn) -> bool:
 
 
 def channel_filter(conn, channel: str) -> Filter:
-    """What the channel replicates, as recorded on the replica (bridge.filter)."""
+    """What the channel replicates, as recorded on the replica (bridge.filter); every
+    table when nothing is recorded, or when this user may not read the record (said)."""
     with conn.cursor() as cur:
         try:
             cur.execute(f"SELECT rules FROM {sqlnames.CHANNEL_FILTER} WHERE channel=%s", (channel,))
             row = cur.fetchone()
-        except pymysql.ProgrammingError as exc:  # 1146: no bridge of this version ran against this replica
-            if exc.args[0] != NO_SUCH_TABLE:
+        except (pymysql.ProgrammingError, pymysql.OperationalError) as exc:
+            if exc.args[0] == NO_SUCH_TABLE:  # no bridge of this version ran against this replica
+                row = None
+            elif exc.args[0] in (1142, 1044):
+                log.warning("cannot read what channel %r replicates (%s): every table is compared; grant SELECT on "
+                            "%s to this user to follow the channel's --include/--exclude/--rename-schema", channel,
+                            exc.args[1], sqlnames.CHANNEL_FILTER)
+                row = None
+            else:
                 raise
-            row = None
     return Filter.from_json(row[0]) if row and row[0] else EVERYTHING
 
 

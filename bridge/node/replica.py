@@ -161,8 +161,12 @@ class ReplicaNode:
             idle_since = idle_since or now
             if now - idle_since < self.cfg.spin_s:
                 time.sleep(0)  # --spin-us: on Linux a zero sleep lasts the timer slack, ~50-70 µs
-            else:
+                continue
+            try:
                 self._idle_wait()
+            except OSError:
+                if not self._stop.is_set():
+                    raise  # else close() took the doorbell away while this thread waited on it
 
     def _idle_wait(self) -> None:
         """Sleep until the primary rings the ring's doorbell (shm, tcp), or poll (rdma)."""
