@@ -122,6 +122,10 @@ def rollback(conn: pymysql.Connection, url: MysqlUrl) -> None:
 
 
 def _keepalive(sock: socket.socket, idle_s: int = 30, interval_s: int = 10, probes: int = 3) -> None:
+    """TCP keepalives, so a replica server that vanished is noticed; a unix socket
+    (``?socket=`` in the URL) has none and needs none."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle_s)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval_s)
