@@ -12,11 +12,8 @@ import logging
 import secrets
 import threading
 import time
-from dataclasses import replace
-from typing import NamedTuple
 
 from bridge.apply import modes
-from bridge.apply.channel import load_catch_up, settle_filter
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
@@ -24,14 +21,14 @@ from bridge.config import SECRET_ENV, ReplicaConfig, backoff_s, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
                            TargetConnectionLost)
-from bridge.filter import Filter, filter_changes
-from bridge.model import Chunk, Gtid, GtidSet, Transaction
+from bridge.model import GtidSet
 from bridge.node.fencing import WriterSeat
 from bridge.node import admin
 from bridge.node.halt import Halt
 from bridge.node.listener import Listener
 from bridge.node.session import Session
 from bridge.node.progress import Progress
+from bridge.node.replicated import Picked, Replicated
 from bridge.ring.consumer import RingConsumer
 from bridge.statusdoc import ReplicaStatus
 from bridge.transport import make_host, tls
@@ -39,17 +36,10 @@ from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.codec import decode_chunk, decode_transaction
-from bridge.wire.frame import Frame, FrameKind
+from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
 
-
-class Picked(NamedTuple):
-    """A transaction (or chunk) taken from the ring: its frame, the decoded payload and
-    when it was picked up (wall-clock ns, for the apply and deliver stages)."""
-    frame: Frame
-    item: Transaction | Chunk
-    picked_ns: int
 
 HALTED_WAIT_S = 0.5  # how often a stopped apply loop looks at its stop flag
 
@@ -85,15 +75,8 @@ class ReplicaNode:
             except ConfigError as exc:
                 log.warning("a %s primary will be refused until this is fixed: %s", self.applier.server.flavor, exc)
         try:  # what the channel replicates (bridge.filter): recorded on the replica, or given and recorded now
-            self.rules = settle_filter(self.applier.conn, cfg.channel, cfg.target,
-                                       Filter.from_json(cfg.channel_filter) if cfg.channel_filter else None,
-                                       self.applier.has_position)
-            self.applier.rules = self.rules
-            self.catch_up = load_catch_up(self.applier.conn, cfg.channel, self.applier.position.gtid_set)
-            if self.catch_up:
-                log.info("channel %r: %d tables were copied by a resumed clone at later positions than the channel's "
-                         "start; their changes before those are left out until the stream passes them (%s)",
-                         cfg.channel, len(self.catch_up), ", ".join(sorted({str(g) for g in self.catch_up.values()})))
+            self.replicated = Replicated.load(self.applier, cfg.channel, cfg.target, cfg.channel_filter)
+            self.applier.rules = self.replicated.rules
         except BridgeError:
             self.applier.close()
             self._listener.close()
@@ -139,7 +122,7 @@ class ReplicaNode:
         log.info("replica listening on %s:%d%s, transport %s, ring %d bytes, channel %r at seq %d (%s), "
                  "replicating %s", *self.address, " (TLS, peers verified)" if self.cfg.tls else "",
                  self.cfg.transport, self.cfg.ring_bytes, self.cfg.channel, self.applier.position.applied_seq,
-                 self.applier.position.gtid_set or "no gtid yet", self.rules.describe())
+                 self.applier.position.gtid_set or "no gtid yet", self.replicated.describe())
 
     def run(self) -> None:
         """Apply loop until ``stop``: finishes the transaction in flight."""
@@ -207,8 +190,7 @@ class ReplicaNode:
         return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
                 "workers": self.cfg.workers, "apply_mode": session.apply_mode if session else self.cfg.apply_mode,
-                "replicates": self.rules.describe() + (f"; {len(self.catch_up)} tables catching up with a resumed "
-                                                       "clone" if self.catch_up else ""),
+                "replicates": self.replicated.describe(),
                 "session": session is not None, "gtid_set": str(pos.gtid_set),
                 "apply_stopped": self.halt.status() if self.halt else None,
                 "counters": counters, "stages": self.stages.summary()}
@@ -419,32 +401,9 @@ class ReplicaNode:
         session.has_format = check_payload(frame.seq, item, session.apply_mode, session.has_format)
         return Picked(frame, item, time.time_ns())
 
-    def _filtered(self, work: list[Picked]) -> list[Picked]:
-        """The work's changes as the channel replicates them (bridge.filter), less, after
-        a resumed clone, those of tables the replica copied at a later position."""
-        out, fmt = [], None
-        if self.catch_up:
-            held = self.applier.position.gtid_set
-            self.catch_up = {key: gtid for key, gtid in self.catch_up.items() if not held.contains_all(gtid)}
-        for entry in work:
-            item, rules = entry.item, self.rules
-            if fmt is None or item.format_event:
-                fmt = self.applier.format_for(item)
-            if self.catch_up:
-                gtid = Gtid.parse(item.gtid)
-                later = frozenset(key for key, at in self.catch_up.items() if at.contains(gtid))
-                rules = replace(rules, copied_later=later) if later else rules
-            if rules.everything:
-                out.append(entry)
-                continue
-            changes = filter_changes(item.changes, rules, fmt.checksum_bytes if fmt else 0,
-                                     f"apply seq {entry.frame.seq} ({item.gtid})")
-            out.append(entry._replace(item=replace(item, changes=changes)))
-        return out
-
     def _apply(self, work: list[Picked]) -> None:
-        if self.catch_up or not self.rules.everything:
-            work = self._filtered(work)
+        if not self.replicated.everything:
+            work = self.replicated.work(work, self.applier)
         frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:
             self.applier.apply_chunk(frame.seq, item)

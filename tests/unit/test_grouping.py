@@ -5,7 +5,8 @@ codec; only the ring is replaced by a list."""
 
 from bridge.config import MysqlUrl, ReplicaConfig
 from bridge.model import RowChange, Statement, Transaction
-from bridge.node.replica import Picked, ReplicaNode
+from bridge.node.replica import ReplicaNode
+from bridge.node.replicated import Picked
 from bridge.wire.codec import decode_transaction, encode_transaction
 from bridge.wire.frame import Frame, FrameKind
 
