@@ -26,12 +26,12 @@ import time
 
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
-from bridge.errors import BackpressureTimeout, BridgeError, Fenced, RingFull, SourceConnectionLost, TransportError
+from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
-from bridge.node.fencing import HEARTBEAT_S
+from bridge.node.link import Link
 from bridge.node.progress import Progress
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
@@ -64,8 +64,7 @@ class PrimaryNode:
         self.heartbeats_shipped = 0
         self.last_gtid = ""
         self._stop = threading.Event()
-        self._control: ControlConnection | None = None
-        self.remote = None
+        self.link: Link | None = None  # the session with the replica side (the last one, once down)
         self.reader: BinlogReader | None = None
         self.producer: RingProducer | None = None
         self.assembler = TransactionAssembler()
@@ -73,9 +72,6 @@ class PrimaryNode:
         self.resent_frames = 0
         self.binlog_reopens = 0
         self._unplaced: tuple[FrameKind, bytes, str] | None = None  # read, but not in the ring when the link fell
-        self._link_down = threading.Event()
-        self._link_reason, self._link_code = "", ""
-        self._control_heard_at = 0.0  # when this side last spoke on the control connection
         # who this primary side is, for the replica side's one-writer check (bridge.node.fencing)
         self.writer = {"id": secrets.token_hex(8), "host": socket.gethostname(), "pid": os.getpid(),
                        "source": str(cfg.source), "server_id": cfg.server_id,
@@ -99,6 +95,13 @@ class PrimaryNode:
         self._format_sent: binlog.FormatDescription | None = None  # the last one that went into the ring
         self.acks_sent = 0
         self.acks_skipped = 0  # applied mode: the replica did not commit within the primary's timeout
+
+    @property
+    def remote(self):
+        """The replica's ring while the link is open; None otherwise."""
+        link = self.link
+        return link.remote if link is not None else None
+
     @property
     def report_as(self) -> str:
         """How this bridge names itself to the primary (SHOW SLAVE HOSTS): by the replica it feeds."""
@@ -132,7 +135,7 @@ class PrimaryNode:
         """Why semi-sync went async, as this bridge sees it at the moment of the switch."""
         if self._stop.is_set():
             return "bridge stopped"
-        if self.remote is None or self._link_down.is_set():
+        if self.remote is None or self.link.down:
             return "link down"
         if self._waiting_for_space:
             return "backpressure"
@@ -167,8 +170,8 @@ class PrimaryNode:
         self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
                                      epoch=welcome["epoch"])
-        self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica, welcome["ring_bytes"],
-                                  self.cfg.secret, self.tls)
+        self.link.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
+                                       welcome["ring_bytes"], self.cfg.secret, self.tls)
         self.apply_mode, self._format_sent = welcome["apply_mode"], None
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
                                    mariadb=binlog.flavor_of(settings["version"]) == "mariadb", report_as=self.report_as,
@@ -197,25 +200,27 @@ class PrimaryNode:
         return settings
 
     def _handshake(self, version: str) -> dict:
-        self._control = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s, self.tls))
-        welcome = control.check_hello(control.client_handshake(
-            self._control, self.cfg.secret, "control", transport=self.cfg.transport,
+        conn = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s, self.tls))
+        try:
+            welcome = self._hello(conn, version)
+        except BaseException:
+            conn.close()
+            raise
+        self._server_version = version
+        self._apply_state(welcome.get("apply_stopped"))
+        self.replica_delay_s = float(welcome.get("delay_s") or 0.0)
+        self.link = Link(conn, welcome, f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", self._apply_state)
+        return welcome
+
+    def _hello(self, conn: ControlConnection, version: str) -> dict:
+        return control.check_hello(control.client_handshake(
+            conn, self.cfg.secret, "control", transport=self.cfg.transport,
             start_gtid=self.cfg.start_gtid or "",
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             doorbell=True,  # this side rings the ring's doorbell (older ones did not: the replica polls)
             flavor=binlog.flavor_of(version), server_version=version,  # the replica picks the apply mode
             writer=self.writer, take_over=self.cfg.take_over),  # one writer per ring (bridge.node.fencing)
             expect_type="welcome")
-        self._server_version = version
-        self._control.sock.settimeout(None)
-        self._link_down.clear()
-        self._link_reason, self._link_code = "", ""
-        self._control_heard_at = time.monotonic()
-        self._apply_state(welcome.get("apply_stopped"))
-        self.replica_delay_s = float(welcome.get("delay_s") or 0.0)
-        threading.Thread(target=self._watch_control, args=(self._control,), name="primary-control",
-                         daemon=True).start()
-        return welcome
 
     def _apply_state(self, stopped: dict | None) -> None:
         """The replica side stopped applying (it says where and why) or goes on again."""
@@ -227,39 +232,10 @@ class PrimaryNode:
             log.info("the replica side applies again")
         self.apply_stopped = stopped or None
 
-    def _watch_control(self, conn: ControlConnection) -> None:
-        """The replica speaks to say that applying stopped or goes on again, and to end a
-        session (error, with a code) or by closing it."""
-        code = ""
-        try:
-            while True:
-                msg = conn.recv()
-                if msg.get("type") in ("apply_stopped", "apply_resumed"):
-                    self._apply_state(msg if msg["type"] == "apply_stopped" else None)
-                elif msg.get("type") == "error":
-                    code = str(msg.get("code", ""))
-                    raise TransportError(f"replica ended the session: {msg.get('reason')}")
-        except BridgeError as exc:
-            if conn is self._control:
-                self._link_reason, self._link_code = str(exc), code
-                self._link_down.set()
-
-    def _say_alive(self) -> None:
-        """A heartbeat on the control connection: the replica side holds the channel for
-        this writer only while it hears from it (bridge.node.fencing)."""
-        now = time.monotonic()
-        if self._control is not None and now - self._control_heard_at >= HEARTBEAT_S:
-            self._control_heard_at = now
-            try:
-                self._control.send({"type": "heartbeat"})
-            except TransportError as exc:
-                self._link_reason = str(exc)
-                self._link_down.set()
-
     def resume_link(self) -> None:
         """A new session on a kept binlog stream: resend what the replica lacks from
         the ring, or fall back to re-reading the binlog."""
-        bad_frame = self._link_code == "bad_frame"
+        bad_frame = self.link is not None and self.link.code == "bad_frame"
         welcome = self._handshake(self._server_version)
         applied = welcome["applied_seq"]
         frames = self.producer.unacked(applied) if welcome["ring_bytes"] == self.producer.size else None
@@ -279,8 +255,8 @@ class PrimaryNode:
         unplaced, self._unplaced = self._unplaced, None
         try:  # all or nothing: a resend cut short must not leave a gap in the seqs
             self.producer = RingProducer(welcome["ring_bytes"], next_seq=applied + 1, epoch=welcome["epoch"])
-            self.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
-                                      welcome["ring_bytes"], self.cfg.secret, self.tls)
+            self.link.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
+                                           welcome["ring_bytes"], self.cfg.secret, self.tls)
             for frame in frames:
                 self._place(frame.kind, frame.payload, f"resend of seq {frame.seq}")
             if unplaced is not None:
@@ -319,8 +295,8 @@ class PrimaryNode:
         """Another primary side took the channel (the replica side said so, code fenced):
         stop writing, whatever else failed meanwhile. Over rdma the old queue pair is
         closed at once, so a placement may fail before the message is read."""
-        if self._link_code == Fenced.code:
-            raise Fenced(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
+        if self.link is not None and self.link.fenced:
+            self.link.raise_if_down()
 
     def _backoff(self, attempt: int, exc: BridgeError) -> None:
         delay = backoff_s(attempt, self.cfg.reconnect_backoff_s, self.cfg.reconnect_backoff_max_s)
@@ -344,10 +320,9 @@ class PrimaryNode:
         if now >= self._ack_refresh_at and self.remote is not None:
             self._ack_refresh_at = now + ACK_REFRESH_S
             self.producer.acknowledge(self.remote.read_ack())
-        if self._link_down.is_set():
-            self._check_fenced()
-            raise TransportError(f"link to replica {self.cfg.replica[0]}:{self.cfg.replica[1]}: {self._link_reason}")
-        self._say_alive()
+        link = self.link
+        link.raise_if_down()
+        link.say_alive()
         reader = self.reader  # close() from another thread may drop it mid-step
         event = reader.next_event()
         item = self.assembler.feed(event) if event is not None else None
@@ -380,7 +355,7 @@ class PrimaryNode:
         if self.cfg.semi_sync == "applied" and self.producer is not None:
             target, deadline = self.producer.write_seq, time.monotonic() + self.semi_sync_timeout_s
             while self.remote.read_ack() < target:
-                if time.monotonic() > deadline or self._stop.is_set() or self._link_down.is_set():
+                if time.monotonic() > deadline or self._stop.is_set() or self.link.down:
                     self.acks_skipped += 1
                     return
                 time.sleep(ACK_POLL_S / 5)
@@ -414,10 +389,10 @@ class PrimaryNode:
                 return placements
             except RingFull as full:
                 self._waiting_for_space = True
-                if self._link_down.is_set():
-                    raise TransportError(f"ship {gtid}: link to replica lost: {self._link_reason}") from full
+                if self.link.down:
+                    raise TransportError(f"ship {gtid}: link to replica lost: {self.link.reason}") from full
                 self.producer.acknowledge(self.remote.read_ack())
-                self._say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
+                self.link.say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
                 if self.apply_stopped or self.replica_delay_s:  # stopped or delayed on purpose: no timeout
                     next_log = self._remind_waiting(next_log)
                     started = time.monotonic()  # the backpressure timeout counts once applying goes on
@@ -458,10 +433,8 @@ class PrimaryNode:
 
     def _drop_link(self) -> None:
         """Close the session with the replica; keep the binlog stream and the ring."""
-        parts, self.remote, self._control = (self.remote, self._control), None, None
-        for part in parts:
-            if part is not None:
-                part.close()
+        if self.link is not None:
+            self.link.close()
 
     def disconnect(self) -> None:
         self._drop_link()

@@ -70,7 +70,7 @@ def test_replication_over_tls_ends_equal(tls_box, fresh_schema_tls, transport):
                  f"UPDATE {s}.t SET v = 'changed' WHERE id % 3 = 0", f"DELETE FROM {s}.t WHERE id % 7 = 0")
         pair.assert_same(s)
         node = pair.primary_node
-        links = [node._control.sock] + ([node.remote._sock] if transport == "tcp" else [])
+        links = [node.link.control.sock] + ([node.remote._sock] if transport == "tcp" else [])
         for sock in links:  # the control channel and the data connection, verified TLS
             assert isinstance(sock, ssl.SSLSocket) and sock.version() in ("TLSv1.2", "TLSv1.3")
             assert sock.getpeercert()["subject"] == ((("commonName", "localhost"),),)

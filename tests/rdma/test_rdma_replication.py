@@ -37,7 +37,7 @@ def test_a_lost_session_resumes_over_rdma(urls):
         create_schema(pair.primary, "rdma_resume")
         MixedWorkload(pair.primary, "rdma_resume", seed=6).run(200)
         pair.sync()
-        pair.primary_node._control.sock.shutdown(socket.SHUT_RDWR)  # the session ends; it resumes over rdma
+        pair.primary_node.link.control.sock.shutdown(socket.SHUT_RDWR)  # the session ends; it resumes over rdma
         MixedWorkload(pair.primary, "rdma_resume", seed=7).run(200)
         pair.assert_same("rdma_resume")
         assert pair.primary_node.reconnects >= 1
@@ -57,7 +57,7 @@ def test_replication_over_rdma_with_its_setup_connection_over_tls(urls, tmp_path
         create_schema(pair.primary, "rdma_tls")
         MixedWorkload(pair.primary, "rdma_tls", seed=8).run(300)
         pair.assert_same("rdma_tls")
-        for sock in (pair.primary_node._control.sock, pair.primary_node.remote._sock):
+        for sock in (pair.primary_node.link.control.sock, pair.primary_node.remote._sock):
             assert isinstance(sock, ssl.SSLSocket) and sock.version() in ("TLSv1.2", "TLSv1.3")
     finally:
         pair.stop()

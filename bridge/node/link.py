@@ -1,0 +1,90 @@
+"""The primary side's session with the replica side, in one place (the counterpart of
+bridge.node.session on the replica side).
+
+A handshake makes a ``Link``: the control connection (watched by a thread of its own
+for what the replica side says: applying stopped or goes on, or an error with a code
+that ends the session), the welcome it answered with, and the remote ring once opened.
+The link goes down when the replica side ends it, the control connection fails, or
+this side cannot send its heartbeat; why, and with which code (``fenced``,
+``bad_frame``...), stays readable after it is closed: the node decides from it whether
+to resend from its ring, re-read the binlog, or stop. The next handshake makes a new
+Link; a thread still watching an old one only ever touches that one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from bridge.errors import BridgeError, Fenced, TransportError
+from bridge.node.fencing import HEARTBEAT_S
+from bridge.transport.sockets import ControlConnection
+
+
+class Link:
+    def __init__(self, control: ControlConnection, welcome: dict, name: str,
+                 on_apply_state: Callable[[dict | None], None]) -> None:
+        self.control: ControlConnection | None = control
+        self.welcome = welcome
+        self.name = name  # host:port of the replica side, for messages
+        self.remote = None  # the replica's ring, once opened (bridge.transport)
+        self.reason, self.code = "", ""  # why it went down; the replica side's code, if it said one
+        self._down = threading.Event()
+        self._heard_at = time.monotonic()  # when this side last spoke on the control connection
+        self._on_apply_state = on_apply_state
+        control.sock.settimeout(None)
+        threading.Thread(target=self._watch, args=(control,), name="primary-control", daemon=True).start()
+
+    @property
+    def down(self) -> bool:
+        return self._down.is_set()
+
+    @property
+    def fenced(self) -> bool:
+        """Another primary side took the channel (the replica side said so)."""
+        return self.code == Fenced.code
+
+    def fail(self, reason: str, code: str = "") -> None:
+        self.reason, self.code = reason, code
+        self._down.set()
+
+    def raise_if_down(self) -> None:
+        if self.fenced:
+            raise Fenced(f"link to replica {self.name}: {self.reason}")
+        if self.down:
+            raise TransportError(f"link to replica {self.name}: {self.reason}")
+
+    def say_alive(self) -> None:
+        """A heartbeat on the control connection: the replica side holds the channel for
+        this writer only while it hears from it (bridge.node.fencing)."""
+        now = time.monotonic()
+        if self.control is not None and now - self._heard_at >= HEARTBEAT_S:
+            self._heard_at = now
+            try:
+                self.control.send({"type": "heartbeat"})
+            except TransportError as exc:
+                self.fail(str(exc))
+
+    def close(self) -> None:
+        """The remote ring and the control connection; why it went down stays."""
+        parts, self.remote, self.control = (self.remote, self.control), None, None
+        for part in parts:
+            if part is not None:
+                part.close()
+
+    def _watch(self, conn: ControlConnection) -> None:
+        """The replica speaks to say that applying stopped or goes on again, and to end a
+        session (error, with a code) or by closing it."""
+        code = ""
+        try:
+            while True:
+                msg = conn.recv()
+                if msg.get("type") in ("apply_stopped", "apply_resumed"):
+                    self._on_apply_state(msg if msg["type"] == "apply_stopped" else None)
+                elif msg.get("type") == "error":
+                    code = str(msg.get("code", ""))
+                    raise TransportError(f"replica ended the session: {msg.get('reason')}")
+        except BridgeError as exc:
+            if not self.down:
+                self.fail(str(exc), code)
