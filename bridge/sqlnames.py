@@ -21,3 +21,9 @@ def quote_name(name: str) -> str:
 
 def table_name(schema: str, table: str) -> str:
     return f"{quote_name(schema)}.{quote_name(table)}"
+
+
+def as_str(value) -> str:
+    """A name or definition read from information_schema or SHOW CREATE: bytes where the
+    server marks the column binary (utf8mb4 on the wire)."""
+    return value.decode() if isinstance(value, bytes) else value

@@ -2,6 +2,7 @@
 in a temporary directory, stopped at the end."""
 
 import itertools
+import logging
 import threading
 import time
 
@@ -86,7 +87,8 @@ class BridgePair:
         def guarded():
             try:
                 target()
-            except Exception as exc:  # surfaced by sync() and stop()
+            except Exception as exc:  # surfaced by sync() and stop(); the traceback in the captured log
+                logging.getLogger("tests").exception("the %s thread failed", name)
                 self.errors.append((name, exc))
         threading.Thread(target=guarded, name=name, daemon=True).start()
 

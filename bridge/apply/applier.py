@@ -117,7 +117,10 @@ class Applier:
             self._setup_session()
 
     def _load_position(self) -> Position:
-        return load_position(self.conn, self.channel)
+        try:
+            return load_position(self.conn, self.channel)
+        except pymysql.MySQLError as exc:  # a connection lost here is retried like any other
+            raise apply_error(f"read channel {self.channel!r}'s position on replica {self.url}", exc) from exc
 
     @property
     def has_position(self) -> bool:

@@ -79,10 +79,13 @@ def load_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> Filter
 def refuse_unfinished_clone(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> None:
     """A clone of the channel that stopped half way leaves tables half copied: nothing
     may be applied until it is resumed (or restarted) and finishes."""
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*) FROM {CLONE_STATE} WHERE channel=%s AND finished=0", (channel,))
-        unfinished = cur.fetchone()[0]
-    conn.commit()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {CLONE_STATE} WHERE channel=%s AND finished=0", (channel,))
+            unfinished = cur.fetchone()[0]
+        conn.commit()
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"read the clone state of channel {channel!r} on replica {url}", exc) from exc
     if unfinished:
         raise StartRefused(f"channel {channel!r} on replica {url}: a clone of it stopped before it finished, with "
                            "tables half copied; run the same rdma-bridge clone again to resume it (or with --restart "
@@ -123,14 +126,18 @@ def settle_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl, given: 
     return given
 
 
-def load_catch_up(conn: pymysql.Connection, channel: str, position: GtidSet) -> dict[tuple[str, str], GtidSet]:
+def load_catch_up(conn: pymysql.Connection, channel: str, position: GtidSet,
+                  url: MysqlUrl) -> dict[tuple[str, str], GtidSet]:
     """Tables (the replica's names; table '': a schema's routines, views, triggers and
     events) a resumed clone copied at a later position than the channel holds: their
     changes up to that position are already on the replica (bridge.clone.state)."""
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT db, tbl, gtid_set FROM {CLONE_STATE} WHERE channel=%s AND finished=1", (channel,))
-        rows = cur.fetchall()
-    conn.commit()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT db, tbl, gtid_set FROM {CLONE_STATE} WHERE channel=%s AND finished=1", (channel,))
+            rows = cur.fetchall()
+        conn.commit()
+    except pymysql.MySQLError as exc:
+        raise apply_error(f"read the clone state of channel {channel!r} on replica {url}", exc) from exc
     found = {(db, tbl): GtidSet.parse(gtid) for db, tbl, gtid in rows}
     return {key: gtid for key, gtid in found.items() if not position.contains_all(gtid)}
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from bridge import sqlnames
-from bridge.sqlnames import quote_name, table_name
+from bridge.sqlnames import as_str, quote_name, table_name
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, BridgeError, ConfigError
 from bridge.filter import EVERYTHING, Filter
@@ -187,15 +187,12 @@ def unique_key(cur, db: str, tbl: str, refused_types: tuple[str, ...] = ()) -> t
                 "ORDER BY s.index_name='PRIMARY' DESC, s.index_name, s.seq_in_index", (db, tbl))
     keys: dict[str, list] = {}
     for index, column, nullable, data_type in cur.fetchall():
-        keys.setdefault(_str(index), []).append((_str(column), _str(nullable), _str(data_type).lower()))
+        keys.setdefault(as_str(index), []).append((as_str(column), as_str(nullable), as_str(data_type).lower()))
     for index, cols in keys.items():
         if all(n == "NO" and t not in refused_types for _, n, t in cols):
             return index, tuple(c for c, _, _ in cols)
     return None, ()
 
-
-def _str(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def range_sql(cur, key: tuple[str, ...], lower: tuple | None, upper: tuple | None) -> str:

@@ -143,7 +143,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
         node.run()
     finally:
         node.close()
-    log.info("replica stopped after applying %d transactions", node.applied_count)
+    log.info("replica stopped after applying %d transactions", node.counts.transactions_applied)
 
 
 @click.command("start-primary")
@@ -209,7 +209,8 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
         node.run()
     finally:
         node.close()
-    log.info("primary side stopped after shipping %d transactions (last %s)", node.shipped, node.last_gtid or "-")
+    log.info("primary side stopped after shipping %d transactions (last %s)", node.counts.transactions_shipped,
+             node.last_gtid or "-")
 
 
 def _pin(wanted: bool) -> None:

@@ -29,7 +29,7 @@ import pymysql.cursors
 from bridge.apply.connection import apply_error
 from bridge.check.checksum import range_sql, unique_key
 from bridge.errors import SourceError
-from bridge.sqlnames import quote_name, table_name
+from bridge.sqlnames import as_str, quote_name, table_name
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 1 << 20  # per INSERT: well under max_allowed_packet, a round trip per MiB
@@ -71,8 +71,8 @@ def table_shape(conn: pymysql.Connection, db: str, table: str, into: str = "") -
         estimate, row_bytes = cur.fetchone()
         # FLOAT/DOUBLE text is not exact enough to bound a key range with
         index, key = unique_key(cur, db, table, refused_types=("float", "double"))
-    names = tuple(_text(c) for c, _ in columns)
-    parts = ", ',', ".join(_quoted(quote_name(c), _text(t).lower()) for c, t in zip(names, (t for _, t in columns)))
+    names = tuple(as_str(c) for c, _ in columns)
+    parts = ", ',', ".join(_quoted(quote_name(c), as_str(t).lower()) for c, t in zip(names, (t for _, t in columns)))
     return TableShape(db, table, names, f"CONCAT('(', {parts}, ')')", int(estimate or 0), int(row_bytes or 0),
                       index, key, into if into != db else "")
 
@@ -219,6 +219,3 @@ def _insert(conn: pymysql.Connection, statement: str, shape: TableShape) -> None
         conn.rollback()
         raise apply_error(f"clone: write {shape.name} on the replica", exc) from exc
 
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value

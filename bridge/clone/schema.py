@@ -18,7 +18,7 @@ from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
 from bridge.filter import EVERYTHING, Filter
 from bridge.filter.sqltext import rename
-from bridge.sqlnames import SYSTEM_SCHEMAS, quote_name, table_name
+from bridge.sqlnames import SYSTEM_SCHEMAS, as_str, quote_name, table_name
 
 log = logging.getLogger(__name__)
 _KINDS_AFTER_ROWS = ("PROCEDURE", "FUNCTION", "VIEW", "TRIGGER", "EVENT")
@@ -106,11 +106,8 @@ def _show(cur, kind: str, db: str, name: str, column: int) -> tuple[str, str]:
         raise ConfigError(f"clone: SHOW CREATE {kind} {db}.{name} shows no definition: the primary's user needs "
                           "SHOW VIEW / SELECT on mysql.proc (or to be the definer) to read it")
     mode = row[1] if column > 1 else ""
-    return _text(text), _text(mode)
+    return as_str(text), as_str(mode)
 
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def refuse_non_empty(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:

@@ -50,10 +50,12 @@ class Link:
         self._down.set()
 
     def raise_if_down(self) -> None:
+        """Once per binlog event: one flag read while the link is up."""
+        if not self._down.is_set():
+            return
         if self.fenced:
             raise Fenced(f"link to replica {self.name}: {self.reason}")
-        if self.down:
-            raise TransportError(f"link to replica {self.name}: {self.reason}")
+        raise TransportError(f"link to replica {self.name}: {self.reason}")
 
     def say_alive(self) -> None:
         """A heartbeat on the control connection: the replica side holds the channel for

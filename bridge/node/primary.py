@@ -31,6 +31,7 @@ from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
+from bridge.node.counters import PrimaryCounts
 from bridge.node.link import Link
 from bridge.node.progress import Progress
 from bridge.ring.producer import RingProducer
@@ -60,17 +61,13 @@ class PrimaryNode:
         check_available(cfg.transport)
         self.cfg = cfg
         self.tls = tls.prepare(cfg.tls, server_side=False)  # None: plain TCP to the replica side
-        self.shipped = 0  # user transactions (heartbeat rows apart)
-        self.heartbeats_shipped = 0
+        self.counts = PrimaryCounts()
         self.last_gtid = ""
         self._stop = threading.Event()
         self.link: Link | None = None  # the session with the replica side (the last one, once down)
         self.reader: BinlogReader | None = None
         self.producer: RingProducer | None = None
         self.assembler = TransactionAssembler()
-        self.reconnects = 0
-        self.resent_frames = 0
-        self.binlog_reopens = 0
         self._unplaced: tuple[FrameKind, bytes, str] | None = None  # read, but not in the ring when the link fell
         # who this primary side is, for the replica side's one-writer check (bridge.node.fencing)
         self.writer = {"id": secrets.token_hex(8), "host": socket.gethostname(), "pid": os.getpid(),
@@ -93,8 +90,6 @@ class PrimaryNode:
         self.behind = BehindMonitor(cfg.source, self._reading, cfg.behind_poll_s)
         self.apply_mode = ""  # the replica's choice for this session: binlog (raw row events) or sql
         self._format_sent: binlog.FormatDescription | None = None  # the last one that went into the ring
-        self.acks_sent = 0
-        self.acks_skipped = 0  # applied mode: the replica did not commit within the primary's timeout
 
     @property
     def remote(self):
@@ -148,14 +143,12 @@ class PrimaryNode:
                 "apply_mode": self.apply_mode,
                 "connected": self.remote is not None, "last_gtid": self.last_gtid,
                 "apply_stopped": self.apply_stopped, "behind": self.behind.status(),
-                "counters": {"transactions_shipped": self.shipped, "heartbeats_shipped": self.heartbeats_shipped,
-                             "frames_resent": self.resent_frames,
-                             "binlog_reopens": self.binlog_reopens, "reconnects": self.reconnects,
+                "counters": {**self.counts.status(),
                              "ring_backlog_frames": producer.backlog_frames if producer else 0,
                              "ring_backlog_bytes": producer.used if producer else 0},
                 "heartbeat": self.heartbeat.status() if self.heartbeat else None,
-                "semi_sync": {"mode": self.cfg.semi_sync, "acks_sent": self.acks_sent,
-                              "acks_skipped": self.acks_skipped, **self.semi_sync.status()}
+                "semi_sync": {"mode": self.cfg.semi_sync, "acks_sent": self.counts.acks_sent,
+                              "acks_skipped": self.counts.acks_skipped, **self.semi_sync.status()}
                 if self.semi_sync else {"mode": "off"},
                 "stages": self.stages.summary()}
 
@@ -176,7 +169,7 @@ class PrimaryNode:
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
                                    mariadb=binlog.flavor_of(settings["version"]) == "mariadb", report_as=self.report_as,
                                    semi_sync=self.cfg.semi_sync != "off", raw_rows=self.apply_mode == "binlog")
-        self.binlog_reopens += 1
+        self.counts.binlog_reopens += 1
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s, apply mode %s", self.cfg.source,
                  resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport,
                  self.apply_mode)
@@ -264,7 +257,7 @@ class PrimaryNode:
         except TransportError:
             self.disconnect()  # the next attempt re-reads the binlog from the replica's position
             raise
-        self.resent_frames += len(frames)
+        self.counts.frames_resent += len(frames)
         log.info("link to replica resumed after seq %d: %d frames resent from the ring", applied, len(frames))
 
     def run(self) -> None:
@@ -296,17 +289,17 @@ class PrimaryNode:
         stop writing, whatever else failed meanwhile. Over rdma the old queue pair is
         closed at once, so a placement may fail before the message is read."""
         if self.link is not None and self.link.fenced:
-            self.link.raise_if_down()
+            self.link.raise_if_down()  # fenced: the link went down with that code
 
     def _backoff(self, attempt: int, exc: BridgeError) -> None:
         delay = backoff_s(attempt, self.cfg.reconnect_backoff_s, self.cfg.reconnect_backoff_max_s)
-        what = "session lost" if self.binlog_reopens else "cannot start"  # no session yet: nothing was lost
+        what = "session lost" if self.counts.binlog_reopens else "cannot start"  # no session yet: nothing was lost
         log.warning("%s (%s); attempt %d/%d in %.1fs", what, exc, attempt, self.cfg.reconnect_attempts, delay)
-        self.reconnects += 1
+        self.counts.reconnects += 1
         self._stop.wait(delay)
 
     def _report_progress(self) -> None:
-        report = self._progress.due(self.shipped)
+        report = self._progress.due(self.counts.transactions_shipped)
         if report and report[0]:
             shipped, elapsed = report
             log.info("shipped %d transactions in the last %.0fs (%.0f txn/s), last %s, ring backlog %d frames",
@@ -332,15 +325,15 @@ class PrimaryNode:
             self._format_sent = reader.format
         if isinstance(item, Chunk):
             self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid)
-            self.shipped += item.last
+            self.counts.transactions_shipped += item.last
         elif item is not None:
             read_ns = time.time_ns()  # the commit event was just read
             self._place(FrameKind.TXN, encode_transaction(item, (read_ns, time.time_ns())), item.gtid)
             self.stages.record("place", (time.time_ns() - read_ns) / 1000)
             if item.is_heartbeat:
-                self.heartbeats_shipped += 1
+                self.counts.heartbeats_shipped += 1
             else:
-                self.shipped += 1
+                self.counts.transactions_shipped += 1
         if self.semi_sync is not None and not self.assembler.in_transaction:
             request = reader.take_ack_request()
             if request is not None:
@@ -356,11 +349,11 @@ class PrimaryNode:
             target, deadline = self.producer.write_seq, time.monotonic() + self.semi_sync_timeout_s
             while self.remote.read_ack() < target:
                 if time.monotonic() > deadline or self._stop.is_set() or self.link.down:
-                    self.acks_skipped += 1
+                    self.counts.acks_skipped += 1
                     return
                 time.sleep(ACK_POLL_S / 5)
         reader.send_ack(position, log_file)
-        self.acks_sent += 1
+        self.counts.acks_sent += 1
 
     def _place(self, kind: FrameKind, payload: bytes, gtid: str) -> None:
         try:

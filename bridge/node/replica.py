@@ -27,6 +27,7 @@ from bridge.node import admin
 from bridge.node.halt import Halt
 from bridge.node.listener import Listener
 from bridge.node.session import Session
+from bridge.node.counters import ReplicaCounts
 from bridge.node.progress import Progress
 from bridge.node.replicated import Picked, Replicated
 from bridge.ring.consumer import RingConsumer
@@ -83,18 +84,11 @@ class ReplicaNode:
             raise
         self.host = make_host(cfg.transport, cfg.ring_bytes)
         self.current: Session | None = None  # the primary side's session (bridge.node.session)
-        self.applied_count = 0  # user transactions (heartbeat rows apart)
-        self.heartbeats_applied = 0
-        self.corrupt_frames = 0
-        self.target_reconnects = 0
+        self.counts = ReplicaCounts()
         self._pending: list[Picked] = []  # work whose apply lost the replica connection: retried first
         self._stash = None  # a decoded frame that could not join the last group
-        self.groups = 0
-        self.largest_group = 0
         self._progress = Progress()
         self._reported_groups = 0
-        self.rows_applied = 0
-        self.row_events_applied = 0
         self.last_lag_s: float | None = None
         self.stages = Stages(STAGES["replica"])
         self.gc_pauses = GcPauses(self.stages)
@@ -161,26 +155,22 @@ class ReplicaNode:
         wait_for_doorbell(self.host.region, fd, lambda: consumer.published or bool(self._pending or self._stash))
 
     def _report_progress(self) -> None:
-        report = self._progress.due(self.applied_count)
+        report = self._progress.due(self.counts.transactions_applied)
         if report and report[0]:
             applied, elapsed = report
             pos = self.applier.position
             log.info("applied %d transactions in the last %.0fs (%.0f txn/s) in %d groups, at seq %d (%s)%s",
-                     applied, elapsed, applied / elapsed, self.groups - self._reported_groups,
+                     applied, elapsed, applied / elapsed, self.counts.groups_applied - self._reported_groups,
                      pos.applied_seq, pos.gtid_set, self._parallel_summary())
         if report:
-            self._reported_groups = self.groups
+            self._reported_groups = self.counts.groups_applied
 
     def status(self) -> ReplicaStatus:
         pos = self.applier.position
         stats = self.applier.stats
         session = self.current
         consumer = session.consumer if session is not None else None
-        counters = {"transactions_applied": self.applied_count, "heartbeats_applied": self.heartbeats_applied,
-                    "rows_applied": self.rows_applied,
-                    "row_events_applied": self.row_events_applied,
-                    "groups_applied": self.groups, "corrupt_frames": self.corrupt_frames,
-                    "reconnects": self.target_reconnects, "applied_seq": pos.applied_seq,
+        counters = {**self.counts.status(), "applied_seq": pos.applied_seq,
                     "ring_backlog_frames": consumer.backlog_frames if consumer else 0,
                     "ring_backlog_bytes": consumer.backlog_bytes if consumer else 0,
                     "apply_conflicts": stats.conflicts if stats else 0,
@@ -236,7 +226,7 @@ class ReplicaNode:
             try:
                 work = self._pending or self._take()
             except (CorruptFrame, RemoteProtocolError) as exc:
-                self.corrupt_frames += isinstance(exc, CorruptFrame)
+                self.counts.corrupt_frames += isinstance(exc, CorruptFrame)
                 self._end_session(f"bad frame: {exc}")
                 return False
             if not work:
@@ -407,22 +397,23 @@ class ReplicaNode:
         frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:
             self.applier.apply_chunk(frame.seq, item)
-            self.applied_count += item.last
+            self.counts.transactions_applied += item.last
         elif len(work) == 1 and item.is_barrier:
             self.applier.apply(frame.seq, item)
-            self.applied_count += 1
+            self.counts.transactions_applied += 1
         else:
             self.applier.apply_group([(f.seq, txn) for f, txn, _ in work])
             beats = sum(txn.is_heartbeat for _, txn, _ in work)
-            self.applied_count += len(work) - beats
-            self.heartbeats_applied += beats
-            self.groups += 1
-            self.largest_group = max(self.largest_group, len(work))
+            counts = self.counts
+            counts.transactions_applied += len(work) - beats
+            counts.heartbeats_applied += beats
+            counts.groups_applied += 1
+            counts.largest_group = max(counts.largest_group, len(work))
         self.last_gtid_applied = work[-1].item.gtid
         for _, item, _ in work:
             rows, events = rows_and_events(item.changes)
-            self.rows_applied += rows
-            self.row_events_applied += events
+            self.counts.rows_applied += rows
+            self.counts.row_events_applied += events
         self._record_stages(work)
 
     def _reconnect_target(self, cause: TargetConnectionLost) -> None:
@@ -437,7 +428,7 @@ class ReplicaNode:
             except TargetConnectionLost as exc:
                 cause = exc
                 continue
-            self.target_reconnects += 1
+            self.counts.reconnects += 1
             log.info("replica %s back at seq %d (%s)", self.cfg.target, pos.applied_seq, pos.gtid_set)
             return
         raise cause

@@ -36,7 +36,7 @@ class Replicated:
         the one recorded, and what a clone left catching up."""
         rules = settle_filter(applier.conn, channel, target, Filter.from_json(given) if given else None,
                               applier.has_position)
-        catch_up = load_catch_up(applier.conn, channel, applier.position.gtid_set)
+        catch_up = load_catch_up(applier.conn, channel, applier.position.gtid_set, target)
         if catch_up:
             log.info("channel %r: %d tables were copied by a resumed clone at later positions than the channel's "
                      "start; their changes before those are left out until the stream passes them (%s)",

@@ -56,7 +56,7 @@ def test_cut_in_the_middle_of_a_chunked_transaction_replays_it_whole(urls, fresh
         proxy.cut()
         writer.join()
         pair.assert_same(s)
-        assert pair.primary_node.reconnects >= 1
+        assert pair.primary_node.counts.reconnects >= 1
     finally:
         proxy.close()
         pair.stop()

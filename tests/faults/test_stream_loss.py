@@ -44,6 +44,6 @@ def test_killed_binlog_stream_resumes_without_duplicates(urls, transport):
         assert killed >= 3
         result = pair.assert_same(schema)
         assert result.digests[f"{schema}.ledger"][0].rows > 0
-        assert pair.primary_node.reconnects >= 3
+        assert pair.primary_node.counts.reconnects >= 3
     finally:
         pair.stop()

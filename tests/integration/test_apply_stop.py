@@ -73,8 +73,8 @@ def test_an_apply_error_mid_stream_stops_applying_and_resume_goes_on_after_the_f
         halt = halted(pair)
         assert halt.code == 1062 and f"{s}.t" in halt.error and "Duplicate entry '300'" in halt.error, halt.error
         # stopped, not dead: the session stays, frames keep arriving, the position stays before the failed one
-        shipped = pair.primary_node.shipped
-        wait_for(lambda: pair.primary_node.shipped > shipped + 100, timeout_s=30, what="shipping to go on")
+        shipped = pair.primary_node.counts.transactions_shipped
+        wait_for(lambda: pair.primary_node.counts.transactions_shipped > shipped + 100, timeout_s=30, what="shipping to go on")
         assert not pair.errors and pair.replica_node.session
         assert pair.replica_node.applier.position.applied_seq == halt.seq - 1
         assert pair.primary_node.apply_stopped["seq"] == halt.seq

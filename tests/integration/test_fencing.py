@@ -44,7 +44,7 @@ def test_a_second_primary_side_is_refused_naming_the_running_one(urls, fresh_sch
             other.close()
             time.sleep(0.5)
         pair.assert_same(s)
-        assert not pair.errors and pair.primary_node.reconnects == 0  # the running one never noticed
+        assert not pair.errors and pair.primary_node.counts.reconnects == 0  # the running one never noticed
     finally:
         pair.stop()
 

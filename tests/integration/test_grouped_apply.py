@@ -40,7 +40,7 @@ def test_backlog_applies_in_groups_and_in_order(urls, fresh_schema, transport):
             cur.execute("UNLOCK TABLES")
         writer.join()
         pair.assert_same(s)
-        assert pair.replica_node.largest_group > 10, pair.replica_node.largest_group
+        assert pair.replica_node.counts.largest_group > 10, pair.replica_node.counts.largest_group
     finally:
         lock.close()
         pair.stop()

@@ -26,7 +26,7 @@ def test_mixed_workload_replicates_over_rdma_and_both_sides_match(urls):
                  "SELECT 1, seq, REPEAT('r', 60) FROM over_rdma.seq_1_to_3000")  # a chunked large transaction
         result = pair.assert_same("over_rdma")
         assert result.digests["over_rdma.ledger"][0].rows > 3000
-        assert pair.primary_node.shipped >= 1000  # some workload steps change no row: no transaction
+        assert pair.primary_node.counts.transactions_shipped >= 1000  # some workload steps change no row: no transaction
     finally:
         pair.stop()
 
@@ -40,7 +40,7 @@ def test_a_lost_session_resumes_over_rdma(urls):
         pair.primary_node.link.control.sock.shutdown(socket.SHUT_RDWR)  # the session ends; it resumes over rdma
         MixedWorkload(pair.primary, "rdma_resume", seed=7).run(200)
         pair.assert_same("rdma_resume")
-        assert pair.primary_node.reconnects >= 1
+        assert pair.primary_node.counts.reconnects >= 1
     finally:
         pair.stop()
 

@@ -1,0 +1,39 @@
+"""What each side counts, as one object per side instead of a handful of node
+attributes; the field names are the status document's keys (bridge.statusdoc)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class ReplicaCounts:
+    transactions_applied: int = 0  # user transactions (heartbeat rows apart)
+    heartbeats_applied: int = 0
+    rows_applied: int = 0  # decoded rows (sql apply mode)
+    row_events_applied: int = 0  # raw row events (binlog apply mode)
+    groups_applied: int = 0  # replica transactions that applied a group of ring transactions
+    corrupt_frames: int = 0
+    reconnects: int = 0  # to the replica server
+    largest_group: int = 0  # not in the status document: the log's parallel summary
+
+    def status(self) -> dict:
+        out = asdict(self)
+        del out["largest_group"]
+        return out
+
+
+@dataclass
+class PrimaryCounts:
+    transactions_shipped: int = 0  # user transactions (heartbeat rows apart)
+    heartbeats_shipped: int = 0
+    frames_resent: int = 0
+    binlog_reopens: int = 0
+    reconnects: int = 0
+    acks_sent: int = 0  # semi-sync (in the document's semi_sync part)
+    acks_skipped: int = 0  # applied mode: the replica did not commit within the primary's timeout
+
+    def status(self) -> dict:
+        out = asdict(self)
+        del out["acks_sent"], out["acks_skipped"]
+        return out
