@@ -324,7 +324,7 @@ def _line(row: dict) -> str:
 # --- the run -------------------------------------------------------------------------
 
 def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir: str, ack_timeout_ms: int = 10,
-        out: Path = RESULTS, log=print, primary_nice: int = 0) -> dict:
+        out: Path = RESULTS, log=print, primary_nice: int = 0, primary_fifo: int = 0) -> dict:
     bench = Bench(state_dir, "shm", extra_primary=("--semi-sync", semi_sync))
     started_at = dt.datetime.now(dt.timezone.utc)
     stress = None
@@ -338,6 +338,8 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
         bench.start_bridge()
         if primary_nice:
             renice(bench.bridge_primary.proc.pid, primary_nice, log)
+        if primary_fifo:
+            realtime(bench.bridge_primary.proc.pid, primary_fifo, log)
         wait_clients(bench, 1)
         bench.wait(bench.bridge_pos, bench.primary_pos(), alive=bench.bridge_alive)
         bench.wait(bench.native_pos, bench.primary_pos())
@@ -381,8 +383,9 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
     result["bridge_stages_us"] = stages
     out.mkdir(parents=True, exist_ok=True)
     name = f"{started_at.date().isoformat()}-stress{'' if minutes >= 60 else '-short'}" + \
-        (f"-nice{primary_nice}" if primary_nice else "")
+        (f"-nice{primary_nice}" if primary_nice else "") + (f"-fifo{primary_fifo}" if primary_fifo else "")
     result["primary_side_nice"] = primary_nice
+    result["primary_side_fifo"] = primary_fifo
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     (out / f"{name}.html").write_text(render_html(result))
     log(f"written: {out / name}.json and .html")
@@ -395,6 +398,16 @@ def renice(pid: int, nice: int, log) -> None:
     for task in Path(f"/proc/{pid}/task").iterdir():
         os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
     log(f"primary side (pid {pid}) at nice {nice}")
+
+
+def realtime(pid: int, priority: int, log) -> None:
+    """Every thread of the primary side under SCHED_FIFO at ``priority`` (threads made
+    later inherit it), as `CPUSchedulingPolicy=fifo` in its systemd unit would start it:
+    it runs before any normal process whenever it has work, and it sleeps in recv
+    otherwise."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setscheduler(int(task.name), os.SCHED_FIFO, os.sched_param(priority))
+    log(f"primary side (pid {pid}) under SCHED_FIFO priority {priority}")
 
 
 def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: int, native_minutes: int, rate: int,
@@ -532,11 +545,15 @@ def main() -> None:
     ap.add_argument("--state-dir", default=".sandbox")
     ap.add_argument("--primary-nice", type=int, default=0,
                     help="run the bridge's primary side at this nice value (e.g. -10; root), the result file named so")
+    ap.add_argument("--primary-fifo", type=int, default=0, metavar="PRIORITY",
+                    help="run the bridge's primary side under SCHED_FIFO at this priority (1-99; root), the result "
+                         "file named so")
     args = ap.parse_args()
     if args.hours is not None:
         args.minutes, args.native_minutes = max(1, round(args.hours * 60)), max(1, round(args.hours * 6))
     run(args.minutes, args.native_minutes, args.rate, args.semi_sync, args.state_dir, args.ack_timeout_ms,
-        log=lambda m: print(m, file=sys.stderr, flush=True), primary_nice=args.primary_nice)
+        log=lambda m: print(m, file=sys.stderr, flush=True), primary_nice=args.primary_nice,
+        primary_fifo=args.primary_fifo)
 
 
 if __name__ == "__main__":
