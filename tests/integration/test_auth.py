@@ -93,3 +93,37 @@ def test_passwords_from_an_option_file_replicate(urls, fresh_schema, tmp_path):
         pair.assert_same(s)
     finally:
         pair.stop()
+
+
+def test_servers_through_their_unix_sockets_replicate(urls, sandbox, fresh_schema):
+    """Both URLs naming the server's unix socket (``?socket=``, the account then
+    user@localhost): no TCP option is set on such a socket (it used to fail at start)."""
+    import re
+
+    from bridge.config import MysqlUrl
+    from bridge.workload import connect
+
+    box, _ = sandbox
+
+    def via_socket(url, role):
+        admin = connect(urls[f"{role}_admin"])
+        with admin.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
+            cur.execute(f"SHOW GRANTS FOR '{url.user}'@'127.0.0.1'")
+            grants = [re.sub(r" IDENTIFIED BY PASSWORD '[^']*'", "", g[0]) for g in cur.fetchall()]
+            cur.execute(f"CREATE USER IF NOT EXISTS '{url.user}'@'localhost' IDENTIFIED BY %s", (url.password,))
+            for grant in grants:
+                cur.execute(grant.replace("`127.0.0.1`", "`localhost`"))
+        admin.close()
+        return MysqlUrl.parse(f"mysql://{url.user}:{url.password}@localhost?socket={box.dir / role / 'mysqld.sock'}")
+
+    s = fresh_schema("sockets")
+    pair = BridgePair(urls, "shm")
+    pair.start_replica(target=via_socket(urls["replica"], "replica"))
+    pair.start_primary(source=via_socket(urls["primary"], "primary"))
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        pair.assert_same(s)
+        assert pair.replica_node.applier.conn._sock.family.name == "AF_UNIX"
+    finally:
+        pair.stop()
