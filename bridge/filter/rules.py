@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 from bridge.errors import ConfigError
 from bridge.sqlnames import SCHEMA, SYSTEM_SCHEMAS
@@ -22,6 +23,7 @@ from bridge.sqlnames import SCHEMA, SYSTEM_SCHEMAS
 _WILD = set("*?[")
 
 
+@lru_cache(maxsize=1024)
 def _split(pattern: str) -> tuple[str, str]:
     db, dot, table = pattern.partition(".")
     if not db or (dot and not table):
@@ -75,9 +77,9 @@ class Filter:
         """Some table of ``schema`` may be replicated: its schema-level objects are."""
         if schema == SCHEMA:
             return True
-        if self.include and not any(fnmatchcase(schema, _split(p)[0]) for p in self.include):
+        if self.include and not any(_matches_schema(p, schema) for p in self.include):
             return False
-        return not any(_split(p)[1] == "*" and fnmatchcase(schema, _split(p)[0]) for p in self.exclude) \
+        return not any(_split(p)[1] == "*" and _matches_schema(p, schema) for p in self.exclude) \
             and not self.holds(schema, "")
 
     def holds(self, schema: str, table: str) -> bool:
@@ -131,6 +133,12 @@ class Filter:
 EVERYTHING = Filter()
 
 
+@lru_cache(maxsize=65536)  # asked per row event and statement: each (pattern, table) is decided once
 def _matches(pattern: str, schema: str, table: str) -> bool:
     db, tbl = _split(pattern)
     return fnmatchcase(schema, db) and fnmatchcase(table, tbl)
+
+
+@lru_cache(maxsize=4096)
+def _matches_schema(pattern: str, schema: str) -> bool:
+    return fnmatchcase(schema, _split(pattern)[0])
