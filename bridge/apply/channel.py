@@ -66,26 +66,30 @@ def init_position(conn: pymysql.Connection, channel: str, gtid_set: GtidSet) -> 
 def load_filter(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> Filter | None:
     """The channel's recorded filter; None when it has none (every table, own names)."""
     ensure_schema(conn)
+    rows = read(conn, f"SELECT rules FROM {CHANNEL_FILTER} WHERE channel=%s", (channel,),
+                f"read the filter of channel {channel!r} on replica {url}")
+    return Filter.from_json(rows[0][0]) if rows and rows[0][0] else None
+
+
+def read(conn: pymysql.Connection, statement: str, args: tuple, what: str, end: bool = True) -> list[tuple]:
+    """The rows of one query on the replica, its transaction ended (``end``); a server
+    error as ours (a lost connection retryable), ``what`` saying what was being read."""
     try:
         with conn.cursor() as cur:
-            cur.execute(f"SELECT rules FROM {CHANNEL_FILTER} WHERE channel=%s", (channel,))
-            row = cur.fetchone()
-        conn.commit()
+            cur.execute(statement, args)
+            rows = list(cur.fetchall())
+        if end:
+            conn.commit()
     except pymysql.MySQLError as exc:
-        raise apply_error(f"read the filter of channel {channel!r} on replica {url}", exc) from exc
-    return Filter.from_json(row[0]) if row and row[0] else None
+        raise apply_error(what, exc) from exc
+    return rows
 
 
 def refuse_unfinished_clone(conn: pymysql.Connection, channel: str, url: MysqlUrl) -> None:
     """A clone of the channel that stopped half way leaves tables half copied: nothing
     may be applied until it is resumed (or restarted) and finishes."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM {CLONE_STATE} WHERE channel=%s AND finished=0", (channel,))
-            unfinished = cur.fetchone()[0]
-        conn.commit()
-    except pymysql.MySQLError as exc:
-        raise apply_error(f"read the clone state of channel {channel!r} on replica {url}", exc) from exc
+    (unfinished,), = read(conn, f"SELECT COUNT(*) FROM {CLONE_STATE} WHERE channel=%s AND finished=0", (channel,),
+                          f"read the clone state of channel {channel!r} on replica {url}")
     if unfinished:
         raise StartRefused(f"channel {channel!r} on replica {url}: a clone of it stopped before it finished, with "
                            "tables half copied; run the same rdma-bridge clone again to resume it (or with --restart "
@@ -131,13 +135,8 @@ def load_catch_up(conn: pymysql.Connection, channel: str, position: GtidSet,
     """Tables (the replica's names; table '': a schema's routines, views, triggers and
     events) a resumed clone copied at a later position than the channel holds: their
     changes up to that position are already on the replica (bridge.clone.state)."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT db, tbl, gtid_set FROM {CLONE_STATE} WHERE channel=%s AND finished=1", (channel,))
-            rows = cur.fetchall()
-        conn.commit()
-    except pymysql.MySQLError as exc:
-        raise apply_error(f"read the clone state of channel {channel!r} on replica {url}", exc) from exc
+    rows = read(conn, f"SELECT db, tbl, gtid_set FROM {CLONE_STATE} WHERE channel=%s AND finished=1", (channel,),
+                f"read the clone state of channel {channel!r} on replica {url}")
     found = {(db, tbl): GtidSet.parse(gtid) for db, tbl, gtid in rows}
     return {key: gtid for key, gtid in found.items() if not position.contains_all(gtid)}
 

@@ -90,20 +90,15 @@ class CloneState:
             self._run([(f"UPDATE {CLONE_STATE} SET finished=1 WHERE channel=%s", (self.channel,))])
             return channel_rows.load_position(self.conn, self.channel).gtid_set
         positions = {g for (g,) in self._query(f"SELECT DISTINCT gtid_set FROM {CLONE_STATE} WHERE channel=%s",
-                                                (self.channel,))}
+                                                (self.channel,), end=False)}  # inside finish's transaction
         start = earliest([GtidSet.parse(g) for g in positions] or [objects_gtid])
         self._run([(f"UPDATE {CLONE_STATE} SET finished=1 WHERE channel=%s", (self.channel,))], commit=False)
         channel_rows.init_position(self.conn, self.channel, start)  # commits it all
         return start
 
-    def _query(self, statement: str, args) -> list[tuple]:
-        try:
-            with self.conn.cursor() as cur:
-                cur.execute(statement, args)
-                rows = list(cur.fetchall())
-        except pymysql.MySQLError as exc:
-            raise apply_error(f"clone: read {CLONE_STATE} on replica {self.url}", exc) from exc
-        return rows
+    def _query(self, statement: str, args, end: bool = True) -> list[tuple]:
+        return channel_rows.read(self.conn, statement, args, f"clone: read {CLONE_STATE} on replica {self.url}",
+                                 end)
 
     def _run(self, statements: list[tuple[str, tuple]], conn: pymysql.Connection | None = None,
              commit: bool = True) -> None:

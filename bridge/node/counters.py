@@ -15,7 +15,7 @@ class ReplicaCounts:
     groups_applied: int = 0  # replica transactions that applied a group of ring transactions
     corrupt_frames: int = 0
     reconnects: int = 0  # to the replica server
-    largest_group: int = 0  # not in the status document: the log's parallel summary
+    largest_group: int = 0  # the most ring transactions one replica transaction took (not in the document)
 
     def status(self) -> dict:
         out = asdict(self)

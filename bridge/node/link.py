@@ -3,7 +3,7 @@ bridge.node.session on the replica side).
 
 A handshake makes a ``Link``: the control connection (watched by a thread of its own
 for what the replica side says: applying stopped or goes on, or an error with a code
-that ends the session), the welcome it answered with, and the remote ring once opened.
+that ends the session) and the remote ring once opened.
 The link goes down when the replica side ends it, the control connection fails, or
 this side cannot send its heartbeat; why, and with which code (``fenced``,
 ``bad_frame``...), stays readable after it is closed: the node decides from it whether
@@ -23,10 +23,8 @@ from bridge.transport.sockets import ControlConnection
 
 
 class Link:
-    def __init__(self, control: ControlConnection, welcome: dict, name: str,
-                 on_apply_state: Callable[[dict | None], None]) -> None:
+    def __init__(self, control: ControlConnection, name: str, on_apply_state: Callable[[dict | None], None]) -> None:
         self.control: ControlConnection | None = control
-        self.welcome = welcome
         self.name = name  # host:port of the replica side, for messages
         self.remote = None  # the replica's ring, once opened (bridge.transport)
         self.reason, self.code = "", ""  # why it went down; the replica side's code, if it said one

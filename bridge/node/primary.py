@@ -202,7 +202,7 @@ class PrimaryNode:
         self._server_version = version
         self._apply_state(welcome.get("apply_stopped"))
         self.replica_delay_s = float(welcome.get("delay_s") or 0.0)
-        self.link = Link(conn, welcome, f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", self._apply_state)
+        self.link = Link(conn, f"{self.cfg.replica[0]}:{self.cfg.replica[1]}", self._apply_state)
         return welcome
 
     def _hello(self, conn: ControlConnection, version: str) -> dict:

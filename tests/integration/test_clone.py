@@ -114,9 +114,7 @@ def test_clone_refuses_a_replica_that_holds_the_schema_and_restarts_a_stopped_on
             cur.execute(f"INSERT INTO {s}.t VALUES (1)")
         pair.replica.commit()
         args = ["clone", "--schema", s, "--channel", pair.channel]
-        env = {"RDMA_BRIDGE_SOURCE": str(urls["primary_admin"]).replace(":***@",
-                                                                        f":{urls['primary_admin'].password}@"),
-               "RDMA_BRIDGE_TARGET": str(urls["replica_admin"]).replace(":***@", f":{urls['replica_admin'].password}@")}
+        env = _clone_env(urls)
         out = CliRunner().invoke(main, args, env=env)  # a resume must copy what the stopped clone copied
         assert out.exit_code == 1 and f"the stopped clone of channel '{pair.channel}' copies include {s}, other, " \
             f"not include {s}" in out.output and "--restart" in out.output, out.output
@@ -165,6 +163,23 @@ def _tables(conn, schema):
         return [r[0] for r in cur.fetchall()]
 
 
+def _clone_env(urls) -> dict:
+    """Both URLs, passwords in, for a clone in a subprocess (the environment, not argv)."""
+    return {f"RDMA_BRIDGE_{role}": str(urls[key]).replace(":***@", f":{urls[key].password}@")
+            for role, key in (("SOURCE", "primary_admin"), ("TARGET", "replica_admin"))}
+
+
+def _kill_after_first_copy(args, env, pair, prefix: str, timeout_s: float) -> None:
+    """Run the clone in a subprocess and SIGKILL it once a table named ``prefix``... is copied."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout_s
+    while not any(copied for t, _, copied, _ in _clone_state(pair) if t.startswith(prefix)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.kill()
+    proc.communicate()
+
+
 def _clone_state(pair):
     with pair.replica.cursor() as cur:
         try:
@@ -187,8 +202,7 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
                for t in ("big", "big2")],
              f"CREATE VIEW {s}.counted AS SELECT COUNT(*) AS n FROM {s}.big",
              f"CREATE PROCEDURE {s}.touch() UPDATE {s}.big SET n = n + 100 WHERE id = 2")
-    env = {**os.environ, **{f"RDMA_BRIDGE_{role}": str(urls[key]).replace(":***@", f":{urls[key].password}@")
-                            for role, key in (("SOURCE", "primary_admin"), ("TARGET", "replica_admin"))}}
+    env = {**os.environ, **_clone_env(urls)}
     args = [sys.executable, "-m", "bridge", "clone", "--schema", s, "--channel", pair.channel,
             "--max-rows-per-second", "8000"]
     stop, rounds = threading.Event(), []
@@ -196,13 +210,7 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
     try:
         with BackgroundWorkload(urls["primary_admin"], s):
             writer.start()
-            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + 60
-            while not any(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("big")):
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.05)
-            proc.kill()  # one big table copied, the other half way
-            proc.communicate()
+            _kill_after_first_copy(args, env, pair, "big", 60)  # one big table copied, the other half way
             killed = _clone_state(pair)
             assert sum(copied for t, _, copied, _ in killed if t) == 1 and not any(f for *_, f in killed)
             time.sleep(1)  # more writes before the resumed clone's snapshot
@@ -283,8 +291,7 @@ def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_rena
         pair.sql(TYPES_TABLE.format(s=big).replace(".types (", f".m{k} (", 1),
                  f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES} FROM (SELECT CAST(seq AS SIGNED) AS n FROM "
                  f"{big}.seq_1_to_{MATRIX_ROWS}) AS src")
-    env = {**os.environ, **{f"RDMA_BRIDGE_{role}": str(urls[key]).replace(":***@", f":{urls[key].password}@")
-                            for role, key in (("SOURCE", "primary_admin"), ("TARGET", "replica_admin"))}}
+    env = {**os.environ, **_clone_env(urls)}
     args = [sys.executable, "-m", "bridge", "clone", "--schema", s, "--include", big, "--exclude", f"{big}.m3",
             "--rename-schema", f"{big}={into}", "--channel", pair.channel, "--parallel", "2"]
     stop, rounds = threading.Event(), []
@@ -292,13 +299,7 @@ def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_rena
     try:
         with BackgroundWorkload(urls["primary_admin"], s):
             writer.start()
-            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + 120
-            while not any(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("m")):
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.05)
-            proc.kill()  # one matrix table copied, others half way or not begun
-            proc.communicate()
+            _kill_after_first_copy(args, env, pair, "m", 120)  # one matrix table copied, others half way or not begun
             assert sum(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("m")) == 1
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, done.stderr
