@@ -17,15 +17,21 @@ HOURS ?= 1
 RATE ?= 2000
 SEMI_SYNC ?= received
 
-.PHONY: demo test unit integration faults soak bench stress fuzz deps mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
+.PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
 
-$(STAMP): setup.cfg
+# setup.py builds the compiled hot path (Cython, fetched by pip for the build) with
+# the C compiler and Python headers `compiler` installs.
+$(STAMP): setup.cfg setup.py pyproject.toml bridge/wire/_hotpath.pyx | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 deps: $(STAMP) mariadb openssl
+
+compiler:
+	command -v cc >/dev/null && test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" \
+	  || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential python3-dev >/dev/null; }
 
 mariadb:
 ifeq ($(MARIADBD),)
@@ -84,6 +90,8 @@ test: deps compose chromium
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check
 	$(PY) -m pytest -q tests
+	# the same pure-layer tests once more on the hot path's pure-Python twin
+	RDMA_BRIDGE_PURE_PYTHON=1 $(PY) -m pytest -q tests/unit tests/integration/test_transport_conformance.py
 
 unit: $(STAMP) openssl
 	$(PY) -m pytest -q tests/unit

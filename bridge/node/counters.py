@@ -32,8 +32,9 @@ class PrimaryCounts:
     reconnects: int = 0
     acks_sent: int = 0  # semi-sync (in the document's semi_sync part)
     acks_skipped: int = 0  # applied mode: the replica did not commit within the primary's timeout
+    taken_whole: int = 0  # transactions read in one call (BinlogReader.rest_of_transaction; not in the document)
 
     def status(self) -> dict:
         out = asdict(self)
-        del out["acks_sent"], out["acks_skipped"]
+        del out["acks_sent"], out["acks_skipped"], out["taken_whole"]
         return out

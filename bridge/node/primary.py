@@ -37,11 +37,12 @@ from bridge.node.progress import Progress
 from bridge.ring.producer import RingProducer
 from bridge.source import preflight
 from bridge.source.assembler import TransactionAssembler
+from bridge.source.events import GtidStart
 from bridge.source.reader import BinlogReader
 from bridge.statusdoc import PrimaryStatus
 from bridge.transport import check_available, open_remote, tls
 from bridge.transport.sockets import ControlConnection, connect
-from bridge.wire import binlog, control
+from bridge.wire import binlog, control, native
 from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 
@@ -107,6 +108,7 @@ class PrimaryNode:
         if self._services_started:
             return
         self._services_started = True
+        native.announce(log)
         for service in (self.metrics, self.semi_sync, self.behind):
             if service is not None:
                 service.start()
@@ -307,7 +309,9 @@ class PrimaryNode:
                      self.producer.backlog_frames if self.producer else 0)
 
     def step(self) -> Transaction | Chunk | None:
-        """Read one binlog event; ship the transaction it completes, if any."""
+        """Read one binlog event; ship the transaction it completes, if any. After a
+        GTID event the rest of a common transaction is taken at once when it is all
+        buffered (``BinlogReader.rest_of_transaction``)."""
         self._report_progress()
         now = time.monotonic()
         if now >= self._ack_refresh_at and self.remote is not None:
@@ -318,7 +322,12 @@ class PrimaryNode:
         link.say_alive()
         reader = self.reader  # close() from another thread may drop it mid-step
         event = reader.next_event()
-        item = self.assembler.feed(event) if event is not None else None
+        item = None
+        if type(event) is GtidStart and not event.standalone and not self.assembler.in_transaction:
+            item = reader.rest_of_transaction(event.gtid, self.assembler.chunk_bytes)  # the common case at once
+            self.counts.taken_whole += item is not None
+        if item is None and event is not None:
+            item = self.assembler.feed(event)
         if item is not None and (isinstance(item, Transaction) or item.index == 0) and \
                 _event_of(reader.format) != _event_of(self._format_sent):
             item = dataclasses.replace(item, format_event=_event_of(reader.format))

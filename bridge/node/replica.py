@@ -35,7 +35,7 @@ from bridge.statusdoc import ReplicaStatus
 from bridge.transport import make_host, tls
 from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
-from bridge.wire import control
+from bridge.wire import control, native
 from bridge.wire.codec import decode_chunk, decode_transaction
 from bridge.wire.frame import FrameKind
 
@@ -110,6 +110,7 @@ class ReplicaNode:
         if self.metrics is not None:
             self.metrics.start()
         self._listener.start(self)
+        native.announce(log)
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)

@@ -12,7 +12,10 @@ from collections import deque
 
 from bridge.errors import CorruptFrame
 from bridge.ring.layout import DATA_OFFSET, HEAD_AT, WRITE_SEQ_AT, read_ring_header, read_u32, read_u64, write_ack
-from bridge.wire.frame import EPOCH_MASK, HEADER_BYTES, Frame, FrameKind, frame_bytes, header_valid, read_header
+from bridge.wire.frame import EPOCH_MASK, HEADER_BYTES, Frame, FrameKind
+from bridge.wire.native import hot
+
+_KINDS = {int(k): k for k in FrameKind}
 
 
 class RingConsumer:
@@ -62,17 +65,13 @@ class RingConsumer:
         raise CorruptFrame(f"ring poll: two PAD frames in a row at seq {self.expected_seq}", self.expected_seq)
 
     def _frame_at_tail(self) -> Frame | None:
-        at = DATA_OFFSET + self.tail
-        h = read_header(self.region, at)
-        n = frame_bytes(h.length) if h.length <= self.size else self.size + 1
-        if h.seq != self.expected_seq or h.epoch != self.epoch or self.tail + n > self.size:
+        got = hot.frame_at(self.region, DATA_OFFSET + self.tail, self.size - self.tail, self.expected_seq, self.epoch)
+        if got is None:
             return None
-        payload = bytes(self.region[at + HEADER_BYTES:at + HEADER_BYTES + h.length])
-        if not header_valid(h, payload):
-            return None
-        if h.kind != FrameKind.PAD:
+        kind, flags, payload, n = got
+        if kind != FrameKind.PAD:
             self.tail = (self.tail + n) % self.size
-        return Frame(FrameKind(h.kind), h.seq, payload, h.flags, h.epoch)
+        return Frame(_KINDS[kind], self.expected_seq, payload, flags, self.epoch)
 
     def acknowledge(self, seq: int) -> None:
         """Tell the producer everything through ``seq`` is applied (frees its space)."""

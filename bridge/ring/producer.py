@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from bridge.errors import LocalProtocolError, RingFull
 from bridge.ring.layout import DATA_OFFSET, check_ring_bytes
-from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, encode_frame, encode_header, frame_bytes
+from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, encode_frame, frame_bytes
+from bridge.wire.native import hot
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,7 @@ class RingProducer:
                            f"{self.size - self.used} free (acked through {self._acked_through()})")
         seq = self.next_seq
         placements = [self._pad(gap, seq)] if gap else []
-        placed = self._place(Frame(kind, seq, payload, flags, self.epoch))
+        placed = self._place(kind, seq, payload, flags)
         placements.append(placed)
         self._inflight.append((seq, gap + need, placed.offset, len(payload), kind, flags))
         self.used += gap + need
@@ -71,15 +72,12 @@ class RingProducer:
         data = encode_frame(Frame(FrameKind.PAD, seq, bytes(gap - HEADER_BYTES), 0, self.epoch))
         return self._copy(at, data)
 
-    def _place(self, frame: Frame) -> Placement:
+    def _place(self, kind: FrameKind, seq: int, payload: bytes, flags: int) -> Placement:
         """Header and payload straight into the mirror (no whole-frame copy first: a
         chunk's payload may be a megabyte). The padding bytes are left as they are:
         the crc covers only header and payload."""
-        head, n = encode_header(frame), len(frame.payload)
         start = DATA_OFFSET + self.head
-        self.region[start:start + HEADER_BYTES] = head
-        self.region[start + HEADER_BYTES:start + HEADER_BYTES + n] = frame.payload
-        size = frame_bytes(n)
+        size = hot.place_frame(self.region, start, kind, flags, seq, self.epoch, payload)
         self.head = (self.head + size) % self.size
         return Placement(start, size)
 

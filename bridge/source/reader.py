@@ -36,11 +36,12 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
-from bridge.model import BitValue, InvalidTemporal
+from bridge.model import BitValue, InvalidTemporal, RowEvents, Transaction
 from bridge.source import _compat, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
                                   SourceEvent)
 from bridge.wire import binlog
+from bridge.wire.native import hot
 
 log = logging.getLogger(__name__)
 LOST_CONNECTION_CODES = (2006, 2013)
@@ -133,6 +134,25 @@ class _StreamConnection(pymysql.connections.Connection):
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
         return data
 
+    def take_transaction(self, max_bytes: int) -> tuple[bytes, tuple, int, int] | None:
+        """(events, tables, row events, commit position) of the rest of a transaction
+        when ``hotpath.scan_transaction`` finds it whole in the buffered packets; the
+        packets are then taken (seq id and ACK request noted as read_stream_packet
+        does). None: nothing taken."""
+        if not self.dumping or self.stashed is not None:
+            return None
+        try:
+            scanned = hot.scan_transaction(self._rfile.peek(1), self._next_seq_id, self.semi_sync, max_bytes)
+        except (OSError, ValueError):
+            return None  # read_stream_packet meets it again and says what it is
+        if scanned is None:
+            return None
+        taken, self._next_seq_id, data, tables, events, commit_position, ack = scanned
+        self._rfile.read(taken)
+        if ack >= 0:
+            self.ack_wanted = ack
+        return data, tables, events, commit_position
+
     def _stream_lost(self, why: str | bytes | None) -> SourceConnectionLost:
         """``why``: what went wrong, or what was read short (None: the timeout passed)."""
         self._force_close()
@@ -209,6 +229,21 @@ class BinlogReader:
         error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
         return error(f"binlog stream from {self.url}: {exc}")
 
+    def rest_of_transaction(self, gtid: str, max_bytes: int) -> Transaction | None:
+        """Binlog apply mode, right after the GTID event of ``gtid`` (not a standalone
+        one): the whole transaction in one call when its packets are all buffered
+        already and it is the common kind (TABLE_MAP and row events, then XID, under
+        ``max_bytes``), instead of a step per event; else None, and ``next_event``
+        reads it event by event. Peeking waits like a read when nothing is buffered."""
+        conn = _compat.stream_connection(self._stream)
+        if not self.raw_rows or conn is None:
+            return None
+        scanned = conn.take_transaction(max_bytes)
+        if scanned is None:
+            return None
+        data, tables, events, self.commit_pos = scanned
+        return Transaction(gtid, (RowEvents(data, tables, events),))
+
     @property
     def _checksum_bytes(self) -> int:
         if self.format is not None:
@@ -228,7 +263,7 @@ class BinlogReader:
             self.commit_pos = int.from_bytes(data[14:18], "little")  # the event header's next position
             return _COMMIT
         if etype in _GTID_EVENTS:
-            return GtidStart(*binlog.parse_gtid(data[1:]))
+            return GtidStart(*hot.parse_gtid(data[1:]))
         if etype in _WHOLE_EVENTS or (self.raw_rows and etype in _RAW_ROW_EVENTS):
             return self._whole_event(etype, bytes(data[1:1 + binlog.event_size(data, 1)]))
         if etype in _UNSUPPORTED:
@@ -289,7 +324,7 @@ class BinlogReader:
             self.format = binlog.parse_format_description(event)
             return _LIBRARY  # the library reads it too (post-header lengths)
         if etype == binlog.TABLE_MAP:
-            return RawRowEvent(event, binlog.table_map_names(event))
+            return RawRowEvent(event, hot.table_map_names(event))
         return RawRowEvent(event, None, bool(binlog.rows_flags(event) & binlog.STMT_END_F))
 
     @property

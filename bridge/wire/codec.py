@@ -16,6 +16,8 @@ from decimal import Decimal, InvalidOperation
 
 from bridge.errors import LocalProtocolError, RemoteProtocolError
 from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction
+from bridge.wire.hotpath import COMPACT_TAG
+from bridge.wire.native import hot
 
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
@@ -194,54 +196,18 @@ def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> by
     return out
 
 
-# Compact layout (tag b"E"; the tagged layout starts with b"l"), one RowEvents change:
-#   E | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
-#   row events u32 | table count u16 | (schema length u8, schema, table length u8, table)* | events
-_COMPACT = b"E"[0]
-_COMPACT_HEAD = struct.Struct("<QQI")
-_COMPACT_ROWS = struct.Struct("<IH")
-
-
 def _encode_compact(txn: Transaction, stamps: tuple[int, int]) -> bytearray:
     rows = txn.changes[0]
-    gtid = txn.gtid.encode()
-    out = bytearray(b"E")
-    out.append(len(gtid))
-    out += gtid
-    out += _COMPACT_HEAD.pack(stamps[0], stamps[1], len(txn.format_event))
-    out += txn.format_event
-    out += _COMPACT_ROWS.pack(rows.events, len(rows.tables))
-    for schema, table in rows.tables:
-        for name in (schema.encode(), table.encode()):
-            if len(name) > 255:
-                raise LocalProtocolError(f"encode transaction {txn.gtid}: name {name[:40]!r}... over 255 bytes")
-            out.append(len(name))
-            out += name
-    out += rows.data
-    return out
+    try:
+        return hot.encode_compact(txn.gtid, stamps[0], stamps[1], txn.format_event, rows.events, rows.tables,
+                                  rows.data)
+    except ValueError as exc:
+        raise LocalProtocolError(f"encode transaction {txn.gtid}: {exc}") from exc
 
 
 def _decode_compact(buf) -> Transaction:
-    n = buf[1]
-    gtid = bytes(buf[2:2 + n]).decode()
-    at = 2 + n
-    read_ns, ship_ns, fmt_len = _COMPACT_HEAD.unpack_from(buf, at)
-    at += _COMPACT_HEAD.size
-    fmt = bytes(buf[at:at + fmt_len])
-    at += fmt_len
-    events, count = _COMPACT_ROWS.unpack_from(buf, at)
-    at += _COMPACT_ROWS.size
-    tables = []
-    for _ in range(count):
-        names = []
-        for _ in range(2):
-            n = buf[at]
-            names.append(bytes(buf[at + 1:at + 1 + n]).decode())
-            at += 1 + n
-        tables.append(tuple(names))
-    if at > len(buf) or len(fmt) != fmt_len:
-        raise ValueError("truncated")
-    return Transaction(gtid, (RowEvents(bytes(buf[at:]), tuple(tables), events),), (read_ns, ship_ns), fmt)
+    gtid, read_ns, ship_ns, fmt, events, tables, data = hot.decode_compact(buf)
+    return Transaction(gtid, (RowEvents(data, tables, events),), (read_ns, ship_ns), fmt)
 
 
 def encode_chunk(chunk: Chunk) -> bytearray:
@@ -270,7 +236,7 @@ def _tables_and_changes(changes) -> tuple[tuple, tuple]:
 
 
 def decode_transaction(payload) -> Transaction:
-    if payload and payload[0] == _COMPACT:
+    if payload and payload[0] == COMPACT_TAG:
         try:
             return _decode_compact(payload)
         except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:

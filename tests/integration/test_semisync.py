@@ -52,6 +52,7 @@ def test_acks_keep_the_primary_semi_sync_and_count_every_transaction(urls, fresh
         assert int(after["yes_tx"]) - int(before["yes_tx"]) >= 50
         assert after["no_tx"] == before["no_tx"]
         assert pair.primary_node.counts.acks_sent >= 50
+        assert pair.primary_node.counts.taken_whole > 0  # ACK requests noted on the one-call path too
         pair.assert_same(s)
         assert pair.primary_node.status()["semi_sync"]["state"] == "sync"
     finally:

@@ -1,0 +1,406 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twin of ``bridge.wire.hotpath`` (read its docstring): the same six
+functions, the same results. Each does the common, well-formed case in C; any input
+it would have to refuse goes to the pure-Python twin, so errors (type and message)
+are the twin's own. Built by the normal install (setup.py, Cython); when it is
+missing ``bridge.wire.native`` uses the twin.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+from bridge.errors import RemoteProtocolError
+from bridge.wire import hotpath as _twin
+
+cdef extern from *:
+    """
+    /* crc32c (Castagnoli, reflected 0x82F63B78), as the crc32c package computes it:
+       crc32c(b, crc32c(a)) == crc32c(a + b). SSE4.2's crc32 instruction where the CPU
+       has it (checked once), else a table. */
+    #include <stdint.h>
+    #include <stddef.h>
+    static uint32_t bridge_crc_table[256];
+    static int bridge_crc_hw = -1;
+    static void bridge_crc_init(void) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+            bridge_crc_table[i] = c;
+        }
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_init();
+        bridge_crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    #else
+        bridge_crc_hw = 0;
+    #endif
+    }
+    static uint32_t bridge_crc_sw(uint32_t c, const unsigned char *p, size_t n) {
+        while (n--) c = bridge_crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+        return c;
+    }
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __attribute__((target("sse4.2")))
+    static uint32_t bridge_crc_hw_run(uint32_t c, const unsigned char *p, size_t n) {
+        uint64_t c64 = c;
+        while (n >= 8) { uint64_t w; __builtin_memcpy(&w, p, 8); c64 = __builtin_ia32_crc32di(c64, w); p += 8; n -= 8; }
+        c = (uint32_t)c64;
+        while (n--) c = __builtin_ia32_crc32qi(c, *p++);
+        return c;
+    }
+    #else
+    static uint32_t bridge_crc_hw_run(uint32_t c, const unsigned char *p, size_t n) { return bridge_crc_sw(c, p, n); }
+    #endif
+    /* state form: start with 0xFFFFFFFF, feed, finish with ~ */
+    static uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) {
+        return bridge_crc_hw ? bridge_crc_hw_run(c, (const unsigned char *)p, n)
+                             : bridge_crc_sw(c, (const unsigned char *)p, n);
+    }
+    """
+    void bridge_crc_init()
+    uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) nogil
+
+bridge_crc_init()
+
+cdef enum:
+    HEADER_BYTES = 24  # bridge.wire.frame.HEADER: kind u8 flags u8 reserved u16 length u32 seq u64 crc u32 epoch u32
+    BINLOG_HEADER = 19  # bridge.wire.binlog.HEADER_BYTES
+    MARIADB_GTID = 162
+
+
+cdef inline uint32_t rd32(const uint8_t *p) noexcept nogil:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint64_t rd64(const uint8_t *p) noexcept nogil:
+    return rd32(p) | (<uint64_t>rd32(p + 4) << 32)
+
+
+cdef inline void wr32(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>v
+    p[1] = <uint8_t>(v >> 8)
+    p[2] = <uint8_t>(v >> 16)
+    p[3] = <uint8_t>(v >> 24)
+
+
+cdef inline void wr64(uint8_t *p, uint64_t v) noexcept nogil:
+    wr32(p, <uint32_t>v)
+    wr32(p + 4, <uint32_t>(v >> 32))
+
+
+cdef inline bint fits(object v, uint64_t limit):
+    """v is an int (an IntEnum too) in [0, limit]."""
+    return isinstance(v, int) and 0 <= v <= limit
+
+
+cdef uint32_t frame_crc(const uint8_t *head, const void *payload, size_t n) noexcept nogil:
+    """crc32c of a header (its reserved and crc fields zeroed, as the twin packs it)
+    followed by the payload."""
+    cdef uint8_t h[HEADER_BYTES]
+    memcpy(h, head, HEADER_BYTES)
+    memset(h + 2, 0, 2)
+    memset(h + 16, 0, 4)
+    return ~bridge_crc_feed(bridge_crc_feed(0xFFFFFFFFu, h, HEADER_BYTES), payload, n)
+
+
+def crc32c(data, uint32_t value=0):
+    """crc32c(data, value) as the crc32c package's (the test compares them)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return ~bridge_crc_feed(~value, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def encode_compact(gtid, read_ns, ship_ns, fmt, events, tables, data):
+    if type(gtid) is not str or type(tables) is not tuple or not fits(read_ns, 0xFFFFFFFFFFFFFFFF) \
+            or not fits(ship_ns, 0xFFFFFFFFFFFFFFFF) or not fits(events, 0xFFFFFFFF) or len(tables) > 0xFFFF:
+        return _twin.encode_compact(gtid, read_ns, ship_ns, fmt, events, tables, data)
+    cdef bytes text = PyUnicode_AsUTF8String(gtid)
+    names = []
+    cdef Py_ssize_t total = 2 + len(text) + 20 + 6
+    for pair in tables:
+        if type(pair) is not tuple or len(pair) != 2 or type(pair[0]) is not str or type(pair[1]) is not str:
+            return _twin.encode_compact(gtid, read_ns, ship_ns, fmt, events, tables, data)
+        for name in pair:
+            encoded = PyUnicode_AsUTF8String(name)
+            if len(encoded) > 255:
+                return _twin.encode_compact(gtid, read_ns, ship_ns, fmt, events, tables, data)
+            names.append(encoded)
+            total += 1 + len(encoded)
+    if len(text) > 255:
+        return _twin.encode_compact(gtid, read_ns, ship_ns, fmt, events, tables, data)
+    cdef Py_buffer f, d
+    PyObject_GetBuffer(fmt, &f, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(data, &d, PyBUF_SIMPLE)
+        try:
+            out = PyByteArray_FromStringAndSize(NULL, total + f.len + d.len)
+            _fill_compact(<uint8_t *>PyByteArray_AS_STRING(out), text, read_ns, ship_ns, &f, events, names, &d)
+        finally:
+            PyBuffer_Release(&d)
+    finally:
+        PyBuffer_Release(&f)
+    return out
+
+
+cdef void _fill_compact(uint8_t *p, bytes text, uint64_t read_ns, uint64_t ship_ns, Py_buffer *f, uint32_t events,
+                        list names, Py_buffer *d):
+    cdef Py_ssize_t n = len(text)
+    cdef bytes name
+    p[0] = 69  # "E"
+    p[1] = <uint8_t>n
+    memcpy(p + 2, PyBytes_AS_STRING(text), n)
+    p += 2 + n
+    wr64(p, read_ns)
+    wr64(p + 8, ship_ns)
+    wr32(p + 16, <uint32_t>f.len)
+    memcpy(p + 20, f.buf, f.len)
+    p += 20 + f.len
+    wr32(p, events)
+    p[4] = (len(names) // 2) & 0xFF
+    p[5] = (len(names) // 2) >> 8
+    p += 6
+    for name in names:
+        n = len(name)
+        p[0] = <uint8_t>n
+        memcpy(p + 1, PyBytes_AS_STRING(name), n)
+        p += 1 + n
+    memcpy(p, d.buf, d.len)
+
+
+def decode_compact(buf):
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        result = _decode_compact(<const uint8_t *>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return _twin.decode_compact(buf) if result is None else result  # the twin names what is wrong
+
+
+cdef object _decode_compact(const uint8_t *p, Py_ssize_t size):
+    cdef Py_ssize_t n, at, fmt_len, count, i
+    if size < 2:
+        return None
+    n = p[1]
+    at = 2 + n
+    if at + 20 > size:
+        return None
+    try:
+        gtid = PyUnicode_DecodeUTF8(<const char *>p + 2, n, NULL)
+    except UnicodeDecodeError:
+        return None
+    read_ns, ship_ns, fmt_len = rd64(p + at), rd64(p + at + 8), rd32(p + at + 16)
+    at += 20
+    if fmt_len > size - at:
+        return None
+    fmt = PyBytes_FromStringAndSize(<const char *>p + at, fmt_len)
+    at += fmt_len
+    if at + 6 > size:
+        return None
+    events, count = rd32(p + at), p[at + 4] | (p[at + 5] << 8)
+    at += 6
+    tables = []
+    for i in range(count):
+        pair = []
+        for _ in range(2):
+            if at >= size or at + 1 + p[at] > size:
+                return None
+            n = p[at]
+            try:
+                pair.append(PyUnicode_DecodeUTF8(<const char *>p + at + 1, n, NULL))
+            except UnicodeDecodeError:
+                return None
+            at += 1 + n
+        tables.append(tuple(pair))
+    return gtid, read_ns, ship_ns, fmt, events, tuple(tables), PyBytes_FromStringAndSize(<const char *>p + at,
+                                                                                          size - at)
+
+
+def place_frame(region, Py_ssize_t start, kind, flags, seq, epoch, payload):
+    if not (fits(kind, 0xFF) and fits(flags, 0xFF) and fits(seq, 0xFFFFFFFFFFFFFFFF) and isinstance(epoch, int)):
+        return _twin.place_frame(region, start, kind, flags, seq, epoch, payload)
+    cdef Py_buffer r, pl
+    cdef uint8_t *at
+    cdef Py_ssize_t n
+    PyObject_GetBuffer(region, &r, PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(payload, &pl, PyBUF_SIMPLE)
+        try:
+            n = pl.len
+            if start < 0 or n > 0xFFFFFFFF or start + HEADER_BYTES + n > r.len:
+                return _twin.place_frame(region, start, kind, flags, seq, epoch, payload)
+            at = <uint8_t *>r.buf + start
+            at[0], at[1], at[2], at[3] = kind, flags, 0, 0
+            wr32(at + 4, <uint32_t>n)
+            wr64(at + 8, <uint64_t>seq)
+            wr32(at + 20, <uint32_t>(epoch & 0xFFFFFFFF))
+            memcpy(at + HEADER_BYTES, pl.buf, n)
+            wr32(at + 16, frame_crc(at, at + HEADER_BYTES, n))
+        finally:
+            PyBuffer_Release(&pl)
+    finally:
+        PyBuffer_Release(&r)
+    return (HEADER_BYTES + n + 7) & ~7
+
+
+def frame_at(region, Py_ssize_t at, Py_ssize_t room, expected_seq, epoch):
+    cdef Py_buffer r
+    cdef uint8_t h[HEADER_BYTES]
+    cdef uint32_t length
+    cdef Py_ssize_t n
+    if not (fits(expected_seq, 0xFFFFFFFFFFFFFFFF) and fits(epoch, 0xFFFFFFFF)):
+        return _twin.frame_at(region, at, room, expected_seq, epoch)
+    PyObject_GetBuffer(region, &r, PyBUF_SIMPLE)
+    try:
+        if at < 0 or room < 0 or at + room > r.len:
+            return _twin.frame_at(region, at, room, expected_seq, epoch)
+        if room < HEADER_BYTES:
+            return None
+        memcpy(h, <uint8_t *>r.buf + at, HEADER_BYTES)  # once: the other side may be writing
+        length = rd32(h + 4)
+        if rd64(h + 8) != <uint64_t>expected_seq or rd32(h + 20) != <uint32_t>epoch or length > room:
+            return None
+        n = (HEADER_BYTES + length + 7) & ~7
+        if n > room or h[0] < 1 or h[0] > 4:
+            return None
+        payload = PyBytes_FromStringAndSize(<const char *>r.buf + at + HEADER_BYTES, length)
+    finally:
+        PyBuffer_Release(&r)
+    if frame_crc(h, PyBytes_AS_STRING(payload), length) != rd32(h + 16):
+        return None
+    return h[0], h[1], payload, n
+
+
+def parse_gtid(event):
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    PyObject_GetBuffer(event, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t *>view.buf
+        if view.len < BINLOG_HEADER + 13 or p[4] != MARIADB_GTID:
+            result = None
+        else:
+            result = (f"{rd32(p + BINLOG_HEADER + 8)}-{rd32(p + 5)}-{rd64(p + BINLOG_HEADER)}",
+                      bool(p[BINLOG_HEADER + 12] & 1))
+    finally:
+        PyBuffer_Release(&view)
+    return _twin.parse_gtid(event) if result is None else result  # MySQL's GTID and errors: the twin
+
+
+def table_map_names(event):
+    cdef Py_buffer view
+    PyObject_GetBuffer(event, &view, PyBUF_SIMPLE)
+    try:
+        result = _names(<const uint8_t *>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return _twin.table_map_names(event) if result is None else result
+
+
+cdef object _names(const uint8_t *p, Py_ssize_t size):
+    """(schema, table) of a TABLE_MAP event when both are whole and UTF-8, else None."""
+    cdef Py_ssize_t at = BINLOG_HEADER + 8, n
+    if at >= size or at + 1 + p[at] + 1 >= size:
+        return None
+    n = p[at]
+    try:
+        schema = PyUnicode_DecodeUTF8(<const char *>p + at + 1, n, NULL)
+        at += n + 2
+        if at + 1 + p[at] > size:
+            return None
+        return schema, PyUnicode_DecodeUTF8(<const char *>p + at + 1, p[at], NULL)
+    except UnicodeDecodeError:
+        return None
+
+
+cdef enum:
+    MAX_PACKET = 0xFFFFFF
+    XID_EVENT = 16
+    TABLE_MAP_EVENT = 19
+
+
+cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:
+    return 23 <= etype <= 25 or 30 <= etype <= 32  # WRITE/UPDATE/DELETE_ROWS v1 and v2
+
+
+def scan_transaction(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes):
+    cdef Py_buffer view
+    if not fits(seq_id, 255):
+        return _twin.scan_transaction(buf, seq_id, semi_sync, max_bytes)
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return _scan(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes):
+    cdef Py_ssize_t at = 0, p, stop, length, size, data_len = 0
+    cdef long long ack = -1
+    cdef uint32_t next_position
+    cdef uint8_t etype
+    cdef bint ack_requested
+    cdef Py_ssize_t rows = 0
+    spans = []  # (start, size) of each kept event in b
+    tables = []
+    while True:
+        if end - at < 4:
+            return None
+        length = b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)
+        if length >= MAX_PACKET or b[at + 3] != seq_id or end - at - 4 < length:
+            return None
+        p, stop = at + 4, at + 4 + length
+        at = stop
+        seq_id = <uint8_t>(seq_id + 1)
+        if length < 1 or b[p] != 0:
+            return None
+        p += 1
+        ack_requested = False
+        if semi_sync and stop - p >= 2 and b[p] == 0xEF:
+            ack_requested = (b[p + 1] & 1) != 0
+            p += 2
+        if stop - p < BINLOG_HEADER:
+            return None
+        size = rd32(b + p + 9)
+        if size < BINLOG_HEADER or p + size > stop:
+            return None
+        etype = b[p + 4]
+        next_position = rd32(b + p + 13)
+        if ack_requested:
+            ack, seq_id = next_position, 1
+        if etype == XID_EVENT:
+            if not rows:
+                return None
+            return at, seq_id, _joined(b, spans, data_len), tuple(tables), rows, next_position, ack
+        if etype == TABLE_MAP_EVENT:
+            names = _names(b + p, size)
+            if names is None:  # what the twin does with it (a cut table name, or an error)
+                try:
+                    names = _twin.table_map_names(PyBytes_FromStringAndSize(<const char *>b + p, size))
+                except RemoteProtocolError:
+                    return None
+            tables.append(names)
+        elif scanned_row_event(etype):
+            rows += 1
+        else:
+            return None
+        spans.append((p, size))
+        data_len += size
+        if data_len >= max_bytes:
+            return None
+
+
+cdef bytes _joined(const uint8_t *b, list spans, Py_ssize_t total):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *o = PyBytes_AS_STRING(out)
+    cdef Py_ssize_t start, size
+    for start, size in spans:
+        memcpy(o, b + start, size)
+        o += size
+    return out

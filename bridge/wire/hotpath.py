@@ -1,0 +1,180 @@
+"""The per-transaction byte work of both sides, in pure Python (pure).
+
+Each function here has a compiled twin in ``_hotpath.pyx`` (Cython) with the same
+name, arguments, results and errors; ``bridge.wire.native`` picks the compiled one
+when the install built it and this module otherwise. A test compares both on the
+same inputs byte for byte (tests/unit/test_hotpath.py), and ``make test`` runs the
+unit suite once more on these twins (``RDMA_BRIDGE_PURE_PYTHON=1``).
+
+What is here, and why: the profile of both sides under 1,000 single-row
+transactions/s (bench/flame.py) put these at about a fifth of each process's Python
+time: the compact payload (encode on the primary side, decode on the replica side),
+a frame's header and crc32c (placed into the primary's mirror; checked and taken at
+the replica's tail), and the two binlog parses the primary side does for every
+transaction (the GTID event, the TABLE_MAP's names).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+
+from bridge.errors import RemoteProtocolError
+from bridge.wire import binlog
+from bridge.wire.binlog import parse_gtid, table_map_names
+from bridge.wire.frame import EPOCH_MASK, HEADER, HEADER_BYTES, frame_bytes
+
+__all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse_gtid", "table_map_names",
+           "scan_transaction"]
+
+# Compact payload (tag b"E"; the tagged layout starts with b"l"), one RowEvents change:
+#   E | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
+#   row events u32 | table count u16 | (schema length u8, schema, table length u8, table)* | events
+COMPACT_TAG = b"E"[0]
+_COMPACT_HEAD = struct.Struct("<QQI")
+_COMPACT_ROWS = struct.Struct("<IH")
+FRAME_KINDS = frozenset({1, 2, 3, 4})  # bridge.wire.frame.FrameKind
+
+
+def encode_compact(gtid: str, read_ns: int, ship_ns: int, fmt: bytes, events: int, tables, data) -> bytearray:
+    """The compact payload. ValueError names a GTID or a table name over 255 bytes."""
+    text = gtid.encode()
+    if len(text) > 255:
+        raise ValueError(f"gtid {gtid[:40]!r}... over 255 bytes")
+    out = bytearray(b"E")
+    out.append(len(text))
+    out += text
+    out += _COMPACT_HEAD.pack(read_ns, ship_ns, len(fmt))
+    out += fmt
+    out += _COMPACT_ROWS.pack(events, len(tables))
+    for schema, table in tables:
+        for name in (schema.encode(), table.encode()):
+            if len(name) > 255:
+                raise ValueError(f"name {name[:40]!r}... over 255 bytes")
+            out.append(len(name))
+            out += name
+    out += data
+    return out
+
+
+def decode_compact(buf) -> tuple:
+    """(gtid, read ns, ship ns, format event, row events, tables, events data) of a
+    compact payload; ValueError (or IndexError, struct.error) when anything is out of
+    bounds or not UTF-8."""
+    n = buf[1]
+    gtid = bytes(buf[2:2 + n]).decode()
+    at = 2 + n
+    read_ns, ship_ns, fmt_len = _COMPACT_HEAD.unpack_from(buf, at)
+    at += _COMPACT_HEAD.size
+    fmt = bytes(buf[at:at + fmt_len])
+    at += fmt_len
+    events, count = _COMPACT_ROWS.unpack_from(buf, at)
+    at += _COMPACT_ROWS.size
+    tables = []
+    for _ in range(count):
+        n = buf[at]
+        schema = bytes(buf[at + 1:at + 1 + n]).decode()
+        at += 1 + n
+        n = buf[at]
+        tables.append((schema, bytes(buf[at + 1:at + 1 + n]).decode()))
+        at += 1 + n
+    if at > len(buf) or len(fmt) != fmt_len:
+        raise ValueError("truncated")
+    return gtid, read_ns, ship_ns, fmt, events, tuple(tables), bytes(buf[at:])
+
+
+def place_frame(region: bytearray, start: int, kind: int, flags: int, seq: int, epoch: int, payload) -> int:
+    """Header (crc32c over header and payload) and payload written into ``region`` at
+    ``start``; the bytes the frame occupies (padding to 8 included, left unwritten).
+    ValueError when header and payload do not fit ``region`` there."""
+    n = len(payload)
+    if start < 0 or start + HEADER_BYTES + n > len(region):
+        raise ValueError(f"place frame seq {seq}: {HEADER_BYTES + n} bytes at {start} outside a region of "
+                         f"{len(region)}")
+    epoch &= EPOCH_MASK
+    crc = crc32c.crc32c(payload, crc32c.crc32c(HEADER.pack(kind, flags, 0, n, seq, 0, epoch)))
+    region[start:start + HEADER_BYTES] = HEADER.pack(kind, flags, 0, n, seq, crc, epoch)
+    region[start + HEADER_BYTES:start + HEADER_BYTES + n] = payload
+    return frame_bytes(n)
+
+
+def frame_at(region, at: int, room: int, expected_seq: int, epoch: int):
+    """(kind, flags, payload, bytes occupied) of the frame at ``at`` when it is the
+    one expected: seq ``expected_seq`` of session ``epoch``, within the ``room``
+    bytes left before the ring's end, a known kind, its crc32c right; else None.
+    ValueError when ``room`` bytes from ``at`` are not all inside ``region``."""
+    if at < 0 or room < 0 or at + room > len(region):
+        raise ValueError(f"frame at {at}: {room} bytes of room outside a region of {len(region)}")
+    if room < HEADER_BYTES:
+        return None
+    kind, flags, _, length, seq, crc, frame_epoch = HEADER.unpack_from(region, at)
+    if seq != expected_seq or frame_epoch != epoch or length > room:
+        return None
+    n = frame_bytes(length)
+    if n > room or kind not in FRAME_KINDS:
+        return None
+    payload = bytes(region[at + HEADER_BYTES:at + HEADER_BYTES + length])
+    head = HEADER.pack(kind, flags, 0, length, seq, 0, frame_epoch)
+    if crc32c.crc32c(payload, crc32c.crc32c(head)) != crc:
+        return None
+    return kind, flags, payload, n
+
+
+
+# --- the rest of a simple transaction, straight from the buffered packets ----------
+MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one
+SEMI_SYNC_MAGIC, SEMI_SYNC_ACK_REQUESTED = 0xEF, 0x01
+SCANNED_ROW_EVENTS = frozenset({binlog.WRITE_ROWS_V1, binlog.UPDATE_ROWS_V1, binlog.DELETE_ROWS_V1,
+                                binlog.WRITE_ROWS_V2, binlog.UPDATE_ROWS_V2, binlog.DELETE_ROWS_V2})
+
+
+def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int):
+    """The rest of a transaction whose GTID event was just read, when ``buf`` (the
+    binlog dump's packets buffered after it) holds all of it and it is the common
+    kind: TABLE_MAP and row events (v1, v2) in packets numbered from ``seq_id``, then
+    the XID, under ``max_bytes`` of events. Returns (bytes of ``buf`` it takes, the
+    next packet's seq id, the TABLE_MAP and row events as the binlog holds them,
+    (schema, table) of each TABLE_MAP, row events, the XID's next-event position,
+    the position of the last event that asked for a semi-sync ACK or -1); None for
+    anything else, which the per-event path then reads (nothing is taken)."""
+    at, end = 0, len(buf)
+    data, tables, rows, ack = bytearray(), [], 0, -1
+    while True:
+        if end - at < 4:
+            return None
+        length = int.from_bytes(buf[at:at + 3], "little")
+        if length >= MAX_PACKET or buf[at + 3] != seq_id or end - at - 4 < length:
+            return None
+        p, stop = at + 4, at + 4 + length
+        at, seq_id = stop, (seq_id + 1) % 256
+        if length < 1 or buf[p] != 0:
+            return None  # an error packet, or not an event
+        p += 1
+        ack_requested = False
+        if semi_sync and stop - p >= 2 and buf[p] == SEMI_SYNC_MAGIC:
+            ack_requested = bool(buf[p + 1] & SEMI_SYNC_ACK_REQUESTED)
+            p += 2
+        if stop - p < binlog.HEADER_BYTES:
+            return None
+        size = int.from_bytes(buf[p + 9:p + 13], "little")
+        if size < binlog.HEADER_BYTES or p + size > stop:
+            return None
+        event, etype = bytes(buf[p:p + size]), buf[p + 4]
+        next_position = int.from_bytes(event[13:17], "little")
+        if ack_requested:
+            ack, seq_id = next_position, 1  # the server numbers afresh after an event that wants an ACK
+        if etype == binlog.XID:
+            return (at, seq_id, bytes(data), tuple(tables), rows, next_position, ack) if rows else None
+        if etype == binlog.TABLE_MAP:
+            try:
+                tables.append(table_map_names(event))
+            except RemoteProtocolError:
+                return None
+        elif etype in SCANNED_ROW_EVENTS:
+            rows += 1
+        else:
+            return None
+        data += event
+        if len(data) >= max_bytes:
+            return None  # a transaction to chunk

@@ -1,0 +1,273 @@
+"""The compiled hot path against its pure-Python twin, byte for byte.
+
+Every function of ``bridge.wire._hotpath`` is called with the same inputs as its
+twin in ``bridge.wire.hotpath``: well-formed ones (the common case the compiled
+code does itself) and damaged ones (which it hands to the twin): the results must be
+equal, bytes included, or both must raise the same error. The rest of the unit suite
+runs on whichever ``bridge.wire.native`` picked; ``make test`` runs it on both.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import crc32c
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.wire import hotpath, native
+from bridge.wire.frame import HEADER_BYTES
+
+compiled = pytest.importorskip("bridge.wire._hotpath", reason="the compiled hot path is not built")
+PURE = os.environ.get(native.PURE_ENV, "") not in ("", "0")
+
+
+def same(name: str, *args, prepare=None):
+    """Both implementations of ``name`` on copies of ``args``: equal results (and
+    equal mutated first argument when ``prepare`` makes it), or the same error."""
+    outcomes = []
+    for impl in (hotpath, compiled):
+        call_args = (prepare(),) + args if prepare else args
+        try:
+            result = getattr(impl, name)(*call_args)
+            outcomes.append(("ok", result, bytes(call_args[0]) if prepare else None))
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point: type and message
+            outcomes.append(("raised", type(exc), str(exc)))
+    assert outcomes[0] == outcomes[1], name
+    return outcomes[0]
+
+
+def test_the_build_made_the_compiled_module_and_it_is_used():
+    assert compiled.__file__.endswith(".so")
+    assert native.COMPILED is not PURE
+    assert (native.hot is compiled) is not PURE
+
+
+names = st.text(min_size=0, max_size=70)
+tables = st.lists(st.tuples(names, names), max_size=4).map(tuple)
+u64 = st.integers(0, (1 << 64) - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30), u64, u64, st.binary(max_size=120), st.integers(0, (1 << 32) - 1), tables,
+       st.binary(max_size=300))
+def test_encode_compact_and_decode_compact_agree(gtid, read_ns, ship_ns, fmt, events, tbls, data):
+    kind, payload, _ = same("encode_compact", gtid, read_ns, ship_ns, fmt, events, tbls, data)
+    assert kind == "ok"
+    assert type(payload) is bytearray
+    kind, decoded, _ = same("decode_compact", bytes(payload))
+    assert decoded == (gtid, read_ns, ship_ns, fmt, events, tbls, data)
+    same("decode_compact", memoryview(payload))  # the ring hands out views too
+
+
+def test_encode_compact_refusals_are_the_twins():
+    long_name = "x" * 256
+    assert same("encode_compact", "0-1-1", 0, 0, b"", 0, (("db", long_name),), b"")[0] == "raised"
+    assert same("encode_compact", "9" * 300, 0, 0, b"", 0, (), b"")[0] == "raised"
+    assert same("encode_compact", "0-1-1", -1, 0, b"", 0, (), b"")[0] == "raised"
+    assert same("encode_compact", "0-1-1", 0, 0, b"", 1 << 32, (), b"")[0] == "raised"
+    assert same("encode_compact", "0-1-1", 0, 0, b"", 0, [("a", "b")], b"x")[0] == "ok"  # a list: the twin's way
+    assert same("encode_compact", "0-1-\udcff", 0, 0, b"", 0, (), b"")[0] == "raised"  # not UTF-8
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_damaged_compact_payloads_get_the_same_answer(data):
+    payload = bytes(hotpath.encode_compact("0-1-77", 5, 6, b"F" * 30, 2, (("db", "t\u00e9"), ("s", "u")), b"ev" * 20))
+    cut = data.draw(st.integers(0, len(payload)))
+    damaged = bytearray(payload[:cut])
+    for _ in range(data.draw(st.integers(0, 3))):
+        if damaged:
+            damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    same("decode_compact", bytes(damaged))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600), st.integers(0, (1 << 32) - 1))
+def test_crc32c_is_the_crc32c_packages(data, value):
+    assert compiled.crc32c(data, value) == crc32c.crc32c(data, value)
+    assert compiled.crc32c(data) == crc32c.crc32c(data)
+
+
+def test_crc32c_over_a_large_buffer_and_every_alignment():
+    data = os.urandom(1 << 20)
+    assert compiled.crc32c(data) == crc32c.crc32c(data)
+    for start in range(9):
+        view = memoryview(data)[start:start + 1000 + start]
+        assert compiled.crc32c(view) == crc32c.crc32c(bytes(view))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 200), st.sampled_from([1, 2, 3, 4]), st.integers(0, 255), u64, u64, st.binary(max_size=400),
+       st.integers(0, 700))
+def test_place_frame_writes_the_same_bytes_and_frame_at_reads_them(start, kind, flags, seq, epoch, payload, size):
+    kind_, n, region = same("place_frame", start, kind, flags, seq, epoch, payload, prepare=lambda: bytearray(size))
+    if kind_ != "ok":
+        assert start + HEADER_BYTES + len(payload) > size
+        return
+    assert n == (HEADER_BYTES + len(payload) + 7) // 8 * 8
+    room = size - start
+    got = same("frame_at", region, start, room, seq, epoch & 0xFFFFFFFF)[1]
+    assert got == ((kind, flags, payload, n) if n <= room else None)
+    assert same("frame_at", region, start, room, seq + 1, epoch & 0xFFFFFFFF)[1] is None  # not the expected seq
+    assert same("frame_at", region, start, room, seq, (epoch + 1) & 0xFFFFFFFF)[1] is None  # another session
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_damaged_frames_are_refused_alike(data):
+    region = bytearray(256)
+    payload = b"payload of a transaction"
+    hotpath.place_frame(region, 8, 1, 0, 42, 7, payload)
+    at = data.draw(st.integers(8, 8 + HEADER_BYTES + len(payload) - 1).filter(lambda i: i not in (10, 11)))
+    region[at] ^= data.draw(st.integers(1, 255))  # any byte the crc covers (not the reserved u16)
+    assert same("frame_at", bytes(region), 8, 248, 42, 7)[1] is None
+    assert same("frame_at", bytes(region), 8, 300, 42, 7)[0] == "raised"  # room beyond the region
+
+
+def test_frame_kinds_outside_the_four_are_refused_alike():
+    region = bytearray(64)
+    for kind in (0, 5, 255):
+        hotpath.place_frame(region, 0, kind, 0, 1, 0, b"x")
+        assert same("frame_at", region, 0, 64, 1, 0)[1] is None
+
+
+def _gtid_event(seq: int, domain: int, server: int, flags: int) -> bytes:
+    body = struct.pack("<QIB", seq, domain, flags) + bytes(6)
+    head = struct.pack("<IBIIIH", 0, 162, server, 19 + len(body) + 4, 0, 8)
+    return head + body + struct.pack("<I", zlib.crc32(head + body))
+
+
+@settings(max_examples=300, deadline=None)
+@given(u64, st.integers(0, (1 << 32) - 1), st.integers(0, (1 << 32) - 1), st.integers(0, 255),
+       st.integers(0, 60))
+def test_parse_gtid_agrees_on_whole_and_cut_events(seq, domain, server, flags, cut):
+    event = _gtid_event(seq, domain, server, flags)
+    assert same("parse_gtid", event)[1] == (f"{domain}-{server}-{seq}", bool(flags & 1))
+    same("parse_gtid", event[:cut])
+
+
+def test_parse_gtid_of_mysql_and_of_other_events_is_the_twins():
+    sid = bytes(range(16))
+    body = struct.pack("<B16sQ", 1, sid, 99)
+    mysql = struct.pack("<IBIIIH", 0, 33, 1, 19 + len(body), 0, 0) + body
+    assert same("parse_gtid", mysql)[1] == ("00010203-0405-0607-0809-0a0b0c0d0e0f:99", False)
+    assert same("parse_gtid", bytes(40))[0] == "raised"
+
+
+def _table_map(schema: bytes, table: bytes) -> bytes:
+    body = bytes(8) + bytes([len(schema)]) + schema + b"\0" + bytes([len(table)]) + table + b"\0" + b"\x01\x03\x00\x00"
+    return struct.pack("<IBIIIH", 0, 19, 1, 19 + len(body), 0, 0) + body
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64), st.binary(max_size=64), st.integers(0, 200))
+def test_table_map_names_agree_on_whole_and_cut_events(schema, table, cut):
+    event = _table_map(schema, table)
+    kind, names, _ = same("table_map_names", event)
+    if kind == "ok":
+        assert names == (schema.decode(), table.decode())
+    same("table_map_names", event[:cut])
+
+
+def test_without_the_compiled_module_the_twin_runs_and_one_line_says_why(tmp_path):
+    script = ("import logging, sys; sys.modules['bridge.wire._hotpath'] = None\n"
+              "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+              "from bridge.wire import native, hotpath\n"
+              "assert native.hot is hotpath and not native.COMPILED\n"
+              "native.announce(logging.getLogger('t'))\n")
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("WARNING hot path: pure Python, slower (the compiled module is "
+                                                   "not built"), out.stderr
+    env[native.PURE_ENV] = "1"
+    out = subprocess.run([sys.executable, "-c", script.replace("sys.modules['bridge.wire._hotpath'] = None", "")],
+                         capture_output=True, text=True, env=env, check=True)
+    assert f"{native.PURE_ENV} is set" in out.stderr
+
+
+# --- scan_transaction: the rest of a transaction from the buffered dump packets -------
+
+def _event(kind: int, body: bytes, next_position: int = 0) -> bytes:
+    head = struct.pack("<IBIIIH", 0, kind, 1, 19 + len(body) + 4, next_position, 0)
+    return head + body + struct.pack("<I", zlib.crc32(head + body))
+
+
+def _packets(events: list[bytes], seq_id: int, semi_sync: bool, ack_last: bool) -> bytes:
+    out = bytearray()
+    for i, event in enumerate(events):
+        last = i == len(events) - 1
+        payload = b"\0" + ((b"\xef" + bytes([1 if ack_last and last else 0])) if semi_sync else b"") + event
+        out += len(payload).to_bytes(3, "little") + bytes([seq_id]) + payload
+        seq_id = (seq_id + 1) % 256
+    return bytes(out)
+
+
+@st.composite
+def transactions(draw):
+    events, row_kinds = [], [23, 24, 25, 30, 31, 32]
+    for _ in range(draw(st.integers(1, 3))):
+        schema, table = draw(st.text(max_size=12)), draw(st.text(max_size=12))
+        events.append(_table_map(schema.encode(), table.encode()))
+        for i in range(draw(st.integers(1, 3))):
+            kind = draw(st.sampled_from(row_kinds))
+            events.append(_event(kind, bytes(6) + b"\x01\x00" + draw(st.binary(max_size=40))))
+    events.append(_event(16, struct.pack("<Q", draw(st.integers(0, 1 << 40))), draw(st.integers(0, 1 << 31))))
+    return events
+
+
+@settings(max_examples=300, deadline=None)
+@given(transactions(), st.integers(0, 255), st.booleans(), st.booleans(), st.binary(max_size=30), st.data())
+def test_scan_transaction_agrees_whole_cut_and_damaged(events, seq_id, semi_sync, ack_last, after, data):
+    buf = _packets(events, seq_id, semi_sync, ack_last) + after  # the next transaction's packets may follow
+    kind, got, _ = same("scan_transaction", buf, seq_id, semi_sync, 1 << 20)
+    assert kind == "ok" and got is not None
+    taken, next_seq, joined, tables, rows, commit, ack = got
+    assert taken == len(buf) - len(after) and joined == b"".join(events[:-1])
+    assert rows == sum(1 for e in events if e[4] != 19) - 1 and len(tables) == len(events) - rows - 1
+    assert commit == struct.unpack_from("<I", events[-1], 13)[0]
+    assert (ack, next_seq) == ((commit, 1) if semi_sync and ack_last else (-1, (seq_id + len(events)) % 256))
+    same("scan_transaction", buf, (seq_id + 1) % 256, semi_sync, 1 << 20)  # not the packet number expected
+    same("scan_transaction", buf, seq_id, semi_sync, data.draw(st.integers(1, 200)))  # a transaction to chunk
+    cut = data.draw(st.integers(0, len(buf)))
+    assert same("scan_transaction", buf[:cut], seq_id, semi_sync, 1 << 20)[1] is None or cut >= taken
+    damaged = bytearray(buf)
+    damaged[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    same("scan_transaction", bytes(damaged), seq_id, semi_sync, 1 << 20)
+
+
+def test_scan_transaction_leaves_everything_else_to_the_event_path():
+    table_map, rows, xid = _table_map(b"db", b"t"), _event(30, bytes(8) + b"r"), _event(16, bytes(8), 99)
+    query = _event(2, bytes(13) + b"\x00db\x00COMMIT")
+    for events in ([xid], [table_map, xid], [table_map, rows, query], [table_map, _event(39, bytes(9)), xid],
+                   [table_map, rows, _event(27, b"")]):
+        assert same("scan_transaction", _packets(events, 3, False, False), 3, False, 1 << 20)[1] is None
+    error = b"\x05\x00\x00\x03\xff\x10\x04#"  # an error packet where an event was due
+    assert same("scan_transaction", error, 3, False, 1 << 20)[1] is None
+    whole = _packets([table_map, rows, xid], 3, False, False)
+    assert same("scan_transaction", whole, 3, False, 1 << 20)[1] is not None
+
+
+@settings(max_examples=100, deadline=None)
+@given(transactions())
+def test_scan_transaction_makes_the_transaction_the_assembler_makes(events):
+    from bridge.model import RowEvents, Transaction
+    from bridge.source.assembler import TransactionAssembler
+    from bridge.source.events import CommitRead, GtidStart, RawRowEvent
+    from bridge.wire import binlog
+
+    assembler = TransactionAssembler()
+    assembler.feed(GtidStart("0-1-5", False))
+    for event in events[:-1]:
+        names = binlog.table_map_names(event) if event[4] == 19 else None
+        assert assembler.feed(RawRowEvent(event, names, bool(binlog.rows_flags(event) & 1))) is None
+    expected = assembler.feed(CommitRead())
+    _, _, joined, tables, rows, _, _ = native.hot.scan_transaction(_packets(events, 0, False, False), 0, False,
+                                                                   1 << 20)
+    assert Transaction("0-1-5", (RowEvents(joined, tables, rows),)) == expected
