@@ -32,8 +32,8 @@ class Gtid:
     @classmethod
     def parse(cls, text: str) -> Gtid:
         parts = text.split("-")  # the common case first: once per replicated transaction
-        if len(parts) == 3 and all(p.isdigit() and p.isascii() for p in parts):
-            return cls(domain=parts[0], server=int(parts[1]), seq=int(parts[2]))
+        if len(parts) == 3 and text.isascii() and parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit():
+            return cls(parts[0], int(parts[2]), int(parts[1]))
         text = text.strip()
         if m := _MARIADB_GTID.match(text):
             return cls(domain=m.group(1), server=int(m.group(2)), seq=int(m.group(3)))
@@ -221,7 +221,10 @@ class Transaction:
 
     @property
     def is_ddl(self) -> bool:
-        return any(isinstance(c, Statement) for c in self.changes)
+        for c in self.changes:  # no generator: asked of every transaction the replica takes
+            if type(c) is Statement:
+                return True
+        return False
 
     @property
     def row_count(self) -> int:
@@ -254,7 +257,13 @@ HEARTBEAT_TABLE = tuple(sqlnames.HEARTBEAT.split("."))  # written on the primary
 
 def row_count(changes) -> int:
     """Row changes, counting each raw row event as one (its rows are not counted)."""
-    return sum(1 if isinstance(c, RowChange) else c.events if isinstance(c, RowEvents) else 0 for c in changes)
+    n = 0
+    for c in changes:  # no generator: once per transaction the replica takes
+        if type(c) is RowEvents:
+            n += c.events
+        elif type(c) is RowChange:
+            n += 1
+    return n
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,9 @@ HEARTBEAT = HEARTBEAT_TABLE
 def check_payload(seq: int, item: Transaction | Chunk, mode: str, has_format: bool) -> bool:
     """Raise on a payload the session cannot apply; True once a format is known."""
     wrong = RowChange if mode == "binlog" else RowEvents
-    if any(isinstance(c, wrong) for c in item.changes):
-        raise RemoteProtocolError(f"frame seq {seq} ({item.gtid}): {wrong.__name__} in a {mode}-mode session")
+    for c in item.changes:  # no generator: once per frame
+        if isinstance(c, wrong):
+            raise RemoteProtocolError(f"frame seq {seq} ({item.gtid}): {wrong.__name__} in a {mode}-mode session")
     if item.format_event:
         binlog.parse_format_description(item.format_event)
         return True

@@ -404,7 +404,9 @@ class ReplicaNode:
             self.counts.transactions_applied += 1
         else:
             self.applier.apply_group([(f.seq, txn) for f, txn, _ in work])
-            beats = sum(txn.is_heartbeat for _, txn, _ in work)
+            beats = 0
+            for entry in work:
+                beats += entry.item.is_heartbeat
             counts = self.counts
             counts.transactions_applied += len(work) - beats
             counts.heartbeats_applied += beats
