@@ -18,11 +18,12 @@ import time
 import pymysql
 
 from bridge.apply import binlog_sql, sql
-from bridge.apply.connection import ServerInfo, apply_error, rollback, run_script
+from bridge.apply.connection import ServerInfo, apply_error, rollback, run_query, run_script
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, RemoteProtocolError, TargetConnectionLost
 from bridge.model import GtidSet, RowEvents
 from bridge.wire import binlog
+from bridge.wire.native import hot
 
 log = logging.getLogger(__name__)
 PACKET_MARGIN = 4096  # room next to the BINLOG statements for the heartbeats and COMMIT
@@ -69,6 +70,10 @@ class BinlogRows:
                 datas.append(self._position_events(*position))
             else:
                 tail = [sql.position_write(self.conn.escape, self.channel, *position)] + tail
+        query = hot.one_trip(datas, tail, limit) if self.goes_on else None
+        if query is not None:  # the common case: one statement, one round trip
+            run_query(self.conn, context, query, 1 + len(tail), lambda i: _tables_of(rows) if i == 0 else "")
+            return
         for trip in self._trips(self._statements(context, datas, limit) + tail, limit):
             run_script(self.conn, context, trip,
                        lambda i, trip=trip: _tables_of(rows) if trip[i].startswith(b"BINLOG") else "")

@@ -79,10 +79,16 @@ def run_script(conn: pymysql.Connection, context: str, statements: list[bytes],
     """The statements in one round trip, each of which must answer OK (no rows): the
     answers are read here, not by PyMySQL, and only their first byte is looked at
     (this is once per replicated transaction)."""
+    run_query(conn, context, b";".join(statements), len(statements), describe)
+
+
+def run_query(conn: pymysql.Connection, context: str, query: bytes, statements: int,
+              describe: Callable[[int], str] = lambda _i: "") -> None:
+    """``run_script`` of statements already joined into ``query``."""
     done = 0
     try:
-        conn._execute_command(COMMAND.COM_QUERY, b";".join(statements))
-        for done in range(len(statements)):
+        conn._execute_command(COMMAND.COM_QUERY, query)
+        for done in range(statements):
             first = _answer(conn)
             if first == 0xFF:
                 conn._read_packet()  # raises the server's error (PyMySQL parses it)

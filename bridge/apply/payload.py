@@ -55,7 +55,8 @@ def heartbeat_rows(change, fmt: binlog.FormatDescription | None) -> list[tuple[s
         image = change.after if change.after is not None else change.before
         row = dict(zip(change.columns, image))
         return [(change.kind, row.get("source"), row.get("ts_us"))]
-    if not isinstance(change, RowEvents) or set(change.tables) != {HEARTBEAT} or fmt is None:
+    if not isinstance(change, RowEvents) or HEARTBEAT not in change.tables or fmt is None or \
+            set(change.tables) != {HEARTBEAT}:  # the cheap test first: every change the replica applies comes here
         return None
     out = []
     for table, kind, before, after in tablemap.rows_of(change.data, fmt.checksum_bytes):

@@ -404,3 +404,60 @@ cdef bytes _joined(const uint8_t *b, list spans, Py_ssize_t total):
         memcpy(o, b + start, size)
         o += size
     return out
+
+
+cdef const char *B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+cdef char *b64_into(char *o, const uint8_t *p, Py_ssize_t n, uint32_t *carry, int *held) noexcept nogil:
+    """Standard base64 of a stream fed in pieces: up to 2 bytes wait in ``carry``."""
+    cdef Py_ssize_t i = 0
+    cdef uint32_t v
+    while i < n:
+        carry[0] = (carry[0] << 8) | p[i]
+        held[0] += 1
+        i += 1
+        if held[0] == 3:
+            v = carry[0]
+            o[0], o[1], o[2], o[3] = B64[(v >> 18) & 63], B64[(v >> 12) & 63], B64[(v >> 6) & 63], B64[v & 63]
+            o += 4
+            carry[0], held[0] = 0, 0
+    return o
+
+
+def one_trip(datas, tail, Py_ssize_t limit):
+    if type(datas) is not list or type(tail) is not list:
+        return _twin.one_trip(datas, tail, limit)
+    cdef Py_ssize_t total = 0, size
+    for d in datas:
+        if type(d) is not bytes:
+            return _twin.one_trip(datas, tail, limit)
+        total += len(<bytes>d)
+    size = 8 + 4 * ((total + 2) // 3) + 1
+    for t in tail:
+        if type(t) is not bytes:
+            return _twin.one_trip(datas, tail, limit)
+        size += 1 + len(<bytes>t)
+    if not total or size > limit:
+        return None
+    out = PyBytes_FromStringAndSize(NULL, size)
+    cdef char *o = PyBytes_AS_STRING(out)
+    cdef uint32_t carry = 0
+    cdef int held = 0
+    memcpy(o, b"BINLOG '", 8)
+    o += 8
+    for d in datas:
+        o = b64_into(o, <const uint8_t *>PyBytes_AS_STRING(d), len(<bytes>d), &carry, &held)
+    if held == 1:
+        o[0], o[1], o[2], o[3] = B64[(carry >> 2) & 63], B64[(carry << 4) & 63], b"="[0], b"="[0]
+        o += 4
+    elif held == 2:
+        o[0], o[1], o[2], o[3] = B64[(carry >> 10) & 63], B64[(carry >> 4) & 63], B64[(carry << 2) & 63], b"="[0]
+        o += 4
+    o[0] = b"'"[0]
+    o += 1
+    for t in tail:
+        o[0] = b";"[0]
+        memcpy(o + 1, PyBytes_AS_STRING(t), len(<bytes>t))
+        o += 1 + len(<bytes>t)
+    return out

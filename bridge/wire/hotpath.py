@@ -16,6 +16,7 @@ transaction (the GTID event, the TABLE_MAP's names).
 
 from __future__ import annotations
 
+import base64
 import struct
 
 import crc32c
@@ -26,7 +27,7 @@ from bridge.wire.binlog import parse_gtid, table_map_names
 from bridge.wire.frame import EPOCH_MASK, HEADER, HEADER_BYTES, frame_bytes
 
 __all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse_gtid", "table_map_names",
-           "scan_transaction"]
+           "scan_transaction", "one_trip"]
 
 # Compact payload (tag b"E"; the tagged layout starts with b"l"), one RowEvents change:
 #   E | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
@@ -178,3 +179,22 @@ def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int):
         data += event
         if len(data) >= max_bytes:
             return None  # a transaction to chunk
+
+
+# --- a group's row events and the statements after them, as one COM_QUERY ---------
+BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
+
+
+def one_trip(datas, tail, limit: int) -> bytes | None:
+    """The text of one round trip: ``BINLOG '<base64 of all datas>'`` then the
+    ``tail`` statements, joined by ";", when there are row events and it all takes at
+    most ``limit`` bytes; else None (the caller splits it over several statements)."""
+    total = 0
+    for d in datas:
+        total += len(d)
+    size = len(BINLOG_PREFIX) + 4 * ((total + 2) // 3) + len(BINLOG_SUFFIX)
+    for t in tail:
+        size += 1 + len(t)
+    if not total or size > limit:
+        return None
+    return b";".join([BINLOG_PREFIX + base64.b64encode(b"".join(datas)) + BINLOG_SUFFIX, *tail])

@@ -271,3 +271,18 @@ def test_scan_transaction_makes_the_transaction_the_assembler_makes(events):
     _, _, joined, tables, rows, _, _ = native.hot.scan_transaction(_packets(events, 0, False, False), 0, False,
                                                                    1 << 20)
     assert Transaction("0-1-5", (RowEvents(joined, tables, rows),)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=200), max_size=5), st.lists(st.binary(max_size=40), max_size=3),
+       st.integers(0, 1500))
+def test_one_trip_is_the_binlog_statement_and_the_tail_joined(datas, tail, limit):
+    from bridge.apply.binlog_sql import binlog_statement, statement_bytes
+
+    kind, query, _ = same("one_trip", datas, tail, limit)
+    assert kind == "ok"
+    total = sum(map(len, datas))
+    fits = total and statement_bytes(total) + sum(1 + len(t) for t in tail) <= limit
+    assert query == (b";".join([binlog_statement(b"".join(datas)), *tail]) if fits else None)
+    same("one_trip", tuple(datas), tail, limit)  # not lists: the twin's way
+    same("one_trip", [bytearray(d) for d in datas], tail, limit)
