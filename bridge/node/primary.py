@@ -309,9 +309,8 @@ class PrimaryNode:
                      self.producer.backlog_frames if self.producer else 0)
 
     def step(self) -> Transaction | Chunk | None:
-        """Read one binlog event; ship the transaction it completes, if any. After a
-        GTID event the rest of a common transaction is taken at once when it is all
-        buffered (``BinlogReader.rest_of_transaction``)."""
+        """Read the binlog (one event, or a whole transaction: ``_read``); ship the
+        transaction it completes, if any."""
         self._report_progress()
         now = time.monotonic()
         if now >= self._ack_refresh_at and self.remote is not None:
@@ -321,13 +320,7 @@ class PrimaryNode:
         link.raise_if_down()
         link.say_alive()
         reader = self.reader  # close() from another thread may drop it mid-step
-        event = reader.next_event()
-        item = None
-        if type(event) is GtidStart and not event.standalone and not self.assembler.in_transaction:
-            item = reader.rest_of_transaction(event.gtid, self.assembler.chunk_bytes)  # the common case at once
-            self.counts.taken_whole += item is not None
-        if item is None and event is not None:
-            item = self.assembler.feed(event)
+        item = self._read(reader)
         if item is not None and (isinstance(item, Transaction) or item.index == 0) and \
                 _event_of(reader.format) != _event_of(self._format_sent):
             item = dataclasses.replace(item, format_event=_event_of(reader.format))
@@ -348,6 +341,20 @@ class PrimaryNode:
             if request is not None:
                 self._acknowledge(reader, *request)
         return item
+
+    def _read(self, reader: BinlogReader) -> Transaction | Chunk | None:
+        """What the binlog completes next, if anything: a common transaction whole in
+        one call where its packets are all buffered, else event by event."""
+        chunk_bytes, idle = self.assembler.chunk_bytes, not self.assembler.in_transaction
+        whole = reader.next_transaction(chunk_bytes) if idle else None
+        if whole is None:
+            event = reader.next_event()
+            if idle and type(event) is GtidStart and not event.standalone:
+                whole = reader.rest_of_transaction(event.gtid, chunk_bytes)  # its GTID came alone
+            if whole is None:
+                return self.assembler.feed(event) if event is not None else None
+        self.counts.taken_whole += 1
+        return whole
 
     def _acknowledge(self, reader: BinlogReader, position: int, log_file: str) -> None:
         """Semi-sync ACK for everything read so far. ``received``: it is all placed in

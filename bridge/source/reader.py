@@ -134,24 +134,45 @@ class _StreamConnection(pymysql.connections.Connection):
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
         return data
 
-    def take_transaction(self, max_bytes: int) -> tuple[bytes, tuple, int, int] | None:
-        """(events, tables, row events, commit position) of the rest of a transaction
-        when ``hotpath.scan_transaction`` finds it whole in the buffered packets; the
-        packets are then taken (seq id and ACK request noted as read_stream_packet
-        does). None: nothing taken."""
-        if not self.dumping or self.stashed is not None:
+    def take_transaction(self, max_bytes: int, gtid_first: bool) -> tuple[str | None, bytes, tuple, int, int] | None:
+        """(GTID, events, tables, row events, commit position) of a transaction (or
+        of the rest of one, after its GTID event) when ``hotpath.scan_transaction``
+        finds it whole in the buffered packets; they are then taken (seq id and ACK
+        request noted as read_stream_packet does). None: nothing taken. With nothing
+        buffered this waits for the next packet as a read does, with the same
+        timeout and the same errors."""
+        if not self.dumping or self.stashed is not None or self._stall_s is None:
             return None
         try:
-            scanned = hot.scan_transaction(self._rfile.peek(1), self._next_seq_id, self.semi_sync, max_bytes)
-        except (OSError, ValueError):
-            return None  # read_stream_packet meets it again and says what it is
+            buffered = self._rfile.peek(1)
+        except OSError as exc:
+            raise self._stream_lost(str(exc)) from exc
+        if not buffered:
+            lost = self._nothing_read()
+            if lost is not None:
+                raise lost
+            return None
+        scanned = hot.scan_transaction(buffered, self._next_seq_id, self.semi_sync, max_bytes, gtid_first)
         if scanned is None:
             return None
-        taken, self._next_seq_id, data, tables, events, commit_position, ack = scanned
+        taken, self._next_seq_id, gtid, data, tables, events, commit_position, ack = scanned
         self._rfile.read(taken)
         if ack >= 0:
             self.ack_wanted = ack
-        return data, tables, events, commit_position
+        return gtid, data, tables, events, commit_position
+
+    def _nothing_read(self) -> SourceConnectionLost | None:
+        """A read that got nothing: the server closed the connection or the receive
+        timeout passed (a peek reports both alike; the socket tells them apart), or
+        None when a packet arrived just now."""
+        try:
+            if self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                return None
+            return self._stream_lost(b"")
+        except BlockingIOError:
+            return self._stream_lost(None)
+        except OSError as exc:
+            return self._stream_lost(str(exc))
 
     def _stream_lost(self, why: str | bytes | None) -> SourceConnectionLost:
         """``why``: what went wrong, or what was read short (None: the timeout passed)."""
@@ -235,14 +256,24 @@ class BinlogReader:
         already and it is the common kind (TABLE_MAP and row events, then XID, under
         ``max_bytes``), instead of a step per event; else None, and ``next_event``
         reads it event by event. Peeking waits like a read when nothing is buffered."""
+        return self._take_whole(max_bytes, gtid)
+
+    def next_transaction(self, max_bytes: int) -> Transaction | None:
+        """Binlog apply mode, between transactions: the next transaction in one call
+        when its packets are all buffered and it is the common kind (a MariaDB GTID,
+        TABLE_MAP and row events, XID, under ``max_bytes``); else None and nothing is
+        read (``next_event`` goes on). Waits like a read when nothing is buffered."""
+        return self._take_whole(max_bytes, None)
+
+    def _take_whole(self, max_bytes: int, gtid: str | None) -> Transaction | None:
         conn = _compat.stream_connection(self._stream)
         if not self.raw_rows or conn is None:
             return None
-        scanned = conn.take_transaction(max_bytes)
+        scanned = conn.take_transaction(max_bytes, gtid is None)
         if scanned is None:
             return None
-        data, tables, events, self.commit_pos = scanned
-        return Transaction(gtid, (RowEvents(data, tables, events),))
+        scanned_gtid, data, tables, events, self.commit_pos = scanned
+        return Transaction(gtid or scanned_gtid, (RowEvents(data, tables, events),))
 
     @property
     def _checksum_bytes(self) -> int:

@@ -329,18 +329,19 @@ cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:
     return 23 <= etype <= 25 or 30 <= etype <= 32  # WRITE/UPDATE/DELETE_ROWS v1 and v2
 
 
-def scan_transaction(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes):
+def scan_transaction(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, bint gtid_first=False):
     cdef Py_buffer view
     if not fits(seq_id, 255):
-        return _twin.scan_transaction(buf, seq_id, semi_sync, max_bytes)
+        return _twin.scan_transaction(buf, seq_id, semi_sync, max_bytes, gtid_first)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        return _scan(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes)
+        return _scan(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, gtid_first)
     finally:
         PyBuffer_Release(&view)
 
 
-cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes):
+cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
+                  bint gtid_first):
     cdef Py_ssize_t at = 0, p, stop, length, size, data_len = 0
     cdef long long ack = -1
     cdef uint32_t next_position
@@ -349,6 +350,7 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
     cdef Py_ssize_t rows = 0
     spans = []  # (start, size) of each kept event in b
     tables = []
+    gtid = None
     while True:
         if end - at < 4:
             return None
@@ -374,10 +376,16 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
         next_position = rd32(b + p + 13)
         if ack_requested:
             ack, seq_id = next_position, 1
+        if gtid_first:
+            if etype != MARIADB_GTID or size < BINLOG_HEADER + 13 or b[p + BINLOG_HEADER + 12] & 1:
+                return None  # not a GTID the twin reads, or a standalone one (DDL)
+            gtid = f"{rd32(b + p + BINLOG_HEADER + 8)}-{rd32(b + p + 5)}-{rd64(b + p + BINLOG_HEADER)}"
+            gtid_first = False
+            continue
         if etype == XID_EVENT:
             if not rows:
                 return None
-            return at, seq_id, _joined(b, spans, data_len), tuple(tables), rows, next_position, ack
+            return at, seq_id, gtid, _joined(b, spans, data_len), tuple(tables), rows, next_position, ack
         if etype == TABLE_MAP_EVENT:
             names = _names(b + p, size)
             if names is None:  # what the twin does with it (a cut table name, or an error)

@@ -130,17 +130,18 @@ SCANNED_ROW_EVENTS = frozenset({binlog.WRITE_ROWS_V1, binlog.UPDATE_ROWS_V1, bin
                                 binlog.WRITE_ROWS_V2, binlog.UPDATE_ROWS_V2, binlog.DELETE_ROWS_V2})
 
 
-def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int):
-    """The rest of a transaction whose GTID event was just read, when ``buf`` (the
-    binlog dump's packets buffered after it) holds all of it and it is the common
-    kind: TABLE_MAP and row events (v1, v2) in packets numbered from ``seq_id``, then
-    the XID, under ``max_bytes`` of events. Returns (bytes of ``buf`` it takes, the
-    next packet's seq id, the TABLE_MAP and row events as the binlog holds them,
-    (schema, table) of each TABLE_MAP, row events, the XID's next-event position,
-    the position of the last event that asked for a semi-sync ACK or -1); None for
-    anything else, which the per-event path then reads (nothing is taken)."""
+def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool = False):
+    """A transaction whole from ``buf`` (the binlog dump's packets buffered), when it
+    holds all of it and it is the common kind: (with ``gtid_first``, a MariaDB GTID
+    event that is not standalone, then) TABLE_MAP and row events (v1, v2) in packets
+    numbered from ``seq_id``, then the XID, under ``max_bytes`` of events. Returns
+    (bytes of ``buf`` it takes, the next packet's seq id, the GTID or None, the
+    TABLE_MAP and row events as the binlog holds them, (schema, table) of each
+    TABLE_MAP, row events, the XID's next-event position, the position of the last
+    event that asked for a semi-sync ACK or -1); None for anything else, which the
+    per-event path then reads (nothing is taken)."""
     at, end = 0, len(buf)
-    data, tables, rows, ack = bytearray(), [], 0, -1
+    data, tables, rows, ack, gtid = bytearray(), [], 0, -1, None
     while True:
         if end - at < 4:
             return None
@@ -165,8 +166,19 @@ def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int):
         next_position = int.from_bytes(event[13:17], "little")
         if ack_requested:
             ack, seq_id = next_position, 1  # the server numbers afresh after an event that wants an ACK
+        if gtid_first:
+            if etype != binlog.MARIADB_GTID:
+                return None
+            try:
+                gtid, standalone = parse_gtid(event)
+            except RemoteProtocolError:
+                return None
+            if standalone:
+                return None  # DDL: the event path
+            gtid_first = False
+            continue
         if etype == binlog.XID:
-            return (at, seq_id, bytes(data), tuple(tables), rows, next_position, ack) if rows else None
+            return (at, seq_id, gtid, bytes(data), tuple(tables), rows, next_position, ack) if rows else None
         if etype == binlog.TABLE_MAP:
             try:
                 tables.append(table_map_names(event))

@@ -67,7 +67,8 @@ def test_corrupted_frame_is_never_applied_and_is_resent(link, fresh_schema):
     assert pair.primary_node.counts.reconnects >= 1
 
 
-def test_binlog_connection_cut_and_stall(urls):
+def test_binlog_connection_cut_and_stall(urls, caplog):
+    caplog.set_level("WARNING", logger="bridge.node.primary")
     pair = BridgePair(urls, "shm")
     pair.start_replica()
     proxy = FaultProxy((urls["primary"].host, urls["primary"].port))
@@ -82,6 +83,9 @@ def test_binlog_connection_cut_and_stall(urls):
             time.sleep(3.5)
         pair.assert_same("binlog_faults")
         assert pair.primary_node.counts.reconnects >= 2
+        lost = [r.getMessage() for r in caplog.records if "session lost" in r.getMessage()]
+        assert any("the server closed it" in m for m in lost), lost  # the cut
+        assert any("nothing for 2s, not even a heartbeat" in m for m in lost), lost  # the stall
     finally:
         proxy.close()
         pair.stop()

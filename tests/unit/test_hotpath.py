@@ -225,21 +225,31 @@ def transactions(draw):
 @settings(max_examples=300, deadline=None)
 @given(transactions(), st.integers(0, 255), st.booleans(), st.booleans(), st.binary(max_size=30), st.data())
 def test_scan_transaction_agrees_whole_cut_and_damaged(events, seq_id, semi_sync, ack_last, after, data):
+    gtid_first = data.draw(st.booleans())
+    gtid = _gtid_event(data.draw(u64), data.draw(st.integers(0, 9)), data.draw(st.integers(0, 9)), 0)
+    events = [gtid, *events] if gtid_first else events
     buf = _packets(events, seq_id, semi_sync, ack_last) + after  # the next transaction's packets may follow
-    kind, got, _ = same("scan_transaction", buf, seq_id, semi_sync, 1 << 20)
+    kind, got, _ = same("scan_transaction", buf, seq_id, semi_sync, 1 << 20, gtid_first)
     assert kind == "ok" and got is not None
-    taken, next_seq, joined, tables, rows, commit, ack = got
+    taken, next_seq, text, joined, tables, rows, commit, ack = got
+    if gtid_first:
+        assert text == hotpath.parse_gtid(gtid)[0]
+        events = events[1:]
+    else:
+        assert text is None
     assert taken == len(buf) - len(after) and joined == b"".join(events[:-1])
     assert rows == sum(1 for e in events if e[4] != 19) - 1 and len(tables) == len(events) - rows - 1
     assert commit == struct.unpack_from("<I", events[-1], 13)[0]
-    assert (ack, next_seq) == ((commit, 1) if semi_sync and ack_last else (-1, (seq_id + len(events)) % 256))
-    same("scan_transaction", buf, (seq_id + 1) % 256, semi_sync, 1 << 20)  # not the packet number expected
-    same("scan_transaction", buf, seq_id, semi_sync, data.draw(st.integers(1, 200)))  # a transaction to chunk
+    packets = len(events) + gtid_first
+    assert (ack, next_seq) == ((commit, 1) if semi_sync and ack_last else (-1, (seq_id + packets) % 256))
+    same("scan_transaction", buf, (seq_id + 1) % 256, semi_sync, 1 << 20, gtid_first)  # not the number expected
+    same("scan_transaction", buf, seq_id, semi_sync, data.draw(st.integers(1, 200)), gtid_first)  # to chunk
+    same("scan_transaction", buf, seq_id, semi_sync, 1 << 20, not gtid_first)  # a GTID where none is due, or none
     cut = data.draw(st.integers(0, len(buf)))
-    assert same("scan_transaction", buf[:cut], seq_id, semi_sync, 1 << 20)[1] is None or cut >= taken
+    assert same("scan_transaction", buf[:cut], seq_id, semi_sync, 1 << 20, gtid_first)[1] is None or cut >= taken
     damaged = bytearray(buf)
     damaged[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
-    same("scan_transaction", bytes(damaged), seq_id, semi_sync, 1 << 20)
+    same("scan_transaction", bytes(damaged), seq_id, semi_sync, 1 << 20, gtid_first)
 
 
 def test_scan_transaction_leaves_everything_else_to_the_event_path():
@@ -252,6 +262,12 @@ def test_scan_transaction_leaves_everything_else_to_the_event_path():
     assert same("scan_transaction", error, 3, False, 1 << 20)[1] is None
     whole = _packets([table_map, rows, xid], 3, False, False)
     assert same("scan_transaction", whole, 3, False, 1 << 20)[1] is not None
+    standalone = _gtid_event(7, 0, 1, 1)  # a DDL's GTID
+    for gtid in (standalone, standalone[:30], _event(33, bytes(25))):  # cut; MySQL's GTID
+        packets = _packets([gtid, table_map, rows, xid], 3, False, False)
+        assert same("scan_transaction", packets, 3, False, 1 << 20, True)[1] is None
+    packets = _packets([_gtid_event(7, 0, 1, 0), table_map, rows, xid], 3, False, False)
+    assert same("scan_transaction", packets, 3, False, 1 << 20, True)[1][2] == "0-1-7"
 
 
 @settings(max_examples=100, deadline=None)
@@ -268,8 +284,8 @@ def test_scan_transaction_makes_the_transaction_the_assembler_makes(events):
         names = binlog.table_map_names(event) if event[4] == 19 else None
         assert assembler.feed(RawRowEvent(event, names, bool(binlog.rows_flags(event) & 1))) is None
     expected = assembler.feed(CommitRead())
-    _, _, joined, tables, rows, _, _ = native.hot.scan_transaction(_packets(events, 0, False, False), 0, False,
-                                                                   1 << 20)
+    _, _, _, joined, tables, rows, _, _ = native.hot.scan_transaction(_packets(events, 0, False, False), 0, False,
+                                                                      1 << 20)
     assert Transaction("0-1-5", (RowEvents(joined, tables, rows),)) == expected
 
 
