@@ -9,8 +9,11 @@ process), divided by the transactions the primary committed in between (the load
 and the heartbeat rows, which both replicas apply).
 
     python -m bench.cpu [--rate 1000] [--seconds 10] [--transports shm,tcp,tcp+tls] [--modes binlog,sql]
+                        [--pure binlog/shm]
 
 tcp+tls: the tcp transport with TLS on the bridge's connections (the cost of TLS).
+--pure: setups measured again with the bridge on its pure-Python hot path (the
+compiled module's gain, same run).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pymysql
 
 from bench.common import BENCH_SCHEMA, Bench
 from bridge.config import MysqlUrl
+from bridge.wire import native
 
 TICK = os.sysconf("SC_CLK_TCK")
 ROWS = 30_000  # the 3-row updates spread over this many rows
@@ -81,25 +85,45 @@ def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int) 
 
 
 def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tcp+tls"), modes=("binlog", "sql"),
-        log=print) -> dict:
+        log=print, pure=(("binlog", "shm"),)) -> dict:
+    """``pure``: the (mode, transport) setups measured once more with the bridge on
+    its pure-Python hot path (RDMA_BRIDGE_PURE_PYTHON=1), for the compiled one's gain."""
     rows, first = [], 1
-    for mode in modes:
-        for transport in transports:
-            bench = Bench(state_dir, transport, extra_replica=("--apply-mode", mode))
-            try:
-                bench.start_bridge()
-                _tables(bench)
-                for workload in WORKLOADS:
-                    row = measure(bench, workload, rate, seconds, first)
-                    first += int(rate * seconds)
-                    rows.append({"apply_mode": mode, "transport": transport, **row})
-                    log(f"{mode}/{transport}/{workload}: {row['cpu_us_per_txn']} "
-                        f"(bridge total {row['bridge_total_us']} us, "
-                        f"{row['ratio_bridge_total_over_native_server']}x native)")
-            finally:
-                bench.stop()
+    setups = [(m, t, "compiled") for m in modes for t in transports] + [(m, t, "pure") for m, t in pure]
+    for mode, transport, hot_path in setups:
+        if hot_path == "pure":
+            os.environ[native.PURE_ENV] = "1"  # the bridge processes inherit it
+        bench = Bench(state_dir, transport, extra_replica=("--apply-mode", mode))
+        try:
+            bench.start_bridge()
+            _tables(bench)
+            for workload in WORKLOADS:
+                row = measure(bench, workload, rate, seconds, first)
+                first += int(rate * seconds)
+                rows.append({"apply_mode": mode, "transport": transport, "hot_path": hot_path, **row})
+                log(f"{mode}/{transport}/{hot_path}/{workload}: {row['cpu_us_per_txn']} "
+                    f"(bridge total {row['bridge_total_us']} us, "
+                    f"{row['ratio_bridge_total_over_native_server']}x native)")
+        finally:
+            bench.stop()
+            os.environ.pop(native.PURE_ENV, None)
     return {"benchmark": "CPU per transaction, bridge (both processes + replica server) vs native replica server",
             "rate": rate, "seconds": seconds, "rows": rows}
+
+
+def hot_path_ratios(result: dict) -> dict:
+    """Both bridge processes' CPU per transaction on the compiled hot path over the
+    pure-Python twin, same run."""
+    rows = {(r["apply_mode"], r["transport"], r["workload"], r.get("hot_path", "compiled")): r
+            for r in result["rows"]}
+    out = {}
+    for (mode, transport, workload, hot_path), twin in rows.items():
+        compiled = rows.get((mode, transport, workload, "compiled"))
+        if hot_path == "pure" and compiled:
+            out[f"compiled hot path: CPU of both bridge processes per txn, {workload} over {transport} ({mode} "
+                "apply), compiled over its pure-Python twin (lower is better)"] = \
+                round(compiled["bridge_processes_us"] / twin["bridge_processes_us"], 2)
+    return out
 
 
 def _tables(bench: Bench) -> None:
@@ -123,10 +147,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--transports", default="shm,tcp,tcp+tls")
     ap.add_argument("--modes", default="binlog,sql")
+    ap.add_argument("--pure", default="binlog/shm", help="mode/transport setups measured on the pure-Python hot "
+                                                          "path too (comma-separated; empty: none)")
     ap.add_argument("--state-dir", default=".sandbox")
     args = ap.parse_args()
-    print(json.dumps(run(args.rate, args.seconds, args.state_dir, args.transports.split(","), args.modes.split(","),
-                         log=_stderr), indent=2))
+    pure = [tuple(setup.split("/")) for setup in args.pure.split(",") if setup]
+    result = run(args.rate, args.seconds, args.state_dir, args.transports.split(","), args.modes.split(","),
+                 log=_stderr, pure=pure)
+    result["ratios"] = hot_path_ratios(result)
+    print(json.dumps(result, indent=2))
 
 
 def _stderr(message: str) -> None:

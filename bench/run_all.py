@@ -36,9 +36,12 @@ def ratios(result: dict) -> dict:
             for p in ("p50", "p99", "p999"):
                 out[f"lag {p} at {r['rate']} txn/s ({mode} apply), bridge/native (lower is better)"] = r[f"ratio_{p}"]
     for r in result["cpu"]["rows"]:
+        if r.get("hot_path", "compiled") != "compiled":
+            continue
         out[f"CPU per txn, {r['workload']} at {result['cpu']['rate']} txn/s over {r['transport']} ({r['apply_mode']} "
             "apply), bridge processes + replica server / native replica server (lower is better)"] = \
             r["ratio_bridge_total_over_native_server"]
+    out.update(cpu.hot_path_ratios(result["cpu"]))
     out["decode vs stock mysql-replication (higher is better)"] = result["decode"]["ratio_ours_over_stock"]
     for name, rounds in result["workers"]["sweeps"].items():
         for r in rounds:
@@ -71,7 +74,8 @@ def ratios(result: dict) -> dict:
 def tls_ratios(result: dict) -> dict:
     """The cost of TLS on the bridge's connections: tcp+tls over tcp, same run."""
     out = {}
-    rows = {(r["apply_mode"], r["transport"], r["workload"]): r for r in result["cpu"]["rows"]}
+    rows = {(r["apply_mode"], r["transport"], r["workload"]): r for r in result["cpu"]["rows"]
+            if r.get("hot_path", "compiled") == "compiled"}
     for (mode, transport, workload), with_tls in rows.items():
         plain = rows.get((mode, "tcp", workload))
         if transport == "tcp+tls" and plain:
