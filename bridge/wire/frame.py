@@ -71,27 +71,3 @@ def encode_header(frame: Frame) -> bytes:
 def encode_frame(frame: Frame) -> bytes:
     n = len(frame.payload)
     return encode_header(frame) + frame.payload + bytes(frame_bytes(n) - HEADER_BYTES - n)
-
-
-@dataclass(frozen=True, slots=True)
-class FrameHeader:
-    kind: int
-    flags: int
-    length: int
-    seq: int
-    crc: int
-    epoch: int
-
-
-def read_header(buf, offset: int) -> FrameHeader:
-    kind, flags, _, length, seq, crc, epoch = HEADER.unpack_from(buf, offset)
-    return FrameHeader(kind, flags, length, seq, crc, epoch)
-
-
-_KINDS = frozenset(int(k) for k in FrameKind)
-
-
-def header_valid(h: FrameHeader, payload) -> bool:
-    if h.kind not in _KINDS:
-        return False
-    return frame_crc(h.kind, h.flags, h.length, h.seq, payload, h.epoch) == h.crc
