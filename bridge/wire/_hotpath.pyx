@@ -173,13 +173,21 @@ cdef void _fill_compact(uint8_t *p, bytes text, uint64_t read_ns, uint64_t ship_
     memcpy(p, d.buf, d.len)
 
 
-def decode_compact(buf):
+ctypedef object (*Reader)(const uint8_t *, Py_ssize_t)
+
+
+cdef object _read(obj, Reader read):
+    """``read`` over the bytes of ``obj`` (any buffer): its result, or None."""
     cdef Py_buffer view
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
     try:
-        result = _decode_compact(<const uint8_t *>view.buf, view.len)
+        return read(<const uint8_t *>view.buf, view.len)
     finally:
         PyBuffer_Release(&view)
+
+
+def decode_compact(buf):
+    result = _read(buf, _decode_compact)
     return _twin.decode_compact(buf) if result is None else result  # the twin names what is wrong
 
 
@@ -278,28 +286,19 @@ def frame_at(region, Py_ssize_t at, Py_ssize_t room, expected_seq, epoch):
 
 
 def parse_gtid(event):
-    cdef Py_buffer view
-    cdef const uint8_t *p
-    PyObject_GetBuffer(event, &view, PyBUF_SIMPLE)
-    try:
-        p = <const uint8_t *>view.buf
-        if view.len < BINLOG_HEADER + 13 or p[4] != MARIADB_GTID:
-            result = None
-        else:
-            result = (f"{rd32(p + BINLOG_HEADER + 8)}-{rd32(p + 5)}-{rd64(p + BINLOG_HEADER)}",
-                      bool(p[BINLOG_HEADER + 12] & 1))
-    finally:
-        PyBuffer_Release(&view)
+    result = _read(event, _gtid)
     return _twin.parse_gtid(event) if result is None else result  # MySQL's GTID and errors: the twin
 
 
+cdef object _gtid(const uint8_t *p, Py_ssize_t size):
+    """(text, standalone) of a whole MariaDB GTID event, else None."""
+    if size < BINLOG_HEADER + 13 or p[4] != MARIADB_GTID:
+        return None
+    return f"{rd32(p + BINLOG_HEADER + 8)}-{rd32(p + 5)}-{rd64(p + BINLOG_HEADER)}", bool(p[BINLOG_HEADER + 12] & 1)
+
+
 def table_map_names(event):
-    cdef Py_buffer view
-    PyObject_GetBuffer(event, &view, PyBUF_SIMPLE)
-    try:
-        result = _names(<const uint8_t *>view.buf, view.len)
-    finally:
-        PyBuffer_Release(&view)
+    result = _read(event, _names)
     return _twin.table_map_names(event) if result is None else result
 
 
@@ -377,10 +376,10 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
         if ack_requested:
             ack, seq_id = next_position, 1
         if gtid_first:
-            if etype != MARIADB_GTID or size < BINLOG_HEADER + 13 or b[p + BINLOG_HEADER + 12] & 1:
-                return None  # not a GTID the twin reads, or a standalone one (DDL)
-            gtid = f"{rd32(b + p + BINLOG_HEADER + 8)}-{rd32(b + p + 5)}-{rd64(b + p + BINLOG_HEADER)}"
-            gtid_first = False
+            got = _gtid(b + p, size)
+            if got is None or got[1]:
+                return None  # not a MariaDB GTID, or a standalone one (DDL)
+            gtid, gtid_first = got[0], False
             continue
         if etype == XID_EVENT:
             if not rows:
