@@ -33,7 +33,7 @@ class Gtid:
     def parse(cls, text: str) -> Gtid:
         parts = text.split("-")  # the common case first: once per replicated transaction
         if len(parts) == 3 and text.isascii() and parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit():
-            return cls(parts[0], int(parts[2]), int(parts[1]))
+            return cls(parts[0], int(parts[2]), int(parts[1]))  # (domain, seq, server), no keywords: faster
         text = text.strip()
         if m := _MARIADB_GTID.match(text):
             return cls(domain=m.group(1), server=int(m.group(2)), seq=int(m.group(3)))

@@ -32,7 +32,7 @@ class PrimaryCounts:
     reconnects: int = 0
     acks_sent: int = 0  # semi-sync (in the document's semi_sync part)
     acks_skipped: int = 0  # applied mode: the replica did not commit within the primary's timeout
-    taken_whole: int = 0  # transactions read in one call (BinlogReader.rest_of_transaction; not in the document)
+    taken_whole: int = 0  # read in one call (BinlogReader.next_transaction/rest_of_transaction; not in the document)
 
     def status(self) -> dict:
         out = asdict(self)
