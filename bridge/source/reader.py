@@ -1,9 +1,10 @@
 """Binlog reader adapter: the only module that imports pymysqlreplication.
 
 The library keeps the dump connection (registration, checksum and heartbeat
-settings, COM_BINLOG_DUMP_GTID, rotation); each event packet passes our hook first
-(``_fast_event``): GTID, XID, QUERY with its context events and the
-FORMAT_DESCRIPTION are read here (bridge.wire.binlog); in binlog apply mode TABLE_MAP
+settings, COM_BINLOG_DUMP_GTID, rotation); its packets are read by ``stream.py``
+once the dump runs, a common transaction whole where it can, and each other event
+packet passes our hook first (``_fast_event``): GTID, XID, QUERY with its context
+events and the FORMAT_DESCRIPTION are read here (bridge.wire.binlog); in binlog apply mode TABLE_MAP
 and row events are kept whole, unread. In sql apply mode rows are decoded (our
 decoder for the common types, the library for the rest) into exact values, working
 around the library's traps measured on MariaDB 10.11:
@@ -25,8 +26,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import socket
-import struct
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -37,161 +36,17 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.model import BitValue, InvalidTemporal, RowEvents, Transaction
-from bridge.source import _compat, rowimage
+from bridge.source import _compat, rowimage, stream
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
                                   SourceEvent)
 from bridge.wire import binlog
+from bridge.source.stream import LIBRARY, Handled, StreamConnection
 from bridge.wire.native import hot
 
 log = logging.getLogger(__name__)
-LOST_CONNECTION_CODES = (2006, 2013)
-MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one
 MARIADB_FL_STANDALONE = 0x01
 _EPOCH = dt.datetime(1970, 1, 1)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
-
-
-class _Handled(Exception):  # control flow, never seen outside this module
-    """Our fast path took the event: it leaves the library's fetchone by this exception."""
-
-    def __init__(self, event) -> None:
-        super().__init__()
-        self.event = event
-
-
-_DUMP_COMMANDS = (0x12, 0x1E)  # COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID
-_SEMI_SYNC_MAGIC, _SEMI_SYNC_ACK_REQUESTED = b"\x00\xef", 0x01
-
-
-class _StreamConnection(pymysql.connections.Connection):
-    """Raises our error on a lost connection so the library cannot silently replay.
-    Once the dump runs, ``fast_path`` (set per reader) sees each event packet first
-    and may take it itself (see ``BinlogReader._fast_event``)."""
-
-    fast_path = None
-    semi_sync = False  # announce a semi-sync replica; strip the 0xEF header; note ACK requests
-    ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
-    dumping = False  # the dump command was sent: every packet from here is an event
-    stashed = None  # a packet BinlogReader read itself but leaves to the library
-    _stall_s: float | None = None  # the read timeout, once the kernel keeps it (SO_RCVTIMEO)
-
-    def _write_bytes(self, data) -> None:
-        if len(data) > 4 and data[4] in _DUMP_COMMANDS:
-            if self.semi_sync:
-                self.query("SET @rpl_semi_sync_slave=1")  # before the dump, or the server sends no header
-                self._next_seq_id = 0
-            self.dumping = True
-        super()._write_bytes(data)
-
-    def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
-        if not self.dumping:
-            return super()._read_packet(packet_type)
-        if self.stashed is not None:
-            data, self.stashed = self.stashed, None
-        else:
-            data = self.read_stream_packet()
-            if self.fast_path is not None:
-                event = self.fast_path(data)
-                if event is not _LIBRARY:
-                    raise _Handled(event)
-        return packet_type(data, self.encoding)
-
-    def read_stream_packet(self) -> bytes:
-        """The next packet's payload once the dump runs, read here rather than by
-        PyMySQL (no packet object per event), the semi-sync header taken off (ACK
-        request noted). A silent server ends the read after the kernel's receive
-        timeout (``_kernel_timeout``): no poll() before each read."""
-        if self._stall_s is None:
-            self._kernel_timeout()
-        rfile, parts = self._rfile, []
-        while True:
-            try:
-                header = rfile.read(4)  # None: the receive timeout passed
-                if header is None or len(header) < 4:
-                    raise self._stream_lost(header)
-                if header[3] != self._next_seq_id:
-                    raise self._stream_lost(f"packet number {header[3]}, expected {self._next_seq_id}")
-                self._next_seq_id = (self._next_seq_id + 1) % 256
-                length = int.from_bytes(header[:3], "little")
-                data = rfile.read(length)
-            except OSError as exc:
-                raise self._stream_lost(str(exc)) from exc
-            if data is None or len(data) < length:
-                raise self._stream_lost(data)
-            if length < MAX_PACKET or parts:
-                parts.append(data)
-            if length < MAX_PACKET:
-                break
-        if len(parts) > 1:
-            data = b"".join(parts)
-        if data[:1] == b"\xff":
-            pymysql.connections.MysqlPacket(data, self.encoding).raise_for_error()
-        if self.semi_sync and data[:2] == _SEMI_SYNC_MAGIC:
-            # 0x00 | 0xEF | flag | event: the library would choke on the two extra bytes
-            flag, data = data[2], b"\0" + data[3:]
-            if flag & _SEMI_SYNC_ACK_REQUESTED:
-                self.ack_wanted = int.from_bytes(data[14:18], "little")  # header log_pos
-                self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
-        return data
-
-    def take_transaction(self, max_bytes: int, gtid_first: bool) -> tuple[str | None, bytes, tuple, int, int] | None:
-        """(GTID, events, tables, row events, commit position) of a transaction (or
-        of the rest of one, after its GTID event) when ``hotpath.scan_transaction``
-        finds it whole in the buffered packets; they are then taken (seq id and ACK
-        request noted as read_stream_packet does). None: nothing taken. With nothing
-        buffered this waits for the next packet as a read does, with the same
-        timeout and the same errors."""
-        if not self.dumping or self.stashed is not None or self._stall_s is None:
-            return None
-        try:
-            buffered = self._rfile.peek(1)
-        except OSError as exc:
-            raise self._stream_lost(str(exc)) from exc
-        if not buffered:
-            lost = self._nothing_read()
-            if lost is not None:
-                raise lost
-            return None
-        scanned = hot.scan_transaction(buffered, self._next_seq_id, self.semi_sync, max_bytes, gtid_first)
-        if scanned is None:
-            return None
-        taken, self._next_seq_id, gtid, data, tables, events, commit_position, ack = scanned
-        self._rfile.read(taken)
-        if ack >= 0:
-            self.ack_wanted = ack
-        return gtid, data, tables, events, commit_position
-
-    def _nothing_read(self) -> SourceConnectionLost | None:
-        """A read that got nothing: the server closed the connection or the receive
-        timeout passed (a peek reports both alike; the socket tells them apart), or
-        None when a packet arrived just now."""
-        try:
-            if self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                return None
-            return self._stream_lost(b"")
-        except BlockingIOError:
-            return self._stream_lost(None)
-        except OSError as exc:
-            return self._stream_lost(str(exc))
-
-    def _stream_lost(self, why: str | bytes | None) -> SourceConnectionLost:
-        """``why``: what went wrong, or what was read short (None: the timeout passed)."""
-        self._force_close()
-        if why is None:
-            why = f"nothing for {self._stall_s:g}s, not even a heartbeat"
-        elif isinstance(why, bytes):
-            why = "the server closed it"
-        return SourceConnectionLost(f"binlog stream from {self.host}:{self.port}: connection lost ({why})")
-
-    def _kernel_timeout(self) -> None:
-        """The read timeout as SO_RCVTIMEO on a blocking socket (a Python-level
-        timeout polls before every read)."""
-        self._stall_s = seconds = self._read_timeout or 0
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                              struct.pack("ll", int(seconds), int(seconds % 1 * 1e6)))
-        # blocking from here: PyMySQL's writes keep it so (their timeout is None too)
-        self._sock.settimeout(None)
-        self._current_timeout = self._read_timeout = self._write_timeout = None
 
 
 class BinlogReader:
@@ -202,7 +57,7 @@ class BinlogReader:
                  mariadb: bool = True, report_as: str = "rdma-bridge", fast_rows: bool = True,
                  semi_sync: bool = False, raw_rows: bool = False) -> None:
         self.url = url
-        wrapper = type("_Stream", (_StreamConnection,), {"semi_sync": semi_sync,
+        wrapper = type("_Stream", (StreamConnection,), {"semi_sync": semi_sync,
                                                          "fast_path": staticmethod(self._fast_event)})
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
@@ -232,12 +87,12 @@ class BinlogReader:
             except pymysql.MySQLError as exc:
                 raise self._stream_error(exc) from exc
             event = self._fast_event(data)
-            if event is not _LIBRARY:
+            if event is not LIBRARY:
                 return event
             conn.stashed = data
         try:
             event = self._stream.fetchone()
-        except _Handled as handled:
+        except Handled as handled:
             return handled.event
         except pymysql.MySQLError as exc:
             raise self._stream_error(exc) from exc
@@ -247,7 +102,7 @@ class BinlogReader:
 
     def _stream_error(self, exc: pymysql.MySQLError) -> SourceError:
         code = exc.args[0] if exc.args else 0
-        error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
+        error = SourceConnectionLost if code in (2003, *stream.LOST_CONNECTION_CODES) else SourceError
         return error(f"binlog stream from {self.url}: {exc}")
 
     def rest_of_transaction(self, gtid: str, max_bytes: int) -> Transaction | None:
@@ -286,9 +141,9 @@ class BinlogReader:
         without the library's wrapper: GTID, XID, QUERY and its context events, the
         FORMAT_DESCRIPTION (noted, then left to the library too); in binlog apply mode
         TABLE_MAP and row events whole; else a TableMap seen before (same bytes) and
-        rows of tables our decoder covers. Anything else: ``_LIBRARY``."""
+        rows of tables our decoder covers. Anything else: ``LIBRARY``."""
         if len(data) < 20 or data[0] != 0:
-            return _LIBRARY
+            return LIBRARY
         etype = data[5]
         if etype == _XID_EVENT:
             self.commit_pos = int.from_bytes(data[14:18], "little")  # the event header's next position
@@ -300,24 +155,24 @@ class BinlogReader:
         if etype in _UNSUPPORTED:
             raise SourceError(f"binlog stream from {self.url}: {_UNSUPPORTED[etype]}")
         if not self.fast_rows:
-            return _LIBRARY
+            return LIBRARY
         stream = self._stream
         body_end = 20 + int.from_bytes(data[10:14], "little") - 19 - self._checksum_bytes
         if etype == _TABLE_MAP_EVENT:
             hit = _compat.TABLE_MAP_CACHE.get(bytes(data[20:body_end]))
             if hit is None:
-                return _LIBRARY
+                return LIBRARY
             stream.table_map[hit.table_id] = hit.get_table()
             return None
         kind = _FAST_ROW_KINDS.get(etype)
         if kind is None or _post_header_len(stream, etype) != _ROWS_POST_HEADER[etype]:
-            return _LIBRARY
+            return LIBRARY
         return self._fast_rows(data, 20, body_end, kind, etype >= _ROWS_V2_FIRST)
 
     def _fast_rows(self, data: bytes, pos: int, end: int, kind: str, v2: bool):
         table = self._stream.table_map.get(int.from_bytes(data[pos:pos + 6], "little"))
         if table is None:
-            return _LIBRARY
+            return LIBRARY
         compiled = self._tables.get(id(table))
         if compiled is None or compiled[0] is not table:
             names = tuple(c.name for c in table.columns)
@@ -326,17 +181,17 @@ class BinlogReader:
             self._tables[id(table)] = compiled
         _, readers, key, columns = compiled
         if readers is None:
-            return _LIBRARY
+            return LIBRARY
         pos += 8
         if v2:
             pos += int.from_bytes(data[pos:pos + 2], "little")  # extra data, its length field included
         ncols, pos = _length_coded(data, pos)
         if ncols != len(columns):
-            return _LIBRARY
+            return LIBRARY
         full, width = (1 << ncols) - 1, (ncols + 7) // 8
         for _ in range(2 if kind == "update" else 1):
             if int.from_bytes(data[pos:pos + width], "little") & full != full:
-                return _LIBRARY  # not a FULL row image
+                return LIBRARY  # not a FULL row image
             pos += width
         images = rowimage.decode_images(readers, bytes(data[pos:end]), 2 if kind == "update" else 1)
         rows = tuple((r[0], r[1]) if kind == "update" else (None, r[0]) if kind == "insert" else (r[0], None)
@@ -353,7 +208,7 @@ class BinlogReader:
             return ContextRead(event)
         if etype == binlog.FORMAT_DESCRIPTION:
             self.format = binlog.parse_format_description(event)
-            return _LIBRARY  # the library reads it too (post-header lengths)
+            return LIBRARY  # the library reads it too (post-header lengths)
         if etype == binlog.TABLE_MAP:
             return RawRowEvent(event, hot.table_map_names(event))
         return RawRowEvent(event, None, bool(binlog.rows_flags(event) & binlog.STMT_END_F))
@@ -413,7 +268,6 @@ class BinlogReader:
         return cached[1]
 
 
-_LIBRARY = object()  # "let the library decode this packet"
 _XID_EVENT, _TABLE_MAP_EVENT = BINLOG.XID_EVENT, BINLOG.TABLE_MAP_EVENT
 _GTID_EVENTS = (binlog.MARIADB_GTID, binlog.MYSQL_GTID)
 _WHOLE_EVENTS = frozenset({binlog.QUERY, binlog.FORMAT_DESCRIPTION, *binlog.CONTEXT_EVENTS})

@@ -1,0 +1,166 @@
+"""The binlog dump's connection (PyMySQL's, adapted): packets read, not parsed.
+
+Once the dump command is sent every packet is an event: ``read_stream_packet`` reads
+one straight from the buffered socket (the semi-sync header taken off, an ACK request
+noted), ``take_transaction`` a whole common transaction at once when its packets are
+buffered (``bridge.wire.hotpath.scan_transaction``). A lost or silent connection is
+``SourceConnectionLost``, never the library's own reconnect (which replays from its
+first position and would deliver duplicates). ``BinlogReader`` (reader.py) owns it.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pymysql
+
+from bridge.errors import SourceConnectionLost
+from bridge.wire.native import hot
+
+LOST_CONNECTION_CODES = (2006, 2013)
+MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one
+LIBRARY = object()  # "let the library decode this packet" (a fast path's answer)
+
+
+class Handled(Exception):  # control flow between this module and reader.py, never seen outside them
+    """Our fast path took the event: it leaves the library's fetchone by this exception."""
+
+    def __init__(self, event) -> None:
+        super().__init__()
+        self.event = event
+
+
+_DUMP_COMMANDS = (0x12, 0x1E)  # COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID
+_SEMI_SYNC_MAGIC, _SEMI_SYNC_ACK_REQUESTED = b"\x00\xef", 0x01
+
+
+class StreamConnection(pymysql.connections.Connection):
+    """Raises our error on a lost connection so the library cannot silently replay.
+    Once the dump runs, ``fast_path`` (set per reader) sees each event packet first
+    and may take it itself (see ``BinlogReader._fast_event``)."""
+
+    fast_path = None
+    semi_sync = False  # announce a semi-sync replica; strip the 0xEF header; note ACK requests
+    ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
+    dumping = False  # the dump command was sent: every packet from here is an event
+    stashed = None  # a packet BinlogReader read itself but leaves to the library
+    _stall_s: float | None = None  # the read timeout, once the kernel keeps it (SO_RCVTIMEO)
+
+    def _write_bytes(self, data) -> None:
+        if len(data) > 4 and data[4] in _DUMP_COMMANDS:
+            if self.semi_sync:
+                self.query("SET @rpl_semi_sync_slave=1")  # before the dump, or the server sends no header
+                self._next_seq_id = 0
+            self.dumping = True
+        super()._write_bytes(data)
+
+    def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
+        if not self.dumping:
+            return super()._read_packet(packet_type)
+        if self.stashed is not None:
+            data, self.stashed = self.stashed, None
+        else:
+            data = self.read_stream_packet()
+            if self.fast_path is not None:
+                event = self.fast_path(data)
+                if event is not LIBRARY:
+                    raise Handled(event)
+        return packet_type(data, self.encoding)
+
+    def read_stream_packet(self) -> bytes:
+        """The next packet's payload once the dump runs, read here rather than by
+        PyMySQL (no packet object per event), the semi-sync header taken off (ACK
+        request noted). A silent server ends the read after the kernel's receive
+        timeout (``_kernel_timeout``): no poll() before each read."""
+        if self._stall_s is None:
+            self._kernel_timeout()
+        rfile, parts = self._rfile, []
+        while True:
+            try:
+                header = rfile.read(4)  # None: the receive timeout passed
+                if header is None or len(header) < 4:
+                    raise self._stream_lost(header)
+                if header[3] != self._next_seq_id:
+                    raise self._stream_lost(f"packet number {header[3]}, expected {self._next_seq_id}")
+                self._next_seq_id = (self._next_seq_id + 1) % 256
+                length = int.from_bytes(header[:3], "little")
+                data = rfile.read(length)
+            except OSError as exc:
+                raise self._stream_lost(str(exc)) from exc
+            if data is None or len(data) < length:
+                raise self._stream_lost(data)
+            if length < MAX_PACKET or parts:
+                parts.append(data)
+            if length < MAX_PACKET:
+                break
+        if len(parts) > 1:
+            data = b"".join(parts)
+        if data[:1] == b"\xff":
+            pymysql.connections.MysqlPacket(data, self.encoding).raise_for_error()
+        if self.semi_sync and data[:2] == _SEMI_SYNC_MAGIC:
+            # 0x00 | 0xEF | flag | event: the library would choke on the two extra bytes
+            flag, data = data[2], b"\0" + data[3:]
+            if flag & _SEMI_SYNC_ACK_REQUESTED:
+                self.ack_wanted = int.from_bytes(data[14:18], "little")  # header log_pos
+                self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
+        return data
+
+    def take_transaction(self, max_bytes: int, gtid_first: bool) -> tuple[str | None, bytes, tuple, int, int] | None:
+        """(GTID, events, tables, row events, commit position) of a transaction (or
+        of the rest of one, after its GTID event) when ``hotpath.scan_transaction``
+        finds it whole in the buffered packets; they are then taken (seq id and ACK
+        request noted as read_stream_packet does). None: nothing taken. With nothing
+        buffered this waits for the next packet as a read does, with the same
+        timeout and the same errors."""
+        if not self.dumping or self.stashed is not None or self._stall_s is None:
+            return None
+        try:
+            buffered = self._rfile.peek(1)
+        except OSError as exc:
+            raise self._stream_lost(str(exc)) from exc
+        if not buffered:
+            lost = self._nothing_read()
+            if lost is not None:
+                raise lost
+            return None
+        scanned = hot.scan_transaction(buffered, self._next_seq_id, self.semi_sync, max_bytes, gtid_first)
+        if scanned is None:
+            return None
+        taken, self._next_seq_id, gtid, data, tables, events, commit_position, ack = scanned
+        self._rfile.read(taken)
+        if ack >= 0:
+            self.ack_wanted = ack
+        return gtid, data, tables, events, commit_position
+
+    def _nothing_read(self) -> SourceConnectionLost | None:
+        """A read that got nothing: the server closed the connection or the receive
+        timeout passed (a peek reports both alike; the socket tells them apart), or
+        None when a packet arrived just now."""
+        try:
+            if self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                return None
+            return self._stream_lost(b"")
+        except BlockingIOError:
+            return self._stream_lost(None)
+        except OSError as exc:
+            return self._stream_lost(str(exc))
+
+    def _stream_lost(self, why: str | bytes | None) -> SourceConnectionLost:
+        """``why``: what went wrong, or what was read short (None: the timeout passed)."""
+        self._force_close()
+        if why is None:
+            why = f"nothing for {self._stall_s:g}s, not even a heartbeat"
+        elif isinstance(why, bytes):
+            why = "the server closed it"
+        return SourceConnectionLost(f"binlog stream from {self.host}:{self.port}: connection lost ({why})")
+
+    def _kernel_timeout(self) -> None:
+        """The read timeout as SO_RCVTIMEO on a blocking socket (a Python-level
+        timeout polls before every read)."""
+        self._stall_s = seconds = self._read_timeout or 0
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                              struct.pack("ll", int(seconds), int(seconds % 1 * 1e6)))
+        # blocking from here: PyMySQL's writes keep it so (their timeout is None too)
+        self._sock.settimeout(None)
+        self._current_timeout = self._read_timeout = self._write_timeout = None
