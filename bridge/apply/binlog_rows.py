@@ -92,9 +92,9 @@ class BinlogRows:
     def _statements(self, context: str, datas: list[bytes], limit: int) -> list[bytes]:
         out = []
         for batch in binlog_sql.batches(datas, limit):
-            size = binlog_sql.statement_bytes(len(batch))
+            size = binlog.statement_bytes(len(batch))
             if size <= limit:
-                out.append(binlog_sql.binlog_statement(batch))
+                out.append(binlog.binlog_statement(batch))
             elif size // 2 <= limit:
                 out += binlog_sql.fragment_statements(batch)
             else:
@@ -123,7 +123,7 @@ class BinlogRows:
             return
         try:
             run_script(self.conn, "apply the primary's FORMAT_DESCRIPTION event",
-                       [binlog_sql.binlog_statement(fmt.event)])
+                       [binlog.binlog_statement(fmt.event)])
         except ApplyError as exc:
             if exc.code in DENIED:
                 raise ApplyError(f"{context}: {self.url.user} may not run BINLOG on the replica ({exc}): "
@@ -144,7 +144,7 @@ class BinlogRows:
         BINLOG ends every round trip from then on."""
         self.conn._sock.settimeout(PROBE_TIMEOUT_S)
         try:
-            run_script(self.conn, "probe BINLOG", [binlog_sql.binlog_statement(binlog_sql.probe_events(fmt)),
+            run_script(self.conn, "probe BINLOG", [binlog.binlog_statement(binlog_sql.probe_events(fmt)),
                                                    b"DO 1"])
         except TargetConnectionLost:
             log.warning("replica %s stops after a BINLOG statement: COMMIT takes a round trip of its own", self.url)
@@ -174,7 +174,7 @@ class BinlogRows:
             return None
         events = table.table_map(fmt) + table.update(self.channel.encode(), 0, b"", 0, fmt)
         try:
-            run_script(self.conn, "probe the position as a row event", [binlog_sql.binlog_statement(events)])
+            run_script(self.conn, "probe the position as a row event", [binlog.binlog_statement(events)])
         except ApplyError as exc:
             if isinstance(exc, TargetConnectionLost):
                 raise

@@ -27,19 +27,9 @@ from dataclasses import dataclass
 from bridge import sqlnames
 from bridge.wire import binlog, tablemap
 
-BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
 PROBE_SCHEMA, PROBE_TABLE = sqlnames.PROBE.split(".")  # created by sql/bridge_schema.sql
 _PROBE_TABLE_ID = (1 << 48) - 2  # any id: it only has to match within the one statement
 _POSITION_TABLE_ID = (1 << 48) - 3  # (1 << 48) - 1 is the servers' "no table"; primaries never get this far
-
-
-def binlog_statement(data: bytes) -> bytes:
-    return BINLOG_PREFIX + base64.b64encode(data) + BINLOG_SUFFIX
-
-
-def statement_bytes(raw_bytes: int) -> int:
-    """Size of the BINLOG statement for ``raw_bytes`` of events."""
-    return len(BINLOG_PREFIX) + 4 * ((raw_bytes + 2) // 3) + len(BINLOG_SUFFIX)
 
 
 def fragment_statements(data: bytes) -> list[bytes]:
@@ -58,13 +48,13 @@ def batches(chunks: list[bytes], limit: int) -> list[bytes]:
     out: list[bytes] = []
     current = bytearray()
     for chunk in chunks:
-        if statement_bytes(len(current) + len(chunk)) <= limit:
+        if binlog.statement_bytes(len(current) + len(chunk)) <= limit:
             current += chunk
             continue
         if current:
             out.append(bytes(current))
             current = bytearray()
-        if statement_bytes(len(chunk)) <= limit:
+        if binlog.statement_bytes(len(chunk)) <= limit:
             current += chunk
         else:
             parts = _cut(chunk, limit)
@@ -80,7 +70,7 @@ def _cut(data: bytes, limit: int) -> list[bytes]:
     current, maps = bytearray(), []
     for ev in binlog.split_events(data):
         is_map = binlog.event_type(ev) == binlog.TABLE_MAP
-        if current and not is_map and statement_bytes(len(current) + len(ev)) > limit and \
+        if current and not is_map and binlog.statement_bytes(len(current) + len(ev)) > limit and \
                 len(current) > sum(map(len, maps)):
             parts.append(bytes(current))
             current = bytearray(b"".join(maps))

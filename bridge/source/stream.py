@@ -16,10 +16,10 @@ import struct
 import pymysql
 
 from bridge.errors import SourceConnectionLost
+from bridge.wire.hotpath import MAX_PACKET, SEMI_SYNC_ACK_REQUESTED, SEMI_SYNC_MAGIC
 from bridge.wire.native import hot
 
 LOST_CONNECTION_CODES = (2006, 2013)
-MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one
 LIBRARY = object()  # "let the library decode this packet" (a fast path's answer)
 
 
@@ -32,7 +32,7 @@ class Handled(Exception):  # control flow between this module and reader.py, nev
 
 
 _DUMP_COMMANDS = (0x12, 0x1E)  # COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID
-_SEMI_SYNC_MAGIC, _SEMI_SYNC_ACK_REQUESTED = b"\x00\xef", 0x01
+_SEMI_SYNC_HEADER = bytes([0, SEMI_SYNC_MAGIC])  # OK marker, then 0xEF and a flag byte before the event
 
 
 class StreamConnection(pymysql.connections.Connection):
@@ -98,10 +98,10 @@ class StreamConnection(pymysql.connections.Connection):
             data = b"".join(parts)
         if data[:1] == b"\xff":
             pymysql.connections.MysqlPacket(data, self.encoding).raise_for_error()
-        if self.semi_sync and data[:2] == _SEMI_SYNC_MAGIC:
+        if self.semi_sync and data[:2] == _SEMI_SYNC_HEADER:
             # 0x00 | 0xEF | flag | event: the library would choke on the two extra bytes
             flag, data = data[2], b"\0" + data[3:]
-            if flag & _SEMI_SYNC_ACK_REQUESTED:
+            if flag & SEMI_SYNC_ACK_REQUESTED:
                 self.ack_wanted = int.from_bytes(data[14:18], "little")  # header log_pos
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
         return data

@@ -13,6 +13,7 @@ status variables. Malformed input raises ``RemoteProtocolError``.
 
 from __future__ import annotations
 
+import base64
 import struct
 import zlib
 from collections.abc import Iterator
@@ -135,6 +136,22 @@ def parse_gtid(event) -> tuple[str, bool]:
     except struct.error as exc:
         raise RemoteProtocolError(f"gtid event: truncated ({exc})") from exc
     raise RemoteProtocolError(f"gtid: event type {kind} is not a GTID event")
+
+
+# --- BINLOG statements ---------------------------------------------------------
+# ``BINLOG '<base64 of events>'``: how events reach a server as a statement (what
+# ``mariadb-binlog`` prints); the replica side's apply (bridge.apply.binlog_sql) and
+# its one-call round trip (bridge.wire.hotpath.one_trip) both build them here.
+BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
+
+
+def binlog_statement(data) -> bytes:
+    return BINLOG_PREFIX + base64.b64encode(data) + BINLOG_SUFFIX
+
+
+def statement_bytes(raw_bytes: int) -> int:
+    """Size of the BINLOG statement for ``raw_bytes`` of events."""
+    return len(BINLOG_PREFIX) + 4 * ((raw_bytes + 2) // 3) + len(BINLOG_SUFFIX)
 
 
 # --- row events --------------------------------------------------------------

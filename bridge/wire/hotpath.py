@@ -19,15 +19,12 @@ query text (``one_trip``). Pure: bytes in, values out; nothing here does I/O.
 
 from __future__ import annotations
 
-import base64
 import struct
-
-import crc32c
 
 from bridge.errors import RemoteProtocolError
 from bridge.wire import binlog
 from bridge.wire.binlog import parse_gtid, table_map_names
-from bridge.wire.frame import EPOCH_MASK, HEADER, HEADER_BYTES, frame_bytes
+from bridge.wire.frame import EPOCH_MASK, HEADER, HEADER_BYTES, frame_bytes, frame_crc
 
 __all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse_gtid", "table_map_names",
            "scan_transaction", "one_trip"]
@@ -97,7 +94,7 @@ def place_frame(region: bytearray, start: int, kind: int, flags: int, seq: int, 
         raise ValueError(f"place frame seq {seq}: {HEADER_BYTES + n} bytes at {start} outside a region of "
                          f"{len(region)}")
     epoch &= EPOCH_MASK
-    crc = crc32c.crc32c(payload, crc32c.crc32c(HEADER.pack(kind, flags, 0, n, seq, 0, epoch)))
+    crc = frame_crc(kind, flags, n, seq, payload, epoch)
     region[start:start + HEADER_BYTES] = HEADER.pack(kind, flags, 0, n, seq, crc, epoch)
     region[start + HEADER_BYTES:start + HEADER_BYTES + n] = payload
     return frame_bytes(n)
@@ -119,16 +116,15 @@ def frame_at(region, at: int, room: int, expected_seq: int, epoch: int):
     if n > room or kind not in FRAME_KINDS:
         return None
     payload = bytes(region[at + HEADER_BYTES:at + HEADER_BYTES + length])
-    head = HEADER.pack(kind, flags, 0, length, seq, 0, frame_epoch)
-    if crc32c.crc32c(payload, crc32c.crc32c(head)) != crc:
+    if frame_crc(kind, flags, length, seq, payload, frame_epoch) != crc:
         return None
     return kind, flags, payload, n
 
 
 
 # --- the rest of a simple transaction, straight from the buffered packets ----------
-MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one
-SEMI_SYNC_MAGIC, SEMI_SYNC_ACK_REQUESTED = 0xEF, 0x01
+MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one (the dump's reader shares these)
+SEMI_SYNC_MAGIC, SEMI_SYNC_ACK_REQUESTED = 0xEF, 0x01  # after the OK marker: 0xEF, a flag byte, the event
 SCANNED_ROW_EVENTS = frozenset({binlog.WRITE_ROWS_V1, binlog.UPDATE_ROWS_V1, binlog.DELETE_ROWS_V1,
                                 binlog.WRITE_ROWS_V2, binlog.UPDATE_ROWS_V2, binlog.DELETE_ROWS_V2})
 
@@ -197,8 +193,6 @@ def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_fir
 
 
 # --- a group's row events and the statements after them, as one COM_QUERY ---------
-BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
-
 
 def one_trip(datas, tail, limit: int) -> bytes | None:
     """The text of one round trip: ``BINLOG '<base64 of all datas>'`` then the
@@ -207,9 +201,9 @@ def one_trip(datas, tail, limit: int) -> bytes | None:
     total = 0
     for d in datas:
         total += len(d)
-    size = len(BINLOG_PREFIX) + 4 * ((total + 2) // 3) + len(BINLOG_SUFFIX)
+    size = binlog.statement_bytes(total)
     for t in tail:
         size += 1 + len(t)
     if not total or size > limit:
         return None
-    return b";".join([BINLOG_PREFIX + base64.b64encode(b"".join(datas)) + BINLOG_SUFFIX, *tail])
+    return b";".join([binlog.binlog_statement(b"".join(datas)), *tail])

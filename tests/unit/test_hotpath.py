@@ -313,7 +313,7 @@ def test_scan_transaction_makes_the_transaction_the_assembler_makes(events):
        st.integers(0, 1500))
 @built
 def test_one_trip_is_the_binlog_statement_and_the_tail_joined(datas, tail, limit):
-    from bridge.apply.binlog_sql import binlog_statement, statement_bytes
+    from bridge.wire.binlog import binlog_statement, statement_bytes
 
     kind, query, _ = same("one_trip", datas, tail, limit)
     assert kind == "ok"

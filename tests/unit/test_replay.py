@@ -63,15 +63,15 @@ def _without_statement_end(event: bytes) -> bytes:
 def test_binlog_statements_cut_inside_a_statement_repeat_its_table_map():
     write = _without_statement_end(WRITE)
     big = TABLE_MAP + write + write + UPDATE  # one statement's row events, STMT_END_F on the last
-    limit = binlog_sql.statement_bytes(len(TABLE_MAP) + 2 * len(write))
+    limit = binlog.statement_bytes(len(TABLE_MAP) + 2 * len(write))
     parts = binlog_sql.batches([big], limit)
     assert parts == [TABLE_MAP + write + write, TABLE_MAP + UPDATE]
-    assert all(binlog_sql.statement_bytes(len(p)) <= limit for p in parts)
+    assert all(binlog.statement_bytes(len(p)) <= limit for p in parts)
     assert binlog_sql.batches([TABLE_MAP + WRITE, TABLE_MAP + UPDATE], 10 ** 6) == [TABLE_MAP + WRITE + TABLE_MAP + UPDATE]
 
 
 def test_binlog_statement_and_fragments_carry_the_events_exactly():
-    assert base64.b64decode(binlog_sql.binlog_statement(WRITE)[8:-1]) == WRITE
+    assert base64.b64decode(binlog.binlog_statement(WRITE)[8:-1]) == WRITE
     set0, set1, use = binlog_sql.fragment_statements(TABLE_MAP + WRITE)
     assert base64.b64decode(set0.split(b"'")[1] + set1.split(b"'")[1]) == TABLE_MAP + WRITE
     assert use == b"BINLOG @binlog_fragment_0, @binlog_fragment_1"
