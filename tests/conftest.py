@@ -17,6 +17,7 @@ from bridge.sandbox import Sandbox
 from bridge.workload import connect
 
 _channels = itertools.count(1)
+STOP_WAIT_S = 10.0  # for both nodes' threads to notice stop() before they are closed under them
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +57,7 @@ class BridgePair:
         self.replica = connect(urls["replica_admin"])
         self.start_gtid = primary_position(self.primary)
         self.replica_node = self.primary_node = None
+        self.threads = []
         self.errors = []
 
     def start_replica(self, port=0, target=None):
@@ -90,7 +92,9 @@ class BridgePair:
             except Exception as exc:  # surfaced by sync() and stop(); the traceback in the captured log
                 logging.getLogger("tests").exception("the %s thread failed", name)
                 self.errors.append((name, exc))
-        threading.Thread(target=guarded, name=name, daemon=True).start()
+        thread = threading.Thread(target=guarded, name=name, daemon=True)
+        self.threads.append(thread)
+        thread.start()
 
     def sql(self, *statements):
         with self.primary.cursor() as cur:
@@ -120,9 +124,16 @@ class BridgePair:
         return result
 
     def stop(self):
-        for node in (self.primary_node, self.replica_node):
-            if node is not None:
-                node.close()
+        """Stop both nodes, wait for their threads, then close them: closing under a
+        running step would fail it (the CLI closes a node after its run returned)."""
+        nodes = [node for node in (self.primary_node, self.replica_node) if node is not None]
+        for node in nodes:
+            node.stop()
+        deadline = time.monotonic() + STOP_WAIT_S
+        for thread in self.threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        for node in nodes:
+            node.close()
         self.primary.close()
         self.replica.close()
 
