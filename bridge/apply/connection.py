@@ -11,7 +11,9 @@ back. Server errors become our ApplyError family here, named by the statement.
 from __future__ import annotations
 
 import logging
+import select
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +31,8 @@ CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
 CANNOT_CONNECT = 2003
 LOCK_CONFLICT = {1205, 1213}  # lock wait timeout, deadlock
 CONNECT_TIMEOUT_S = 10
+OK_BYTES_MIN = 11  # the smallest OK packet: 4-byte header, 0x00, affected rows, insert id, status, warnings
+ANSWERS_WAIT_MS = 10  # how long one wait may hold out for all the answers before reading them as they come
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +91,12 @@ def run_query(conn: pymysql.Connection, context: str, query: bytes, statements: 
     """``run_script`` of statements already joined into ``query``."""
     done = 0
     try:
+        waiter = _waiter(conn) if statements > 1 else None
+        if waiter is not None:
+            _set_lowat(conn, OK_BYTES_MIN * statements)
         conn._execute_command(COMMAND.COM_QUERY, query)
+        if waiter is not None:
+            _wait_for_answers(conn, waiter)
         for done in range(statements):
             first = _answer(conn)
             if first == 0xFF:
@@ -96,6 +105,43 @@ def run_query(conn: pymysql.Connection, context: str, query: bytes, statements: 
                 raise ApplyError(f"{context}{describe(done)}: the statement returned rows, expected OK")
     except pymysql.MySQLError as exc:
         raise apply_error(f"{context}{describe(done)}", exc) from exc
+
+
+def _waiter(conn: pymysql.Connection):
+    """A poll object on the connection's socket where the kernel can hold a wakeup
+    back until several answers are in (SO_RCVLOWAT: TCP without TLS), else None."""
+    sock = conn._sock
+    cached = getattr(conn, "_bridge_waiter", None)
+    if cached is not None and cached[0] is sock:
+        return cached[1]
+    waiter = None
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) and not isinstance(sock, ssl.SSLSocket):
+        waiter = select.poll()
+        waiter.register(sock.fileno(), select.POLLIN)
+    conn._bridge_waiter = (sock, waiter)
+    return waiter
+
+
+def _wait_for_answers(conn: pymysql.Connection, waiter) -> None:
+    """One sleep for all the answers of a script instead of one per answer (the
+    server sends each statement's answer as it finishes): the socket's low-water
+    mark is the least those answers can weigh when all succeed, so the kernel
+    wakes this thread once, when the last one is in. An error answers with fewer
+    bytes now and then (one short ERR packet): the wait then ends after
+    ANSWERS_WAIT_MS, as does one for a script that runs longer; the answers are
+    read as they come after it. Errors of the socket itself are left to the read."""
+    try:
+        waiter.poll(ANSWERS_WAIT_MS)
+    except OSError:
+        pass  # EINTR and the like: the reads below wait as usual
+    _set_lowat(conn, 1)
+
+
+def _set_lowat(conn: pymysql.Connection, n: int) -> None:
+    try:
+        conn._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+    except (OSError, AttributeError):
+        pass  # closed under us: the send or read that follows says so
 
 
 def _answer(conn: pymysql.Connection) -> int:
