@@ -142,11 +142,15 @@ class Sandbox:
         if not self.state_file.exists():
             return []
         state = json.loads(self.state_file.read_text())
-        stopped = []
-        for role in self._roles(state):
-            server = self._server(state, role)
-            if self._stop(server):
-                stopped.append(role)
+        stopped, failed = [], []
+        for role in self._roles(state):  # every server is asked to stop, whichever of them fails
+            try:
+                if self._stop(self._server(state, role)):
+                    stopped.append(role)
+            except SandboxError as exc:
+                failed.append(str(exc))
+        if failed:
+            raise SandboxError("; ".join(failed) + (f" (stopped: {', '.join(stopped)})" if stopped else ""))
         return stopped
 
     def status(self) -> dict:
@@ -348,7 +352,19 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """The process exited and waits for its parent to reap it (a server started by a
+    process that still runs, stopped from another one): its server is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return Path("/proc/self").exists()  # gone meanwhile (where there is a /proc at all)
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def _read_pid(path: Path) -> int | None:
