@@ -7,7 +7,10 @@ connection open and heard from within ``SILENT_S``; it sends a heartbeat every
 unless it asks to take over. The same writer coming back (a lost link) is let in.
 Taking over fences the old writer: the replica side gives the new session fresh ring
 memory (bridge.transport, ``RingHost.fence``) and a new epoch that every frame must
-carry, and tells the old one it was fenced, so it stops instead of retrying.
+carry, and tells the old one it was fenced, so it stops instead of retrying. A fenced
+writer that missed that message (its link went down first) and says hello again is
+refused as fenced too, with or without --take-over: it never writes again, and two
+writers started with --take-over cannot take the channel from each other in turns.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from bridge.errors import ChannelBusy
+from bridge.errors import ChannelBusy, Fenced
 
 HEARTBEAT_S = 1.0  # a primary side speaks on its control connection at least this often
 SILENT_S = 5.0  # a writer not heard from for this long is gone, whatever its socket says
 LEAVING_S = 2.0  # a newcomer waits this long for a writer that is just stopping (a restart)
+FENCED_KEPT = 64  # fenced writers remembered (each process has its own id: a restart is a new writer)
+UNNAMED = "unnamed"  # a hello without a writer (an older primary side)
 
 
 @dataclass
@@ -35,7 +40,7 @@ class Writer:
     @classmethod
     def from_hello(cls, hello: dict) -> Writer:
         w = hello.get("writer") if isinstance(hello.get("writer"), dict) else {}
-        return cls(str(w.get("id") or "unnamed"), str(w.get("host", "?")), int(w.get("pid") or 0),
+        return cls(str(w.get("id") or UNNAMED), str(w.get("host", "?")), int(w.get("pid") or 0),
                    str(w.get("source", "?")), int(w.get("server_id") or 0), str(w.get("since", "")))
 
     def __str__(self) -> str:
@@ -50,6 +55,7 @@ class WriterSeat:
         self.channel = channel
         self.current: Writer | None = None
         self.connected = False
+        self.fenced_by: dict[str, Writer] = {}  # fenced writer's id -> the writer that took the channel
 
     def alive(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
@@ -59,6 +65,11 @@ class WriterSeat:
         """Seat the writer of ``hello``; returns the live writer it fences off (None
         when there was none, or it is the same one coming back). Raises ChannelBusy."""
         newcomer = Writer.from_hello(hello)
+        by = self.fenced_by.get(newcomer.id)
+        if by is not None:
+            raise Fenced(f"fenced: the primary side {by} took channel {self.channel!r} over; this primary side "
+                         f"({newcomer}) must not write to it again: stop it (a new start may take the channel "
+                         "back with --take-over)")
         old = self.current if self.alive(now) else None
         if old is not None and old.id == newcomer.id:
             old = None
@@ -66,6 +77,10 @@ class WriterSeat:
             raise ChannelBusy(f"channel {self.channel!r} is fed by the primary side {old}; stop that one first, "
                               "or start this one with --take-over to fence it off")
         self.current, self.connected = newcomer, True
+        if old is not None and old.id != UNNAMED:
+            self.fenced_by[old.id] = newcomer
+            while len(self.fenced_by) > FENCED_KEPT:
+                del self.fenced_by[next(iter(self.fenced_by))]
         return old
 
     def wait_for_leaving(self, hello: dict) -> None:
