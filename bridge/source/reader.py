@@ -36,11 +36,11 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.model import BitValue, InvalidTemporal, RowEvents, Transaction
-from bridge.source import _compat, rowimage, stream
+from bridge.source import _compat, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
                                   SourceEvent)
+from bridge.source.stream import LIBRARY, LOST_CONNECTION_CODES, Handled, StreamConnection
 from bridge.wire import binlog
-from bridge.source.stream import LIBRARY, Handled, StreamConnection
 from bridge.wire.native import hot
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class BinlogReader:
 
     def _stream_error(self, exc: pymysql.MySQLError) -> SourceError:
         code = exc.args[0] if exc.args else 0
-        error = SourceConnectionLost if code in (2003, *stream.LOST_CONNECTION_CODES) else SourceError
+        error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
         return error(f"binlog stream from {self.url}: {exc}")
 
     def rest_of_transaction(self, gtid: str, max_bytes: int) -> Transaction | None:
