@@ -78,7 +78,12 @@ def test_binlog_connection_cut_and_stall(urls, caplog):
         with BackgroundWorkload(urls["primary_admin"], "binlog_faults"):
             time.sleep(0.4)
             proxy.cut()
-            time.sleep(0.4)
+            counts = pair.primary_node.counts
+            # the stall must find the stream flowing again, not the reconnect's own queries
+            wait_for(lambda: counts.binlog_reopens >= 2, "the binlog stream reopened after the cut", timeout_s=30)
+            shipped = counts.transactions_shipped
+            wait_for(lambda: counts.transactions_shipped > shipped, "transactions shipped after the reopen",
+                     timeout_s=30)
             proxy.stall(3.0)  # past the read timeout: detected through missing heartbeats
             time.sleep(3.5)
         pair.assert_same("binlog_faults")
