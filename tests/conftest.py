@@ -78,7 +78,13 @@ class BridgePair:
                             **{"secret": self.secret, **overrides})
         self.primary_node = PrimaryNode(cfg)
         self.primary_node.connect()
-        self._thread(self.primary_node.run, "primary")
+        self.primary_thread = self._thread(self.primary_node.run, "primary")
+
+    def stop_primary(self):
+        """The primary side gone (as a stopped process is): stopped, its thread joined, closed."""
+        self.primary_node.stop()
+        self.primary_thread.join(STOP_WAIT_S)
+        self.primary_node.close()
 
     def start(self):
         self.start_replica()
@@ -95,6 +101,7 @@ class BridgePair:
         thread = threading.Thread(target=guarded, name=name, daemon=True)
         self.threads.append(thread)
         thread.start()
+        return thread
 
     def sql(self, *statements):
         with self.primary.cursor() as cur:
@@ -146,6 +153,20 @@ def pair(request, urls):
     yield p
     p.stop()
     assert not p.errors, p.errors
+
+
+@pytest.fixture
+def semi_sync_primary(urls):
+    """Semi-sync ON at the sandbox primary with a 1 s timeout (a test may set another), OFF after."""
+    admin = connect(urls["primary_admin"])
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")  # ms: a lost ACK costs a test 1 s
+        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=ON")
+    yield admin
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=OFF")
+        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")
+    admin.close()
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ def test_backpressure_timeout_stops_with_the_backlog_named_then_resumes(urls, fr
         assert "ring full for 1.0s" in str(error) and "frames" in str(error) and "replica applies slower" in str(error)
         unlock()
         pair.errors.clear()
-        pair.primary_node.close()
+        pair.stop_primary()
         pair.start_primary(backpressure_timeout_s=1.0)  # a restart resumes from the replica's position
         pair.assert_same(s)
 

@@ -27,7 +27,7 @@ def test_replayed_ddl_after_a_crash_is_idempotent(urls, fresh_schema, ddl):
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)",
                  f"CREATE TABLE {s}.old (id INT)", f"INSERT INTO {s}.t VALUES (1, 1)")
         pair.sync()
-        pair.primary_node.close()  # the primary side is down while the replica "crashes"
+        pair.stop_primary()  # the primary side is down while the replica "crashes"
         simulate_crash_after_ddl(pair, ddl.format(s=s))
         pair.sql(ddl.format(s=s), f"INSERT INTO {s}.t (id) VALUES (2)")
         pair.start_primary()
@@ -42,7 +42,7 @@ def test_without_the_pending_mark_the_same_error_stops_applying(urls, fresh_sche
     try:
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
         pair.sync()
-        pair.primary_node.close()
+        pair.stop_primary()
         simulate_crash_after_ddl(pair, f"ALTER TABLE {s}.t ADD COLUMN c INT", mark_pending=False)
         pair.sql(f"ALTER TABLE {s}.t ADD COLUMN c INT")
         pair.start_primary()

@@ -123,7 +123,7 @@ def test_a_purged_binlog_is_named_with_the_missing_range_and_not_retried(tmp_pat
         pair.start()
         pair.sql("CREATE DATABASE purged", "CREATE TABLE purged.t (id INT PRIMARY KEY)", "INSERT INTO purged.t VALUES (1)")
         pair.sync()
-        pair.primary_node.close()
+        pair.stop_primary()
         with pair.primary.cursor() as cur:
             deadline = time.monotonic() + 30  # a binlog still held by a dump thread is not purged
             while cur.execute("SELECT 1 FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'"):

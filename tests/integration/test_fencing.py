@@ -73,7 +73,7 @@ def take_over(urls, s, transport):
         (side, error), = pair.errors
         assert side == "primary" and isinstance(error, Fenced) and "took channel" in str(error)
         pair.errors.clear()
-        pair.primary_node.close()
+        pair.stop_primary()
         pair.primary_node = newcomer  # stopped with the pair
         pair.assert_same(s)
         assert epochs[1] > epochs[0]
