@@ -2,7 +2,7 @@
 (`--semi-sync received`), on apply (`applied`), and a native MariaDB semi-sync replica,
 in one run on the sandbox (AFTER_SYNC wait point).
 
-    python -m bench.semisync [--commits 1000]
+    python -m bench.semisync [--commits 1000] [--transport shm|tcp]
 
 Prints JSON: P50/P99/P999 of the client's commit round trip per mode, and each over "off".
 """
@@ -48,8 +48,8 @@ def wait_clients(bench: Bench, n: int) -> None:
         time.sleep(0.05)
 
 
-def run(count: int, state_dir: str, log=print) -> dict:
-    bench = Bench(state_dir)
+def run(count: int, state_dir: str, log=print, transport: str = "shm") -> dict:
+    bench = Bench(state_dir, transport)
     rounds, next_id = {}, 1
     try:
         primary_sql(bench, f"DROP DATABASE IF EXISTS {BENCH_SCHEMA}", f"CREATE DATABASE {BENCH_SCHEMA}",
@@ -81,6 +81,7 @@ def run(count: int, state_dir: str, log=print) -> dict:
         bench.stop()
     base = rounds["off"]
     return {"benchmark": "primary commit latency under semi-sync (AFTER_SYNC)", "commits": count,
+            "transport": transport,
             "rounds": rounds,
             "ratio_p50_over_off": {m: round(r["p50_us"] / base["p50_us"], 2) for m, r in rounds.items()},
             "ratio_p50_bridge_over_native": {m: round(rounds[m]["p50_us"] / rounds["native"]["p50_us"], 2)
@@ -91,8 +92,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", type=int, default=1000)
     ap.add_argument("--state-dir", default=".sandbox")
+    ap.add_argument("--transport", default="shm", choices=("shm", "tcp"),
+                    help="the bridge's transport (tcp: the `received` ACK waits for the replica side's "
+                         "placement answer, a round trip like a native replica's ACK)")
     args = ap.parse_args()
-    print(json.dumps(run(args.commits, args.state_dir, log=lambda m: print(m, file=sys.stderr)), indent=2))
+    print(json.dumps(run(args.commits, args.state_dir, log=lambda m: print(m, file=sys.stderr),
+                         transport=args.transport), indent=2))
 
 
 if __name__ == "__main__":

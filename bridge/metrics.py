@@ -223,6 +223,9 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
                [({"role": role, "reason": r}, n) for r, n in semi["degradations"].items()])
         family("rdma_bridge_semi_sync_acks_total", "counter", "Semi-sync ACKs sent to the primary.",
                [({"role": role}, semi["acks_sent"])])
+        family("rdma_bridge_semi_sync_acks_skipped_total", "counter", "ACKs the primary asked for and did not get: "
+               "the replica side did not hold (received) or commit (applied) the transaction within the "
+               "primary's timeout.", [({"role": role}, semi["acks_skipped"])])
     quantiles, counts = [], []
     for stage, s in st.get("stages", {}).items():
         for p in PERCENTILES:

@@ -82,7 +82,7 @@ def status_table(snapshot: dict) -> str:
                              + (f" for {semi['async_streak_s']:.1f}s" if semi["state"] == "async" else ""))
                 lines.append(f"  {'  degradations':34s}{degraded}; async {semi['async_total_s']:.1f}s in all, "
                              f"last: {semi['last_reason'] or '-'} at {semi['last_change'] or '-'}; "
-                             f"{semi['acks_sent']} ACKs sent")
+                             f"{semi['acks_sent']} ACKs sent, {semi.get('acks_skipped', 0)} skipped")
         else:
             lines.append(f"replica side  channel {node['channel']!r} into {node['target']}, listening on "
                          f"{node['listen']} ({node['transport']}, {node['workers']} apply worker(s), "

@@ -41,6 +41,7 @@ def seeds(rng: random.Random) -> list[tuple[str, bytes]]:
             ("chunk", codec.encode_chunk(Chunk("0-1-8", 3, True, txn.changes))),
             ("control", control.encode_message(control.hello("control", transport="tcp", start_gtid="0-1-1"))),
             ("placement", placement.encode_write(64, b"abc") + placement.encode_publish(9, 128)),
+            ("placement", placement.ANSWER + placement.encode_publish(3, 64, answer=True)),
             ("frame", encode_frame(Frame(FrameKind.TXN, 1, codec.encode_transaction(txn))))]
 
 

@@ -20,6 +20,13 @@ def applied_seq(conn, channel) -> int:
     return channel_row(conn, channel)[0]
 
 
+def semi_sync_status(conn) -> dict:
+    """The primary's Rpl_semi_sync_master_* status, without the prefix (status, yes_tx, no_tx, clients...)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'")
+        return {k.lower().removeprefix("rpl_semi_sync_master_"): v for k, v in cur.fetchall()}
+
+
 def wait_for(predicate, what: str, timeout_s: float = 60.0, alive=lambda: None) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():

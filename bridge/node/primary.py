@@ -31,6 +31,7 @@ from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
+from bridge.node.acking import SemiSyncAcks
 from bridge.node.counters import PrimaryCounts
 from bridge.node.link import Link
 from bridge.node.progress import Progress
@@ -87,7 +88,7 @@ class PrimaryNode:
         self.replica_delay_s = 0.0  # start-replica --delay: a full ring is expected, not a slow replica
         self._bad_frame_at: int | None = None  # applied seq when the replica last refused a frame
         self.semi_sync = SemiSyncMonitor(cfg.source, self._degradation_reason) if cfg.semi_sync != "off" else None
-        self.semi_sync_timeout_s = 10.0
+        self.acks = SemiSyncAcks(cfg.semi_sync, self.counts, self._stop)  # asked for, not yet covered
         self.behind = BehindMonitor(cfg.source, self._reading, cfg.behind_poll_s)
         self.apply_mode = ""  # the replica's choice for this session: binlog (raw row events) or sql
         self._format_sent: binlog.FormatDescription | None = None  # the last one that went into the ring
@@ -168,6 +169,7 @@ class PrimaryNode:
         self.link.remote = open_remote(self.cfg.transport, welcome["params"], self.cfg.replica,
                                        welcome["ring_bytes"], self.cfg.secret, self.tls)
         self.apply_mode, self._format_sent = welcome["apply_mode"], None
+        self.acks.floor = welcome["applied_seq"]
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
                                    mariadb=binlog.flavor_of(settings["version"]) == "mariadb", report_as=self.report_as,
                                    semi_sync=self.cfg.semi_sync != "off", raw_rows=self.apply_mode == "binlog")
@@ -189,7 +191,7 @@ class PrimaryNode:
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
             preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as)
             if self.cfg.semi_sync != "off":
-                self.semi_sync_timeout_s = check_enabled(conn, self.cfg.source) / 1000
+                self.acks.timeout_s = check_enabled(conn, self.cfg.source) / 1000
         finally:
             conn.close()
         return settings
@@ -259,8 +261,11 @@ class PrimaryNode:
         except TransportError:
             self.disconnect()  # the next attempt re-reads the binlog from the replica's position
             raise
+        self.acks.floor = applied
         self.counts.frames_resent += len(frames)
         log.info("link to replica resumed after seq %d: %d frames resent from the ring", applied, len(frames))
+        if self.semi_sync is not None and not self.assembler.in_transaction:
+            self.acks.note(self.reader, self.link, self.producer.write_seq)  # asked with the frame the link lost
 
     def run(self) -> None:
         """Stream until ``stop``, recovering from lost links and binlog streams."""
@@ -315,31 +320,32 @@ class PrimaryNode:
         now = time.monotonic()
         if now >= self._ack_refresh_at and self.remote is not None:
             self._ack_refresh_at = now + ACK_REFRESH_S
-            self.producer.acknowledge(self.remote.read_ack())
+            self.producer.acknowledge(self.remote.last_ack())
         link = self.link
         link.raise_if_down()
         link.say_alive()
         reader = self.reader  # close() from another thread may drop it mid-step
+        if self.acks:
+            self.acks.wait(reader, link)
         item = self._read(reader)
         if item is not None and (isinstance(item, Transaction) or item.index == 0) and \
                 _event_of(reader.format) != _event_of(self._format_sent):
             item = dataclasses.replace(item, format_event=_event_of(reader.format))
             self._format_sent = reader.format
+        confirm = self.acks.confirm and item is not None and reader.ack_wanted  # ask the replica at once
         if isinstance(item, Chunk):
-            self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid)
+            self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid, confirm)
             self.counts.transactions_shipped += item.last
         elif item is not None:
             read_ns = time.time_ns()  # the commit event was just read
-            self._place(FrameKind.TXN, encode_transaction(item, (read_ns, time.time_ns())), item.gtid)
+            self._place(FrameKind.TXN, encode_transaction(item, (read_ns, time.time_ns())), item.gtid, confirm)
             self.stages.record("place", (time.time_ns() - read_ns) / 1000)
             if item.is_heartbeat:
                 self.counts.heartbeats_shipped += 1
             else:
                 self.counts.transactions_shipped += 1
         if self.semi_sync is not None and not self.assembler.in_transaction:
-            request = reader.take_ack_request()
-            if request is not None:
-                self._acknowledge(reader, *request)
+            self.acks.note(reader, link, self.producer.write_seq)
         return item
 
     def _read(self, reader: BinlogReader) -> Transaction | Chunk | None:
@@ -356,22 +362,8 @@ class PrimaryNode:
         self.counts.taken_whole += 1
         return whole
 
-    def _acknowledge(self, reader: BinlogReader, position: int, log_file: str) -> None:
-        """Semi-sync ACK for everything read so far. ``received``: it is all placed in
-        the replica's ring already. ``applied``: wait until the replica committed it
-        (its ack in the ring), at most the primary's own timeout: past that the
-        primary has gone async anyway, and an ACK would claim what is not true."""
-        if self.cfg.semi_sync == "applied" and self.producer is not None:
-            target, deadline = self.producer.write_seq, time.monotonic() + self.semi_sync_timeout_s
-            while self.remote.read_ack() < target:
-                if time.monotonic() > deadline or self._stop.is_set() or self.link.down:
-                    self.counts.acks_skipped += 1
-                    return
-                time.sleep(ACK_POLL_S / 5)
-        reader.send_ack(position, log_file)
-        self.counts.acks_sent += 1
-
-    def _place(self, kind: FrameKind, payload: bytes, gtid: str) -> None:
+    def _place(self, kind: FrameKind, payload: bytes, gtid: str, confirm: bool = False) -> None:
+        """Append to the ring and write to the replica's; ``confirm``: an ACK waits on it."""
         try:
             placements = self._append(kind, payload, gtid)
         except TransportError:
@@ -382,7 +374,7 @@ class PrimaryNode:
         with memoryview(self.producer.region) as region:  # no copy of a megabyte chunk
             for p in placements:
                 self.remote.write(p.offset, region[p.offset:p.offset + p.length])
-        self.remote.publish(self.producer.write_seq, self.producer.head)
+        self.remote.publish(self.producer.write_seq, self.producer.head, confirm)
         self.last_gtid = gtid
 
     def _append(self, kind: FrameKind, payload: bytes, gtid: str):
@@ -402,6 +394,8 @@ class PrimaryNode:
                     raise TransportError(f"ship {gtid}: link to replica lost: {self.link.reason}") from full
                 self.producer.acknowledge(self.remote.read_ack())
                 self.link.say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
+                if self.acks and self.reader is not None:
+                    self.acks.settle(self.reader, self.link)  # what is placed may be acknowledged meanwhile
                 if self.apply_stopped or self.replica_delay_s:  # stopped or delayed on purpose: no timeout
                     next_log = self._remind_waiting(next_log)
                     started = time.monotonic()  # the backpressure timeout counts once applying goes on
@@ -447,6 +441,7 @@ class PrimaryNode:
 
     def disconnect(self) -> None:
         self._drop_link()
+        self.acks.drop()  # asked on the dump connection that closes now
         reader, self.reader, self.producer, self._unplaced = self.reader, None, None, None
         if reader is not None:
             reader.close()

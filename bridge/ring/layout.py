@@ -61,6 +61,16 @@ def read_ring_header(region) -> RingHeader:
     return RingHeader(magic, write_seq, ack_seq, head, tail, size)
 
 
+def retire_region(region) -> None:
+    """Zero the magic of a ring no session writes any more (the replica side's fence): a
+    writer of an earlier session that still reaches it finds it retired, not holding."""
+    _U64.pack_into(region, 0, 0)
+
+
+def is_retired(region) -> bool:
+    return _U64.unpack_from(region, 0)[0] != RING_MAGIC
+
+
 def read_u64(region, at: int) -> int:
     return _U64.unpack_from(region, at)[0]
 

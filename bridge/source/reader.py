@@ -218,6 +218,22 @@ class BinlogReader:
         """The binlog file being read (the library follows ROTATE events)."""
         return self._stream.log_file or ""
 
+    def readable_now(self) -> bool:
+        """The next read finds bytes without waiting (or fails at once)."""
+        conn = _compat.stream_connection(self._stream)
+        return conn is None or conn.readable_now()
+
+    def fileno(self) -> int | None:
+        """The dump connection's socket, to wait on beside others; None before it opens."""
+        conn = _compat.stream_connection(self._stream)
+        return conn._sock.fileno() if conn is not None and conn._sock is not None else None
+
+    @property
+    def ack_wanted(self) -> bool:
+        """The primary asked for a semi-sync ACK that ``take_ack_request`` has not taken."""
+        conn = _compat.stream_connection(self._stream)
+        return conn is not None and conn.ack_wanted is not None
+
     def take_ack_request(self) -> tuple[int, str] | None:
         """(next-event position, binlog file) of the last event the primary asked a
         semi-sync ACK for, once; None when none is pending."""

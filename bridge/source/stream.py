@@ -11,6 +11,7 @@ first position and would deliver duplicates). ``BinlogReader`` (reader.py) owns 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 
 import pymysql
@@ -132,6 +133,23 @@ class StreamConnection(pymysql.connections.Connection):
         if ack >= 0:
             self.ack_wanted = ack
         return gtid, data, tables, events, commit_position
+
+    def readable_now(self) -> bool:
+        """Whether the next read finds bytes at once, buffered here or in the kernel (a
+        peek with the socket non-blocking for a moment; its SO_RCVTIMEO stays). Also
+        True when the read would fail: it is the read that says why."""
+        if not self.dumping or self.stashed is not None or self._stall_s is None:
+            return True
+        sock = self._sock
+        sock.settimeout(0.0)
+        try:
+            return bool(self._rfile.peek(1))
+        except ssl.SSLWantReadError:
+            return False
+        except OSError:
+            return True
+        finally:
+            sock.settimeout(None)
 
     def _nothing_read(self) -> SourceConnectionLost | None:
         """A read that got nothing: the server closed the connection or the receive

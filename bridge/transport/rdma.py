@@ -9,11 +9,14 @@ connection: it stays open only to tell the replica when the session ends.
 
 Primary side (``RdmaRemoteRing``): a local mirror MR; each placement is copied into
 the mirror and written with IBV_WR_RDMA_WRITE (one write per contiguous range), then
-the header (head, then write_seq: RC executes writes in order); ``read_ack`` is an
-IBV_WR_RDMA_READ of ack_seq. Completions are polled with a bounded spin, then short
-sleeps; an error completion is a TransportError, which the primary node turns into a
-reconnect through the same resume path as tcp. ``close`` releases QP, MRs, CQ, PD and
-the device context in that order.
+the header (head, then write_seq: RC executes writes in order), and ``publish``
+returns once the signaled header write completed: the responder acknowledged every
+write before it, so the frames are in the replica's memory (``held``, the semi-sync
+``received`` confirmation). ``read_ack`` is an IBV_WR_RDMA_READ of ack_seq.
+Completions are polled with a bounded spin, then short sleeps; an error completion
+is a TransportError, which the primary node turns into a reconnect through the
+same resume path as tcp. ``close`` releases QP, MRs, CQ, PD and the device context
+in that order.
 """
 
 from __future__ import annotations
@@ -208,6 +211,8 @@ class RdmaRingHost:
 
 
 class RdmaRemoteRing:
+    answers_fd = None  # completions are polled: nothing to wait on
+
     def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int, secret: str = "",
                  timeout_s: float = 10.0, device: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.remote_addr, self.rkey = int(params["addr"]), int(params["rkey"])
@@ -226,6 +231,7 @@ class RdmaRemoteRing:
         self.dev.to_rts(self.qp, psn, reply["qp"])
         self._outstanding = 0  # signaled work requests not yet completed
         self._unsignaled = 0  # posted since the last signaled one
+        self._placed = 0  # the last write_seq whose header write completed
 
     def _post(self, opcode, offset: int, length: int, remote_offset: int, signaled: bool = False) -> None:
         """Post one work request. Only the last of a batch asks for a completion: RC
@@ -250,12 +256,18 @@ class RdmaRemoteRing:
         self.mirror[offset:offset + n] = data
         self._post(e.IBV_WR_RDMA_WRITE, offset, n, offset)
 
-    def publish(self, write_seq: int, head: int) -> None:
+    def publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
+        """Returns once the header write completed: every write is placed (its own confirmation)."""
         self.mirror[HEAD_AT:HEAD_AT + 4] = head.to_bytes(4, "little")
         self._post(e.IBV_WR_RDMA_WRITE, HEAD_AT, 4, HEAD_AT)
         self.mirror[WRITE_SEQ_AT:WRITE_SEQ_AT + 8] = write_seq.to_bytes(8, "little")
         self._post(e.IBV_WR_RDMA_WRITE, WRITE_SEQ_AT, 8, WRITE_SEQ_AT, signaled=True)
         self._drain()
+        self._placed = write_seq
+
+    def held(self, wanted: int = 0) -> int:
+        """The last write_seq whose writes completed: the replica's memory holds it."""
+        return self._placed
 
     def flush(self) -> None:
         if self._unsignaled:  # a zero-length write, signaled, fences what came before
@@ -266,6 +278,8 @@ class RdmaRemoteRing:
         self._post(e.IBV_WR_RDMA_READ, self._scratch, 8, ACK_SEQ_AT, signaled=True)
         self._drain()
         return int.from_bytes(self.mirror[self._scratch:self._scratch + 8], "little")
+
+    last_ack = read_ack  # one RDMA READ: microseconds, no answer to wait for on a socket
 
     def _drain(self) -> None:
         """Wait for every signaled work request: spin a while, then sleep between polls."""

@@ -10,7 +10,9 @@ import secrets
 from pathlib import Path
 
 from bridge.errors import RemoteProtocolError, TransportError
-from bridge.ring.layout import ACK_SEQ_AT, init_region, read_u64, region_bytes, write_publish
+from bridge.errors import VersionSkew
+from bridge.ring.layout import (ACK_SEQ_AT, WRITE_SEQ_AT, init_region, is_retired, read_ring_header, read_u64,
+                                region_bytes, retire_region, write_publish)
 from bridge.transport.doorbell import Doorbell
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
@@ -46,8 +48,9 @@ class ShmRingHost:
     def fence(self) -> None:
         """Fresh memory for a new session: a new ring file. The last one is unlinked, so a
         primary side of an earlier session, which may still map it, writes where nobody
-        reads (its mapping is freed when the last reference to it goes)."""
-        old = self.path
+        reads (its mapping is freed when the last reference to it goes), and its magic is
+        zeroed first, so that writer's ``held`` says the ring is retired."""
+        old, old_region = self.path, getattr(self, "region", None)
         self.path = self.bell_path.with_name(f"rdma-bridge-{os.getpid()}-{secrets.token_hex(4)}")
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
@@ -57,6 +60,8 @@ class ShmRingHost:
             os.close(fd)
         self.region = memoryview(self._mm)
         init_region(self.region, self.ring_bytes)
+        if old_region is not None:
+            retire_region(old_region)
         if old is not None:
             old.unlink(missing_ok=True)
 
@@ -72,6 +77,8 @@ class ShmRingHost:
 
 
 class ShmRemoteRing:
+    answers_fd = None  # nothing to wait for: the replica's ring header is read here directly
+
     def __init__(self, params: dict, ring_bytes: int) -> None:
         path = params.get("path", "")
         if not str(path).startswith(str(SHM_DIR) + "/rdma-bridge-"):
@@ -87,15 +94,30 @@ class ShmRemoteRing:
         finally:
             os.close(fd)
         self._view = memoryview(self._mm)
+        self._path = path
+        try:
+            read_ring_header(self._view)  # the layout this side writes, and a ring no new session retired
+        except VersionSkew as exc:
+            self.close_view()
+            raise TransportError(f"shm transport: {path}: {exc}") from exc
         self._bell = _open_doorbell(str(params.get("doorbell", "")), str(path))
 
     def write(self, offset: int, data) -> None:
         self._view[offset:offset + len(data)] = data
 
-    def publish(self, write_seq: int, head: int) -> None:
+    def publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
+        """The placement is its own confirmation: the stores are in the replica's ring."""
         write_publish(self._view, write_seq, head)
         if self._bell is not None:
             self._bell.ring(self._view)
+
+    def held(self, wanted: int = 0) -> int:
+        """What the replica's ring holds: its header's write_seq, read in the shared mapping;
+        a ring the replica side retired (a new session fenced this one off) holds nothing."""
+        if is_retired(self._view):
+            raise TransportError(f"shm transport: the replica side retired the ring {self._path} (a new session "
+                                 "fenced this one off): nothing written to it is held")
+        return read_u64(self._view, WRITE_SEQ_AT)
 
     def flush(self) -> None:
         """Stores to a shared mapping are visible at once (x86 TSO keeps their order)."""
@@ -103,9 +125,14 @@ class ShmRemoteRing:
     def read_ack(self) -> int:
         return read_u64(self._view, ACK_SEQ_AT)
 
-    def close(self) -> None:
+    last_ack = read_ack  # a memory read: never a wait
+
+    def close_view(self) -> None:
         self._view.release()
         self._mm.close()
+
+    def close(self) -> None:
+        self.close_view()
         if self._bell is not None:
             self._bell.close()
 

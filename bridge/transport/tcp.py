@@ -1,16 +1,24 @@
 """TCP transport for hosts without RDMA: placement messages (wire/placement.py)
 carried out on the replica's ring by a receiver thread. The baseline the RDMA
 path is compared with. Writes are buffered until publish/flush/read, so a
-transaction costs one send."""
+transaction costs one send.
+
+A sent placement is only in this host's socket buffers: the replica side holds it
+once its receiver answers (ANSWER: placed and applied seq, read from its ring after
+everything before it was carried out). ``held`` and ``last_ack`` read the answers
+that have arrived without waiting (the primary side waits for them beside the
+binlog, on ``answers_fd``); ``flush`` and ``read_ack`` wait for a fresh one.
+"""
 
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import ssl
 
 from bridge.errors import BridgeError, TransportError
-from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes, write_publish
+from bridge.ring.layout import ACK_SEQ_AT, WRITE_SEQ_AT, init_region, read_u64, region_bytes, write_publish
 from bridge.transport.doorbell import Doorbell
 from bridge.transport.sockets import ControlConnection, connect, recv_exact, recv_into_exact
 from bridge.wire import control, placement
@@ -61,13 +69,13 @@ class TcpRingHost:
                 op, offset, length, body = placement.parse_head(recv_exact(sock, placement.HEAD.size), size)
                 if op == Op.WRITE:
                     recv_into_exact(sock, region[offset:offset + length])
-                elif op == Op.PUBLISH:
-                    write_publish(region, placement.SEQ.unpack(recv_exact(sock, body))[0], offset)
-                    self.doorbell.ring(region)
-                elif op == Op.READ:
-                    sock.sendall(region[offset:offset + length])
+                elif op == Op.ANSWER:  # what the ring holds now that everything before it is carried out
+                    _answer(sock, region)
                 else:
-                    sock.sendall(b"\x01")
+                    write_publish(region, placement.SEQ.unpack(recv_exact(sock, body))[0], offset)
+                    if op == Op.PUBLISH_ANSWER:
+                        _answer(sock, region)  # before the doorbell wakes the apply thread
+                    self.doorbell.ring(region)
         except (BridgeError, OSError) as exc:
             log.info("tcp transport: data connection ended: %s", exc)
         finally:
@@ -77,6 +85,10 @@ class TcpRingHost:
     def close(self) -> None:
         self.fence()
         self.doorbell.close()
+
+
+def _answer(sock: socket.socket, region) -> None:
+    sock.sendall(placement.encode_reply(read_u64(region, WRITE_SEQ_AT), read_u64(region, ACK_SEQ_AT)))
 
 
 class TcpRemoteRing:
@@ -89,23 +101,83 @@ class TcpRemoteRing:
             raise TransportError(f"tcp transport: replica {replica_addr[0]}:{replica_addr[1]} refused the data "
                                  f"connection: {reply.get('reason', reply.get('type'))}")
         self._out = bytearray()
+        self._replies = bytearray()  # answer bytes received, not yet a whole reply
+        self._asked = 0  # answers asked for and not yet read
+        self._asked_through = 0  # the seq published when the last answer was asked for
+        self._published = 0
+        self.placed = 0  # the replica side's last answer: its ring holds every frame up to this seq
+        self.applied = 0  # ... and the replica committed every frame up to this one
+
+    @property
+    def answers_fd(self) -> int:
+        """Readable when an answer arrives (the primary side waits on it beside the binlog)."""
+        return self._sock.fileno()
 
     def write(self, offset: int, data) -> None:
         self._out += placement.encode_write(offset, data)
 
-    def publish(self, write_seq: int, head: int) -> None:
-        self._out += placement.encode_publish(write_seq, head)
+    def publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
+        """Send what was written and the new write_seq; ``confirm``: ask in the same send
+        for the answer that tells once the replica side holds it."""
+        self._out += placement.encode_publish(write_seq, head, answer=confirm)
+        self._published = write_seq
+        if confirm:
+            self._asked += 1
+            self._asked_through = write_seq
         self._send()
+
+    def held(self, wanted: int) -> int:
+        """The highest seq the replica side said its ring holds, from the answers already
+        here (no wait); asks for one covering ``wanted`` unless one is on its way."""
+        self._read_replies(wait=False)
+        if self.placed < wanted and self._asked_through < min(wanted, self._published):
+            self._ask()
+            self._send()
+        return self.placed
+
+    def last_ack(self) -> int:
+        """The replica's applied seq from the answers already here (no wait); asks for a
+        fresh one when none is on its way."""
+        self._read_replies(wait=False)
+        if not self._asked:
+            self._ask()
+            self._send()
+        return self.applied
 
     def flush(self) -> None:
-        self._out += placement.encode_fence()
+        """Wait until the replica side holds everything sent so far."""
+        self._ask()
         self._send()
-        self._recv(1)
+        self._read_replies(wait=True)
 
     def read_ack(self) -> int:
-        self._out += placement.encode_read(ACK_SEQ_AT, 8)
-        self._send()
-        return int.from_bytes(self._recv(8), "little")
+        self.flush()
+        return self.applied
+
+    def _ask(self) -> None:
+        self._out += placement.ANSWER
+        self._asked += 1
+        self._asked_through = self._published
+
+    def _read_replies(self, wait: bool) -> None:
+        """Take the answers that arrived (``wait``: until every one asked for is here)."""
+        sock = self._sock
+        while self._asked:
+            if not wait and not _readable(sock):
+                return
+            try:
+                data = sock.recv(placement.REPLY.size * self._asked - len(self._replies))
+            except OSError as exc:
+                raise TransportError(f"tcp transport: recv: {exc.strerror or exc}") from exc
+            if not data:
+                raise TransportError(f"tcp transport: the replica side closed the data connection with "
+                                     f"{self._asked} answers outstanding")
+            self._replies += data
+            whole = len(self._replies) // placement.REPLY.size
+            for placed, applied in placement.REPLY.iter_unpack(self._replies[:whole * placement.REPLY.size]):
+                self.placed, self.applied = max(self.placed, placed), max(self.applied, applied)
+            del self._replies[:whole * placement.REPLY.size]
+            self._asked -= whole
 
     def _send(self) -> None:
         try:
@@ -114,14 +186,15 @@ class TcpRemoteRing:
             raise TransportError(f"tcp transport: send: {exc.strerror or exc}") from exc
         self._out.clear()
 
-    def _recv(self, n: int) -> bytes:
-        try:
-            return recv_exact(self._sock, n)
-        except OSError as exc:
-            raise TransportError(f"tcp transport: recv: {exc.strerror or exc}") from exc
-
     def close(self) -> None:
         try:
             self._sock.close()
         except OSError:
             pass
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Bytes to read now: decrypted ones TLS holds, or any in the kernel."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    return bool(select.select([sock], [], [], 0)[0])

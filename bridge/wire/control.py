@@ -17,7 +17,8 @@ import struct
 from bridge.errors import AuthenticationError, ChannelBusy, Fenced, RemoteProtocolError, StartRefused, VersionSkew
 
 PROTOCOL_MAGIC = "rdma-bridge"
-PROTOCOL_VERSION = 3  # 2: payloads name each table once; 3: raw binlog events, apply modes
+PROTOCOL_VERSION = 4  # 2: payloads name each table once; 3: raw binlog events, apply modes;
+# 4: the tcp receiver answers with what its ring holds (placed and applied seq)
 MAX_MESSAGE_BYTES = 1 << 20
 _LEN = struct.Struct("<I")
 

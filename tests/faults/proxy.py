@@ -1,7 +1,8 @@
 """A TCP fault proxy for tests and the soak: sits between the primary side and the
 replica's control/data port, or between a bridge and a MySQL server, and injects
 faults on demand: cut (drop every connection), stall (stop forwarding), delay (per
-chunk latency), corrupt (flip one byte N bytes into the client→server stream).
+chunk latency), corrupt (flip one byte N bytes into the client→server stream). A stall
+may hold one direction only (the replica side's answers, say, while placements flow).
 Loopback only; counts what it injected."""
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ class FaultProxy:
         self.address = self.listener.getsockname()[:2]
         self.injected: Counter = Counter()
         self.delay_s = 0.0
-        self._flowing = threading.Event()
-        self._flowing.set()
+        self._flowing = {True: threading.Event(), False: threading.Event()}  # upstream, downstream
+        self.flow()
         self._corrupt_after: int | None = None
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -39,11 +40,19 @@ class FaultProxy:
         self.injected["cut"] += 1
         return len(pairs)
 
-    def stall(self, seconds: float) -> None:
-        """Stop forwarding in both directions for a while (connections stay open)."""
+    def stall(self, seconds: float | None, direction: str = "both") -> None:
+        """Stop forwarding for ``seconds`` (None: until ``flow``), connections kept open: in
+        both directions, or only "up" (client→server) or "down" (server→client)."""
         self.injected["stall"] += 1
-        self._flowing.clear()
-        threading.Timer(seconds, self._flowing.set).start()
+        for upstream in {"both": (True, False), "up": (True,), "down": (False,)}[direction]:
+            self._flowing[upstream].clear()
+        if seconds is not None:
+            threading.Timer(seconds, self.flow).start()
+
+    def flow(self) -> None:
+        """Forward again in both directions."""
+        for event in self._flowing.values():
+            event.set()
 
     def delay(self, seconds: float) -> None:
         self.injected["delay"] += 1 if seconds else 0
@@ -81,7 +90,7 @@ class FaultProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                self._flowing.wait()
+                self._flowing[upstream].wait()
                 if self.delay_s:
                     time.sleep(self.delay_s)
                 if upstream:
@@ -109,7 +118,7 @@ class FaultProxy:
 
     def close(self) -> None:
         self._closed = True
-        self._flowing.set()
+        self.flow()
         _close(self.listener)
         self.cut()
 

@@ -9,38 +9,22 @@ import pytest
 from bridge.errors import PreflightError
 from bridge.workload import connect
 from tests.conftest import BridgePair
-from tests.helpers import wait_for
+from tests.helpers import semi_sync_status, wait_for
 
 
-def semi_sync_status(conn) -> dict:
-    with conn.cursor() as cur:
-        cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'")
-        return {k.lower().removeprefix("rpl_semi_sync_master_"): v for k, v in cur.fetchall()}
-
-
-@pytest.fixture
-def semi_sync_primary(urls):
-    admin = connect(urls["primary_admin"])
-    with admin.cursor() as cur:
-        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")  # ms: a lost ACK costs a test 1 s
-        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=ON")
-    yield admin
-    with admin.cursor() as cur:
-        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=OFF")
-    admin.close()
-
-
-def started(urls, mode, **kw):
-    pair = BridgePair(urls, "shm", **kw)
+def started(urls, mode, transport="shm", **kw):
+    pair = BridgePair(urls, transport, **kw)
     pair.start_replica()
     pair.start_primary(semi_sync=mode)
     return pair
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("mode", ["received", "applied"])
-def test_acks_keep_the_primary_semi_sync_and_count_every_transaction(urls, fresh_schema, semi_sync_primary, mode):
+def test_acks_keep_the_primary_semi_sync_and_count_every_transaction(urls, fresh_schema, semi_sync_primary, mode,
+                                                                     transport):
     s = fresh_schema("semi")
-    pair = started(urls, mode)
+    pair = started(urls, mode, transport)
     try:
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
         wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
@@ -86,7 +70,7 @@ def test_a_killed_bridge_degrades_to_async_and_the_restart_records_why_and_the_r
     try:
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
         pair.sync()
-        pair.primary_node.close()  # the bridge's primary side is gone: nobody ACKs
+        pair.stop_primary()  # the bridge's primary side is gone: nobody ACKs
         started_at = time.monotonic()
         pair.sql(f"INSERT INTO {s}.t VALUES (2)")  # waits the primary's 1 s timeout, then goes async
         assert time.monotonic() - started_at >= 0.9

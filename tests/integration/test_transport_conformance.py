@@ -10,7 +10,7 @@ import pytest
 
 from bridge.errors import RingFull, TransportError
 from bridge.ring.consumer import RingConsumer
-from bridge.ring.layout import consumer_waiting, set_waiting
+from bridge.ring.layout import WRITE_SEQ_AT, consumer_waiting, read_u64, set_waiting
 from bridge.ring.producer import RingProducer
 from bridge.transport import make_host, open_remote, rdma_available
 from bridge.transport.doorbell import drain, wait_for_doorbell
@@ -61,10 +61,10 @@ def hosted(request):
     ring.close()
 
 
-def ship(producer, remote, payload):
+def ship(producer, remote, payload, confirm=False):
     for p in producer.append(FrameKind.TXN, payload):
         remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
-    remote.publish(producer.write_seq, producer.head)
+    remote.publish(producer.write_seq, producer.head, confirm)
 
 
 def test_frames_written_remotely_arrive_in_order_across_wraps(hosted):
@@ -113,21 +113,89 @@ def test_ack_is_read_back_from_the_replica(hosted):
     remote.close()
 
 
+def wait_held(remote, seq, timeout_s=30.0):
+    """Ask ``held`` until it covers ``seq`` (tcp: the answer travels back)."""
+    deadline = time.monotonic() + timeout_s
+    while (held := remote.held(seq)) < seq:
+        assert time.monotonic() < deadline, f"held {held}, never {seq}"
+        if remote.answers_fd is not None:
+            select.select([remote.answers_fd], [], [], 0.1)
+    return held
+
+
+def test_held_never_claims_more_than_the_replica_ring_holds(hosted):
+    """What the semi-sync ``received`` ACK relies on: ``held`` is at most the write_seq
+    of the replica's own ring header, and covers each publish that asked for it."""
+    remote, producer = hosted.remote(), RingProducer(RING)
+    consumer = RingConsumer(hosted.host.region)
+    for i in range(1, 41):
+        ship(producer, remote, bytes(i * 50), confirm=i % 4 == 0)
+        assert remote.held(i) <= read_u64(hosted.host.region, WRITE_SEQ_AT)
+        if i % 4 == 0:
+            assert wait_held(remote, i) == i
+        while (f := consumer.poll()) is not None:
+            consumer.acknowledge(f.seq)
+    assert wait_held(remote, 40) == 40
+    remote.close()
+
+
+def test_last_ack_never_waits_and_catches_up(hosted):
+    remote, producer = hosted.remote(), RingProducer(RING)
+    consumer = RingConsumer(hosted.host.region)
+    for _ in range(5):
+        ship(producer, remote, b"x")
+    remote.flush()
+    while (f := consumer.poll()) is not None:
+        consumer.acknowledge(f.seq)
+    deadline = time.monotonic() + 30
+    while remote.last_ack() < 5:  # tcp: asks, and sees the answer on a later call
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert remote.read_ack() == 5
+    remote.close()
+
+
+def test_a_receiver_that_does_not_run_confirms_nothing():
+    """tcp: placements sent while the replica side's receiver is stopped (a frozen
+    process) are in socket buffers only: no answer, so ``held`` stays where it was;
+    once the receiver runs, the answer covers them."""
+    ring = HostedRing("tcp")
+    running = threading.Event()
+    serve = ring.host.serve
+    ring.host.serve = lambda sock: (running.wait(), serve(sock))
+    try:
+        remote, producer = ring.remote(), RingProducer(RING)
+        for _ in range(3):
+            ship(producer, remote, b"waits in a socket buffer", confirm=True)
+        time.sleep(0.2)
+        assert remote.held(3) == 0
+        assert read_u64(ring.host.region, WRITE_SEQ_AT) == 0
+        running.set()
+        assert wait_held(remote, 3) == 3
+        remote.close()
+    finally:
+        running.set()
+        ring.close()
+
+
 def test_a_fenced_writer_never_reaches_the_new_sessions_ring(hosted):
     """A new session gets fresh memory: what the writer of the earlier one still sends
     (it may not even know it was fenced: one-sided writes) lands nowhere the consumer reads."""
     stale = hosted.remote()
-    ship(RingProducer(RING), stale, b"old")
-    stale.flush()
+    ship(RingProducer(RING), stale, b"old", confirm=True)
+    assert wait_held(stale, 1) == 1
     hosted.host.fence()
     consumer = RingConsumer(hosted.host.region)
     assert consumer.poll() is None
     try:
+        producer = RingProducer(RING, next_seq=2)
         for _ in range(3):
-            ship(RingProducer(RING), stale, b"stale")
-            stale.flush()
+            ship(producer, stale, b"stale", confirm=True)
+        stale.flush()
+        held_after = stale.held(producer.write_seq)
     except TransportError:
-        pass  # tcp and rdma cut the stale writer off; shm lets it write into an unlinked ring
+        held_after = None  # tcp and rdma cut the stale writer off; shm finds its ring retired
+    assert held_after is None or held_after < 2, "a fenced writer was told a ring holds its later frames"
     assert consumer.poll() is None
     fresh, producer = hosted.remote(), RingProducer(RING)
     ship(producer, fresh, b"new")

@@ -2,16 +2,23 @@
 run by `make test-rdma` inside the Soft-RoCE guest, with MariaDB in the guest. On a
 host without a verbs device the module is skipped (the guest run is the real one)."""
 
+import signal
 import socket
 import ssl
+import time
 
 import pytest
 
 from bridge.certs import make_set
 from bridge.config import TlsFiles
+from bridge.procs import replica_process, wait_port
+from bridge.ring.layout import WRITE_SEQ_AT
+from bridge.sandbox import free_port
 from bridge.transport import rdma_available
 from bridge.workload import MixedWorkload, create_schema
 from tests.conftest import BridgePair
+from tests.faults.test_semisync_truth import acked_and_not
+from tests.helpers import semi_sync_status, wait_for
 
 if not rdma_available():
     pytest.skip("no RDMA device here: `make test-rdma` runs this in a Soft-RoCE guest", allow_module_level=True)
@@ -80,3 +87,52 @@ def test_doctor_passes_the_device_checks_on_a_real_verbs_device():
     assert found[port.replace("port 1", "GID type")] == "PASS", doctor.render(checks)  # a RoCE v2 GID
     assert found["memlock limit"] == "PASS", doctor.render(checks)
     assert not any(c.status == "FAIL" for c in checks), doctor.render(checks)
+
+
+def test_semi_sync_received_over_rdma_is_the_write_completion(sandbox, urls, tmp_path, fresh_schema,
+                                                              semi_sync_primary):
+    """A frozen replica side (SIGSTOP) still has its memory: the WRITE completes, the ACK
+    goes, and the frozen process's ring header holds the transaction. A killed one (its
+    control connection closed) is acknowledged nothing: the commit waits for the primary's
+    timeout. Restarted, it gets everything; both sides equal."""
+    _, info = sandbox
+    s = fresh_schema("rdma_semi")
+    pair, port = BridgePair(urls, "rdma"), free_port()
+
+    def replica():
+        side = replica_process(info["replica"], port, "rdma", pair.channel, str(tmp_path)).start()
+        wait_port(port, alive=side.check_alive)
+        return side
+
+    side = replica()
+    try:
+        pair.start_primary(replica_addr=("127.0.0.1", port), semi_sync="received")
+        node = pair.primary_node
+        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        pair.sync()
+        yes, no = acked_and_not(semi_sync_primary)
+        side.proc.send_signal(signal.SIGSTOP)
+        try:
+            pair.sql(f"INSERT INTO {s}.t VALUES (2)")
+            assert acked_and_not(semi_sync_primary) == (yes + 1, no)
+            with open(f"/proc/{side.proc.pid}/mem", "rb") as mem:  # the frozen process's own ring header
+                mem.seek(node.remote.remote_addr + WRITE_SEQ_AT)
+                assert int.from_bytes(mem.read(8), "little") >= node.producer.write_seq
+        finally:
+            side.proc.send_signal(signal.SIGCONT)
+        pair.sync()
+        wait_for(lambda: semi_sync_status(semi_sync_primary)["status"] == "ON", "semi-sync on before the kill")
+        yes, no = acked_and_not(semi_sync_primary)
+        side.stop(signal.SIGKILL)
+        wait_for(lambda: node.link.down, "the primary side to see its link closed")
+        started = time.monotonic()
+        pair.sql(f"INSERT INTO {s}.t VALUES (3)")
+        assert time.monotonic() - started >= 0.9  # the primary's 1 s timeout passed without an ACK
+        assert acked_and_not(semi_sync_primary) == (yes, no + 1)
+        side = replica()
+        pair.sql(f"INSERT INTO {s}.t VALUES (4)")
+        pair.assert_same(s)
+    finally:
+        pair.stop()
+        side.stop()

@@ -44,3 +44,18 @@ def test_control_garbage_is_a_protocol_error_or_nothing(data):
 def test_placement_outside_region_is_refused():
     with pytest.raises(RemoteProtocolError, match="outside"):
         placement.parse_head(placement.encode_write(4000, b"x" * 200)[:placement.HEAD.size], 4096)
+
+
+def test_answer_carries_nothing_and_its_reply_is_placed_then_applied():
+    assert placement.parse_head(placement.ANSWER, 4096) == (placement.Op.ANSWER, 0, 0, 0)
+    both = placement.encode_publish(9, 128, answer=True)
+    assert placement.parse_head(both[:placement.HEAD.size], 4096) == (placement.Op.PUBLISH_ANSWER, 128, 8, 8)
+    assert placement.REPLY.unpack(placement.encode_reply(7, 5)) == (7, 5)
+    with pytest.raises(RemoteProtocolError, match="ANSWER carries"):
+        placement.parse_head(placement.HEAD.pack(placement.Op.ANSWER, 8, 16), 4096)
+
+
+def test_the_retired_read_and_fence_ops_are_unknown():
+    for op in (3, 4):
+        with pytest.raises(RemoteProtocolError, match=f"unknown op {op}"):
+            placement.parse_head(placement.HEAD.pack(op, 0, 0), 4096)

@@ -1,0 +1,87 @@
+"""The primary side's semi-sync ACKs: noted when the primary asks, sent once the
+replica side covers the transaction, skipped once the primary stopped waiting.
+
+``received``: covered when the replica side holds it in its ring (tcp: the receiver's
+answer; rdma: the completion of the signaled header write; shm: the store itself);
+``applied``: when the replica committed it (the ring's ack_seq). What is pending and
+what an ACK may claim is decided in ``bridge.source.acks`` (pure); this module asks the
+transport and the dump connection, and waits for whichever speaks first, so that the
+binlog is never left unread while ACKs wait (``wait``, called before a read that may
+block). The primary node owns one and calls it from its loop (bridge.node.primary).
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+
+from bridge.node.counters import PrimaryCounts
+from bridge.node.link import Link
+from bridge.source.acks import AckRequest, PendingAcks
+from bridge.source.reader import BinlogReader
+
+APPLIED_POLL_S = 0.0001  # applied mode: how often the replica's commit is looked for while an ACK waits
+LONGEST_WAIT_S = 0.25  # one sleep at most while ACKs wait (the control heartbeat goes on between)
+
+
+class SemiSyncAcks:
+    def __init__(self, mode: str, counts: PrimaryCounts, stop: threading.Event) -> None:
+        self.confirm = mode == "received"  # an ACK waits for the replica to hold it (else: to commit it)
+        self.counts, self._stop = counts, stop
+        self.pending = PendingAcks()
+        self.timeout_s = 10.0  # the primary's rpl_semi_sync_master_timeout, read at the preflight
+        self.floor = 0  # the replica's applied seq when the session began: covered, whatever its ring says
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def note(self, reader: BinlogReader, link: Link, placed_seq: int) -> None:
+        """The primary asked for an ACK with an event read so far, and every frame up to
+        ``placed_seq`` is placed: the ACK goes once the replica covers that seq (at once
+        where it does already)."""
+        request = reader.take_ack_request()
+        if request is not None:
+            self.pending.add(AckRequest(placed_seq, *request, time.monotonic() + self.timeout_s))
+        if self.pending:
+            self.settle(reader, link)
+
+    def settle(self, reader: BinlogReader, link: Link | None) -> None:
+        """Send the ACK of the newest request the replica covers, if any; requests past
+        the primary's timeout are counted as skipped: an ACK never claims what is not true.
+        A link that went down says nothing more: the replica side may be gone with its
+        ring (over rdma a write may still complete into a dead process's memory)."""
+        covered = self.floor
+        remote = link.remote if link is not None and not link.down else None
+        if remote is not None:
+            covered = max(covered, remote.held(self.pending.newest_seq) if self.confirm else remote.last_ack())
+        ack, skipped = self.pending.settle(covered, time.monotonic())
+        self.counts.acks_skipped += skipped
+        if ack is not None:
+            reader.send_ack(ack.position, ack.log_file)
+            self.counts.acks_sent += 1
+
+    def wait(self, reader: BinlogReader, link: Link) -> None:
+        """Before a read that may block, while ACKs wait: wait for whichever comes first,
+        the binlog's next bytes, the replica side's answer (tcp, ``received``), the poll
+        interval (``applied``) or the oldest request's deadline, settling at each wake.
+        Ends as soon as the binlog has bytes."""
+        binlog_fd = reader.fileno()
+        if binlog_fd is None or reader.readable_now():
+            return  # from here only the kernel can have binlog bytes: select sees them
+        remote = link.remote
+        answers = remote.answers_fd if remote is not None and self.confirm else None
+        fds = [binlog_fd] if answers is None else [binlog_fd, answers]
+        poll = LONGEST_WAIT_S if self.confirm else APPLIED_POLL_S
+        while self.pending and not self._stop.is_set() and not link.down:
+            wait = min(self.pending.next_deadline - time.monotonic(), poll)
+            ready = select.select(fds, [], [], max(wait, 0.0))[0]
+            self.settle(reader, link)
+            link.say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
+            if binlog_fd in ready:
+                return
+        link.raise_if_down()
+
+    def drop(self) -> None:
+        """The dump connection the requests came on closes: none can be answered."""
+        self.counts.acks_skipped += self.pending.drop()
