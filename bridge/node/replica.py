@@ -32,7 +32,7 @@ from bridge.node.progress import Progress
 from bridge.node.replicated import Picked, Replicated
 from bridge.ring.consumer import RingConsumer
 from bridge.statusdoc import ReplicaStatus
-from bridge.transport import make_host, tls
+from bridge.transport import make_host, receiver, tls
 from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control, native
@@ -111,6 +111,8 @@ class ReplicaNode:
             self.metrics.start()
         self._listener.start(self)
         native.announce(log)
+        if self.cfg.transport == "tcp":
+            receiver.announce(log)
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)

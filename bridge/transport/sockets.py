@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 
 from bridge.errors import RemoteProtocolError, TransportError
 from bridge.transport.tls import certificate_refusal, wrap_client
@@ -23,11 +24,50 @@ def recv_into_exact(sock: socket.socket, view: memoryview) -> None:
     while got < len(view):
         n = sock.recv_into(view[got:])
         if n == 0:
-            raise TransportError(f"recv from {_peer(sock)}: connection closed after {got} of {len(view)} bytes")
+            raise TransportError(f"recv from {peer_name(sock)}: connection closed after {got} of {len(view)} bytes")
         got += n
 
 
-def _peer(sock: socket.socket) -> str:
+class BufferedReceiver:
+    """Reads a stream of small messages with as few recv calls as there are batches:
+    ``unpack`` takes a fixed-size head from a buffer filled by one recv of whatever has
+    arrived; ``read_into`` copies what is buffered and receives the rest straight into
+    the target (a placement of a megabyte is not copied twice)."""
+
+    def __init__(self, sock: socket.socket, size: int = RECV_BYTES) -> None:
+        self.sock = sock
+        self._buf = bytearray(size)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0
+
+    def unpack(self, fmt: struct.Struct) -> tuple:
+        if self._end - self._start < fmt.size:
+            self._fill(fmt.size)
+        values = fmt.unpack_from(self._buf, self._start)
+        self._start += fmt.size
+        return values
+
+    def read_into(self, target: memoryview) -> None:
+        have = min(self._end - self._start, len(target))
+        target[:have] = self._view[self._start:self._start + have]
+        self._start += have
+        if have < len(target):
+            recv_into_exact(self.sock, target[have:])
+
+    def _fill(self, need: int) -> None:
+        """At least ``need`` bytes buffered (what is there moved to the front first)."""
+        kept = self._end - self._start
+        self._view[:kept] = self._view[self._start:self._end]
+        self._start, self._end = 0, kept
+        while self._end < need:
+            n = self.sock.recv_into(self._view[self._end:])
+            if n == 0:
+                raise TransportError(f"recv from {peer_name(self.sock)}: connection closed after {self._end} of "
+                                     f"{need} bytes")
+            self._end += n
+
+
+def peer_name(sock: socket.socket) -> str:
     try:
         host, port = sock.getpeername()[:2]
         return f"{host}:{port}"
@@ -53,7 +93,7 @@ class ControlConnection:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.peer = _peer(sock)
+        self.peer = peer_name(sock)
         self._decoder = MessageDecoder()
         self._pending: list[dict] = []
 
@@ -95,4 +135,4 @@ class ControlConnection:
             pass
 
 
-__all__ = ["ControlConnection", "connect", "recv_exact", "recv_into_exact", "RemoteProtocolError"]
+__all__ = ["BufferedReceiver", "ControlConnection", "connect", "recv_exact", "recv_into_exact", "RemoteProtocolError"]

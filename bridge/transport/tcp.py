@@ -18,11 +18,11 @@ import socket
 import ssl
 
 from bridge.errors import BridgeError, TransportError
-from bridge.ring.layout import ACK_SEQ_AT, WRITE_SEQ_AT, init_region, read_u64, region_bytes, write_publish
+from bridge.ring.layout import init_region, region_bytes
 from bridge.transport.doorbell import Doorbell
-from bridge.transport.sockets import ControlConnection, connect, recv_exact, recv_into_exact
+from bridge.transport import receiver
+from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control, placement
-from bridge.wire.placement import Op
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +62,9 @@ class TcpRingHost:
     def serve(self, sock: socket.socket) -> None:
         """Carry out placements from one data connection until it closes (or a new
         session fences it off): into the ring of the session it belongs to."""
-        region, size = self.region, len(self.region)
         self._sockets.add(sock)
         try:
-            while True:
-                op, offset, length, body = placement.parse_head(recv_exact(sock, placement.HEAD.size), size)
-                if op == Op.WRITE:
-                    recv_into_exact(sock, region[offset:offset + length])
-                elif op == Op.ANSWER:  # what the ring holds now that everything before it is carried out
-                    _answer(sock, region)
-                else:
-                    write_publish(region, placement.SEQ.unpack(recv_exact(sock, body))[0], offset)
-                    if op == Op.PUBLISH_ANSWER:
-                        _answer(sock, region)  # before the doorbell wakes the apply thread
-                    self.doorbell.ring(region)
+            receiver.serve(sock, self.region, self.doorbell)
         except (BridgeError, OSError) as exc:
             log.info("tcp transport: data connection ended: %s", exc)
         finally:
@@ -85,10 +74,6 @@ class TcpRingHost:
     def close(self) -> None:
         self.fence()
         self.doorbell.close()
-
-
-def _answer(sock: socket.socket, region) -> None:
-    sock.sendall(placement.encode_reply(read_u64(region, WRITE_SEQ_AT), read_u64(region, ACK_SEQ_AT)))
 
 
 class TcpRemoteRing:

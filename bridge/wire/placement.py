@@ -36,6 +36,9 @@ class Op(enum.IntEnum):
     PUBLISH_ANSWER = 6
 
 
+_OPS = {int(op): op for op in Op}
+
+
 def encode_write(offset: int, data) -> bytes:
     return HEAD.pack(Op.WRITE, offset, len(data)) + bytes(data)
 
@@ -53,10 +56,14 @@ def encode_reply(placed: int, applied: int) -> bytes:
 
 def parse_head(data: bytes, region_bytes: int) -> tuple[Op, int, int, int]:
     """(op, offset, length, body bytes to read next); bounds checked against the region."""
-    op, offset, length = HEAD.unpack(data)
-    if op not in Op.__members__.values():
+    return check_head(*HEAD.unpack(data), region_bytes)
+
+
+def check_head(op: int, offset: int, length: int, region_bytes: int) -> tuple[Op, int, int, int]:
+    """``parse_head`` of a head already unpacked."""
+    if op not in _OPS:
         raise RemoteProtocolError(f"placement: unknown op {op}")
-    op = Op(op)
+    op = _OPS[op]
     if op == Op.WRITE and offset + length > region_bytes:
         raise RemoteProtocolError(f"placement: WRITE of {length} bytes at {offset} outside the "
                                   f"{region_bytes}-byte region")
