@@ -73,7 +73,7 @@ class StreamConnection(pymysql.connections.Connection):
         """The next packet's payload once the dump runs, read here rather than by
         PyMySQL (no packet object per event), the semi-sync header taken off (ACK
         request noted). A silent server ends the read after the kernel's receive
-        timeout (``_kernel_timeout``): no poll() before each read."""
+        timeout (``_kernel_timeout``): no poll() before each read (over TLS, Python's)."""
         if self._stall_s is None:
             self._kernel_timeout()
         rfile, parts = self._rfile, []
@@ -88,7 +88,7 @@ class StreamConnection(pymysql.connections.Connection):
                 length = int.from_bytes(header[:3], "little")
                 data = rfile.read(length)
             except OSError as exc:
-                raise self._stream_lost(str(exc)) from exc
+                raise self._lost_reading(exc) from exc
             if data is None or len(data) < length:
                 raise self._stream_lost(data)
             if length < MAX_PACKET or parts:
@@ -119,7 +119,7 @@ class StreamConnection(pymysql.connections.Connection):
         try:
             buffered = self._rfile.peek(1)
         except OSError as exc:
-            raise self._stream_lost(str(exc)) from exc
+            raise self._lost_reading(exc) from exc
         if not buffered:
             lost = self._nothing_read()
             if lost is not None:
@@ -140,7 +140,7 @@ class StreamConnection(pymysql.connections.Connection):
         True when the read would fail: it is the read that says why."""
         if not self.dumping or self.stashed is not None or self._stall_s is None:
             return True
-        sock = self._sock
+        sock, timeout = self._sock, self._sock.gettimeout()
         sock.settimeout(0.0)
         try:
             return bool(self._rfile.peek(1))
@@ -149,12 +149,16 @@ class StreamConnection(pymysql.connections.Connection):
         except OSError:
             return True
         finally:
-            sock.settimeout(None)
+            sock.settimeout(timeout)
 
     def _nothing_read(self) -> SourceConnectionLost | None:
         """A read that got nothing: the server closed the connection or the receive
         timeout passed (a peek reports both alike; the socket tells them apart), or
-        None when a packet arrived just now."""
+        None when a packet arrived just now. Over TLS (PyMySQL takes it whenever the
+        server offers it, as MariaDB 11.4+ does by default) a timeout raises instead
+        (``_lost_reading``), so nothing read is the server's close."""
+        if isinstance(self._sock, ssl.SSLSocket):
+            return self._stream_lost(b"")
         try:
             if self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
                 return None
@@ -163,6 +167,10 @@ class StreamConnection(pymysql.connections.Connection):
             return self._stream_lost(None)
         except OSError as exc:
             return self._stream_lost(str(exc))
+
+    def _lost_reading(self, exc: OSError) -> SourceConnectionLost:
+        """A read that failed; over TLS the read timeout ends it so (TimeoutError)."""
+        return self._stream_lost(None if isinstance(exc, (TimeoutError, ssl.SSLWantReadError)) else str(exc))
 
     def _stream_lost(self, why: str | bytes | None) -> SourceConnectionLost:
         """``why``: what went wrong, or what was read short (None: the timeout passed)."""
@@ -175,10 +183,13 @@ class StreamConnection(pymysql.connections.Connection):
 
     def _kernel_timeout(self) -> None:
         """The read timeout as SO_RCVTIMEO on a blocking socket (a Python-level
-        timeout polls before every read)."""
+        timeout polls before every read). Not over TLS: OpenSSL retries a read the
+        kernel's timeout ended, for ever, so there the timeout stays Python's."""
         self._stall_s = seconds = self._read_timeout or 0
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                              struct.pack("ll", int(seconds), int(seconds % 1 * 1e6)))
-        # blocking from here: PyMySQL's writes keep it so (their timeout is None too)
-        self._sock.settimeout(None)
+        if isinstance(self._sock, ssl.SSLSocket):
+            self._sock.settimeout(seconds or None)
+        else:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                  struct.pack("ll", int(seconds), int(seconds % 1 * 1e6)))
+            self._sock.settimeout(None)  # blocking from here: PyMySQL's writes keep it so (their timeout is None)
         self._current_timeout = self._read_timeout = self._write_timeout = None
