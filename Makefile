@@ -17,7 +17,7 @@ HOURS ?= 1
 RATE ?= 2000
 SEMI_SYNC ?= received
 
-.PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down
+.PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix
 
 # setup.py builds the compiled hot path and tcp receiver (Cython, fetched by pip for the build) with
 # the C compiler and Python headers `compiler` installs.
@@ -59,6 +59,24 @@ ifeq ($(CHROMIUM),)
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 endif
+
+# podman and mmdebstrap: the server flavors that run in containers built here from Debian's
+# packages (`sandbox up --flavor mariadb-11.8`; bridge/images.py).
+containers:
+	command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null \
+	  || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman mmdebstrap runc iptables uidmap >/dev/null; }
+
+# The server matrix: `make test` runs this host's MariaDB 10.11 on both ends; these run the
+# end-to-end, semantics, types, clone, checksum, filter, semi-sync, apply-stop and fault tests
+# again from 10.11 into MariaDB 11.8 (the upgrade path) and from 11.8 into 11.8, the 11.8
+# servers in containers built once from Debian 13's packages (cached by podman).
+MATRIX_TESTS ?= tests/integration/test_dml_ddl.py tests/integration/test_semantics.py \
+  tests/integration/test_types.py tests/integration/test_clone.py tests/integration/test_checksum.py \
+  tests/integration/test_filter.py tests/integration/test_semisync.py tests/integration/test_apply_stop.py \
+  tests/integration/test_doctor.py tests/faults
+test-matrix: deps containers
+	RDMA_BRIDGE_TEST_SERVERS=local,mariadb-11.8 $(PY) -m pytest -q $(MATRIX_TESTS)
+	RDMA_BRIDGE_TEST_SERVERS=mariadb-11.8 $(PY) -m pytest -q $(MATRIX_TESTS)
 
 # Debian's pyverbs (PyPI's does not build against rdma-core 44), linked into the venv.
 rdma-deps: $(STAMP)

@@ -21,7 +21,8 @@ import time
 
 from bridge.clone.run import Cloner
 from bridge.config import MysqlUrl
-from bridge.sandbox import Sandbox, find_binary
+from bridge.sandbox import Sandbox
+from bridge.servers import find_binary
 from bridge.sqlnames import META
 from bridge.workload import connect
 

@@ -1,9 +1,11 @@
 """Local MariaDB primary + replica for the demo, tests and benchmarks.
 
 Owns a state directory: one folder per server (my.cnf, datadir, socket, logs) and
-``sandbox.json`` (ports, generated passwords, URLs; mode 0600). ``up`` is
+``sandbox.json`` (ports, generated passwords, URLs, flavors; mode 0600). ``up`` is
 idempotent: servers already running are kept. Servers read only their own
-``--defaults-file``; clients never read /etc/mysql.
+``--defaults-file``; clients never read /etc/mysql. Each server has a flavor
+(bridge.images): this host's mariadbd, or a MariaDB version run in a container built
+here from Debian's packages (bridge.servers), chosen when the sandbox is created.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,11 +25,12 @@ import pymysql
 
 from bridge.certs import make_set
 from bridge.errors import SandboxError
+from bridge.images import LOCAL, check_flavor
+from bridge.servers import INSTALL_DB_ARGS, servers_for
 from bridge.sqlfiles import sql_statements
 
 DEFAULT_STATE_DIR = ".sandbox"
 READY_TIMEOUT_S = 30.0
-SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
 
 COMMON_CNF = """[mariadbd]
 datadir={dir}/data
@@ -40,9 +42,7 @@ port={port}
 bind-address=127.0.0.1
 server_id={server_id}
 skip-name-resolve
-character_set_server=utf8mb4
-collation_server=utf8mb4_general_ci
-innodb_log_file_size=16M
+{charset}innodb_log_file_size=16M
 innodb_buffer_pool_size=64M
 gtid_strict_mode=ON
 gtid_domain_id=0
@@ -55,6 +55,7 @@ binlog_row_metadata=FULL
 rpl_semi_sync_master_wait_point=AFTER_SYNC
 rpl_semi_sync_master_timeout=1000
 """
+LOCAL_CHARSET_CNF = "character_set_server=utf8mb4\ncollation_server=utf8mb4_general_ci\n"  # container flavors: theirs
 NATIVE_CNF = """relay_log=relay-bin
 slave_parallel_mode=optimistic
 """
@@ -74,6 +75,7 @@ class ServerState:
     role: str
     dir: Path
     port: int
+    flavor: str = LOCAL
 
     @property
     def socket(self) -> Path:
@@ -82,14 +84,6 @@ class ServerState:
     @property
     def pid_file(self) -> Path:
         return self.dir / "mysqld.pid"
-
-
-def find_binary(name: str) -> str:
-    found = shutil.which(name) or next((f"{d}/{name}" for d in SEARCH_PATH if os.access(f"{d}/{name}", os.X_OK)), None)
-    if not found:
-        raise SandboxError(f"sandbox: {name} not found; install it with "
-                           "'apt-get install mariadb-server mariadb-client' (make deps does)")
-    return found
 
 
 def free_port() -> int:
@@ -103,13 +97,16 @@ class Sandbox:
         self.dir = Path(state_dir).resolve()
         self.state_file = self.dir / "sandbox.json"
 
-    def up(self, native_replica: bool = False, tls: bool = False) -> dict:
+    def up(self, native_replica: bool = False, tls: bool = False, flavor: str | None = None,
+           replica_flavor: str | None = None) -> dict:
         """Start (creating once) the primary and the replica; with ``native_replica``
         also a third server replicating the primary with MariaDB's own GTID
         replication, the baseline of the benchmarks. ``tls``: the servers take only
         TLS over TCP (certificates of the sandbox's own CA, in STATE_DIR/tls; the URLs
-        verify them), once asked for it stays so."""
-        state = self._load_or_create()
+        verify them), once asked for it stays so. ``flavor`` (every server) and
+        ``replica_flavor`` (the replica): bridge.images, fixed when the sandbox is made
+        (None: as it was made, or this host's mariadbd for a new one)."""
+        state = self._load_or_create(flavor, replica_flavor or flavor)
         if tls and not state.get("tls"):
             self._enable_tls(state)
         if native_replica and "native" not in state["ports"]:
@@ -223,14 +220,14 @@ class Sandbox:
     def _copy_schemas(self, state: dict, schemas: list[str]) -> str:
         """The primary's ``schemas`` into the native replica; the snapshot's GTID position."""
         primary, native = self._server(state, "primary"), self._server(state, "native")
-        dump = subprocess.run([find_binary("mariadb-dump"), f"--socket={primary.socket}", "--user=root",
-                               "--single-transaction", "--master-data=2", "--gtid", "--routines", "--events",
-                               "--triggers", "--databases", *schemas], capture_output=True)
+        dump = subprocess.run(self._servers(primary).command(
+            "mariadb-dump", f"--socket={primary.socket}", "--user=root", "--single-transaction", "--master-data=2",
+            "--gtid", "--routines", "--events", "--triggers", "--databases", *schemas), capture_output=True)
         found = re.search(rb"gtid_slave_pos='([^']*)'", dump.stdout)
         if dump.returncode != 0 or not found:
             why = dump.stderr.decode(errors='replace').strip()[-500:] or 'no GTID position in the dump'
             raise SandboxError(f"sandbox: copying the primary's schemas for the native replica failed: {why}")
-        loaded = subprocess.run([find_binary("mariadb"), f"--socket={native.socket}", "--user=root"],
+        loaded = subprocess.run(self._servers(native).command("mariadb", f"--socket={native.socket}", "--user=root"),
                                 input=dump.stdout, capture_output=True)
         if loaded.returncode != 0:
             raise SandboxError(f"sandbox: loading the primary's schemas into the native replica failed: "
@@ -239,14 +236,22 @@ class Sandbox:
 
     # --- state -----------------------------------------------------------
 
-    def _load_or_create(self) -> dict:
+    def _load_or_create(self, flavor: str | None, replica_flavor: str | None) -> dict:
+        flavors = {"primary": check_flavor(flavor or LOCAL), "replica": check_flavor(replica_flavor or LOCAL),
+                   "native": flavor or LOCAL}
         if self.state_file.exists():
-            return json.loads(self.state_file.read_text())
+            state = json.loads(self.state_file.read_text())
+            made = state.setdefault("flavors", {role: LOCAL for role in ROLES})
+            if flavor is not None and made != flavors:
+                raise SandboxError(f"sandbox in {self.dir} was made with servers {made}, not {flavors}: "
+                                   f"`rdma-bridge sandbox down --state-dir {self.dir}` and use another --state-dir")
+            return state
         self.dir.mkdir(parents=True, exist_ok=True)
         state = {
             "ports": {role: free_port() for role in ("primary", "replica")},  # native: on request
             "passwords": {k: secrets.token_urlsafe(12) for k in ("repl", "apply", "admin")},
             "bootstrapped": False,
+            "flavors": flavors,
         }
         self._save(state)
         return state
@@ -258,7 +263,10 @@ class Sandbox:
         tmp.replace(self.state_file)
 
     def _server(self, state: dict, role: str) -> ServerState:
-        return ServerState(role, self.dir / role, state["ports"][role])
+        return ServerState(role, self.dir / role, state["ports"][role], state.get("flavors", {}).get(role, LOCAL))
+
+    def _servers(self, server: ServerState):
+        return servers_for(server.flavor, self.dir)
 
     # --- processes -------------------------------------------------------
 
@@ -270,20 +278,18 @@ class Sandbox:
         server_id, extra = ROLES[server.role]
         cnf = server.dir / "my.cnf"
         server.dir.mkdir(parents=True, exist_ok=True)
-        cnf.write_text(COMMON_CNF.format(dir=server.dir, port=server.port, server_id=server_id) + extra +
-                       (TLS_CNF.format(tls=self.dir / "tls") if tls else ""))
+        charset = LOCAL_CHARSET_CNF if server.flavor == LOCAL else ""
+        cnf.write_text(COMMON_CNF.format(dir=server.dir, port=server.port, server_id=server_id, charset=charset) +
+                       extra + (TLS_CNF.format(tls=self.dir / "tls") if tls else ""))
+        servers = self._servers(server)
         if not (server.dir / "data").exists():
             (server.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: no clash with other servers' temp files
-            self._install_db(server, cnf)
+            self._install_db(server, servers.command("mariadb-install-db", f"--defaults-file={cnf}", *INSTALL_DB_ARGS))
         (server.dir / "tmp").mkdir(exist_ok=True)
-        subprocess.Popen([find_binary("mariadbd"), f"--defaults-file={cnf}", "--user=root"],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+        servers.start(server.role, cnf)
         self._wait_ready(server)
 
-    def _install_db(self, server: ServerState, cnf: Path) -> None:
-        cmd = [find_binary("mariadb-install-db"), f"--defaults-file={cnf}", "--user=root",
-               "--auth-root-authentication-method=normal", "--skip-test-db"]
+    def _install_db(self, server: ServerState, cmd: list[str]) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise SandboxError(f"sandbox: initialising the {server.role} datadir in {server.dir} failed: "

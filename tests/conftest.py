@@ -3,6 +3,7 @@ in a temporary directory, stopped at the end."""
 
 import itertools
 import logging
+import os
 import threading
 import time
 
@@ -20,10 +21,20 @@ _channels = itertools.count(1)
 STOP_WAIT_S = 10.0  # for both nodes' threads to notice stop() before they are closed under them
 
 
+SERVERS_ENV = "RDMA_BRIDGE_TEST_SERVERS"  # FLAVOR, or PRIMARY_FLAVOR,REPLICA_FLAVOR (bridge.images); default local
+
+
+def server_flavors() -> tuple[str | None, str | None]:
+    """(primary, replica) flavors the suite runs against (`make test-matrix` sets them)."""
+    given = [f.strip() for f in os.environ.get(SERVERS_ENV, "").split(",") if f.strip()]
+    return (given[0], given[-1]) if given else (None, None)
+
+
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory):
     box = Sandbox(tmp_path_factory.mktemp("sandbox"))
-    info = box.up()
+    flavor, replica_flavor = server_flavors()
+    info = box.up(flavor=flavor, replica_flavor=replica_flavor)
     yield box, info
     box.down()
 

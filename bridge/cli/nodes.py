@@ -14,6 +14,7 @@ from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US
                                 metrics_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
 from bridge.model import GtidSet
+from bridge.images import FLAVORS, LOCAL
 from bridge.sandbox import Sandbox
 
 log = logging.getLogger("bridge")
@@ -41,9 +42,18 @@ def sandbox() -> None:
               help="The servers take TCP clients only over TLS, with certificates of a CA the sandbox makes "
                    "(STATE_DIR/tls); the URLs verify them (ssl-ca, ssl-verify-cert), and the same files serve "
                    "the bridge's --tls-cert/--tls-key/--tls-ca. Once on, stays on for this state directory.")
-def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool) -> None:
+@click.option("--flavor", type=click.Choice([LOCAL, *FLAVORS]), default=None,
+              help=f"Which MariaDB runs the servers: {LOCAL} (this host's mariadbd, the default) or a version "
+                   "run with podman in a container built here, once, from Debian's packages (mariadb-11.8: "
+                   "Debian 13's; needs podman and mmdebstrap, a few minutes the first time). Chosen when the "
+                   "sandbox is made.")
+@click.option("--replica-flavor", type=click.Choice([LOCAL, *FLAVORS]), default=None,
+              help="Another flavor for the replica (e.g. --replica-flavor mariadb-11.8: the upgrade path from "
+                   "this host's 10.11 primary); default: --flavor.")
+def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool, flavor: str | None,
+               replica_flavor: str | None) -> None:
     """Create (once) and start the servers. Idempotent."""
-    info = Sandbox(state_dir).up(native_replica=native_replica, tls=tls)
+    info = Sandbox(state_dir).up(native_replica=native_replica, tls=tls, flavor=flavor, replica_flavor=replica_flavor)
     if as_json:
         click.echo(json.dumps(info))
     else:

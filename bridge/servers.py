@@ -1,0 +1,70 @@
+"""How the sandbox runs one server of a flavor (bridge.images): this host's mariadbd as
+a child process (``LocalServers``), or the flavor's MariaDB in a podman container
+(``ContainerServers``) that shares this host's network and process namespace and sees
+the sandbox's state directory at the same path. Either way the server writes its pid
+file, socket and logs where the sandbox expects them, and the pid in the pid file is
+a process of this host: the sandbox checks, stops and reaps servers the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from bridge.errors import SandboxError
+from bridge.images import LOCAL, Podman, ensure_image
+
+SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
+INSTALL_DB_ARGS = ("--user=root", "--auth-root-authentication-method=normal", "--skip-test-db")
+
+
+def find_binary(name: str) -> str:
+    found = shutil.which(name) or next((f"{d}/{name}" for d in SEARCH_PATH if os.access(f"{d}/{name}", os.X_OK)), None)
+    if not found:
+        raise SandboxError(f"sandbox: {name} not found; install it with "
+                           "'apt-get install mariadb-server mariadb-client' (make deps does)")
+    return found
+
+
+class LocalServers:
+    flavor = LOCAL
+
+    def command(self, name: str, *args: str) -> list[str]:
+        """A MariaDB program (server or client) of this flavor, ready to run here."""
+        return [find_binary(name), *args]
+
+    def start(self, role: str, cnf: Path) -> None:
+        subprocess.Popen(self.command("mariadbd", f"--defaults-file={cnf}", "--user=root"),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+
+
+class ContainerServers:
+    """Servers and their tools in the flavor's image, one container per running server."""
+
+    def __init__(self, flavor: str, state_dir: Path) -> None:
+        self.flavor, self.state_dir = flavor, state_dir
+        self.podman = Podman.here()
+        self.image = ensure_image(flavor, self.podman)
+        self._prefix = f"rdma-bridge-sandbox-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:10]}"
+
+    def _run(self, *args: str) -> list[str]:
+        """``podman run`` arguments: this host's network and processes, the state directory."""
+        return ["run", *self.podman.run_args, "--network", "host", "--pid", "host",
+                "--volume", f"{self.state_dir}:{self.state_dir}", *args]
+
+    def command(self, name: str, *args: str) -> list[str]:
+        return [self.podman.binary, *self.podman.global_args, *self._run("--rm", "-i", self.image), name, *args]
+
+    def start(self, role: str, cnf: Path) -> None:
+        name = f"{self._prefix}-{role}"
+        self.podman("rm", "--force", name, check=False)  # one left by a server that was killed
+        self.podman(*self._run("--detach", "--rm", "--name", name, self.image, "mariadbd",
+                               f"--defaults-file={cnf}", "--user=root"))
+
+
+def servers_for(flavor: str, state_dir: Path) -> LocalServers | ContainerServers:
+    return LocalServers() if flavor == LOCAL else ContainerServers(flavor, state_dir)
