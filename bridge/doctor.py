@@ -254,16 +254,38 @@ def render(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def flavor_or_none(url: MysqlUrl) -> str | None:
-    """mariadb or mysql, from the server's version; None when it cannot be reached."""
+def version_or_none(url: MysqlUrl, role: str) -> str | None:
+    """The server's version string; None when it cannot be reached."""
     try:
-        conn = preflight.connect(url, "primary")
+        conn = preflight.connect(url, role)
     except BridgeError:
         return None
     try:
-        return flavor_of(preflight.read_settings(conn)["version"])
+        return preflight.read_settings(conn)["version"]
     finally:
         conn.close()
+
+
+# Server pairs (primary, replica) the whole suite runs against in CI (`make test`, `make test-matrix`).
+TESTED_PAIRS = (("mariadb-10.11", "mariadb-10.11"), ("mariadb-10.11", "mariadb-11.8"), ("mariadb-11.8", "mariadb-11.8"))
+
+
+def server_line(version: str) -> str:
+    """'mariadb-11.8' of '11.8.9-MariaDB-0+deb13u1', 'mysql-8.0' of '8.0.36'."""
+    numbers = version.split("-", 1)[0].split(".")
+    return f"{flavor_of(version)}-{'.'.join(numbers[:2])}"
+
+
+def pair_check(primary_version: str, replica_version: str) -> Check:
+    """Both ends' servers, and whether that pair is one the tests run against."""
+    pair = (server_line(primary_version), server_line(replica_version))
+    seen = f"primary {primary_version} ({pair[0]}), replica {replica_version} ({pair[1]})"
+    if pair in TESTED_PAIRS:
+        return Check("PASS", "server versions", f"{seen}: a tested pair")
+    tested = ", ".join(f"{p} -> {r}" for p, r in TESTED_PAIRS)
+    return Check("WARN", "server versions", f"{seen}: not a pair the tests run against (tested: {tested})",
+                 "a replica of the primary's version or newer, as native replication needs; test your pair "
+                 "with the bridge's suite before relying on it")
 
 
 CLONE_COPY_MB_PER_S = 10.0  # a conservative copy rate for the retention check (the benchmark: 15-18 MB/s)

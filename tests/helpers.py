@@ -27,6 +27,16 @@ def semi_sync_status(conn) -> dict:
         return {k.lower().removeprefix("rpl_semi_sync_master_"): v for k, v in cur.fetchall()}
 
 
+def semi_sync_on(admin, pair, schema: str) -> None:
+    """The primary runs semi-sync with this pair's bridge acknowledging: its client is
+    registered, and the status ON, which MariaDB 11 reaches only with the first ACK of a
+    commit (10.11 is ON at once): one row into ``schema``.warm per try."""
+    wait_for(lambda: semi_sync_status(admin)["clients"] == "1", "the bridge as semi-sync client")
+    pair.sql(f"CREATE TABLE IF NOT EXISTS {schema}.warm (id INT AUTO_INCREMENT PRIMARY KEY)")
+    wait_for(lambda: pair.sql(f"INSERT INTO {schema}.warm () VALUES ()") or
+             semi_sync_status(admin)["status"] == "ON", "semi-sync ON")
+
+
 def wait_for(predicate, what: str, timeout_s: float = 60.0, alive=lambda: None) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():

@@ -110,8 +110,10 @@ class Applier:
                                   f"rows, which native replication never does: {', '.join(triggers[:10])}; use "
                                   "--apply-mode binlog (same flavor) or drop them on the replica")
 
-    def set_mode(self, mode: str, same_flavor: bool) -> None:
-        """The apply mode of a new session (nothing may be in flight)."""
+    def set_mode(self, mode: str, same_flavor: bool, primary_collations: dict[int, str] | None = None) -> None:
+        """The apply mode of a new session (nothing may be in flight); the primary's names
+        of its collation ids, for a statement whose id the replica does not know."""
+        self._statements.primary_collations = primary_collations or {}
         if (mode, same_flavor) != (self.mode, self.same_flavor):
             self.mode, self.same_flavor = mode, same_flavor
             self._setup_session()
@@ -229,14 +231,18 @@ class Applier:
     def rollback(self) -> None:
         rollback(self.conn, self.url)
 
-    def skip(self, seq: int, gtid: str, error: str, by: str) -> None:
+    def skip(self, seq: int, gtid: str, error: str, by: str, item: Transaction | Chunk | None = None) -> None:
         """Move the position past transaction ``seq`` without applying it, recorded in
-        rdma_bridge.skipped (the operator's `rdma-bridge skip`)."""
+        rdma_bridge.skipped (the operator's `rdma-bridge skip`). The FORMAT_DESCRIPTION
+        ``item`` carried stays in force: the transactions after it are in that format
+        and do not carry it again (a session sends it once, with its first frame)."""
         if seq != self.position.applied_seq + 1:
             raise ApplyError(f"skip seq {seq} ({gtid}): the replica is at seq {self.position.applied_seq}")
         gtids = self.position.gtid_set.add_text(gtid)
         record_skip(self.conn, self.channel, seq, gtids, gtid, error, by)
         self.position = Position(seq, gtids)
+        if item is not None and item.format_event:
+            self.format = self.format_for(item)
 
     def unique_keys(self, schema: str, table: str) -> tuple[tuple[str, ...], ...]:
         """The primary and unique keys of a replica table, as column tuples (cached;

@@ -128,9 +128,9 @@ class ParallelApplier:
     def rules(self, rules) -> None:
         self.main.rules = rules
 
-    def set_mode(self, mode: str, same_flavor: bool) -> None:
+    def set_mode(self, mode: str, same_flavor: bool, primary_collations: dict[int, str] | None = None) -> None:
         for applier in (self.main, *self.others):
-            applier.set_mode(mode, same_flavor)
+            applier.set_mode(mode, same_flavor, primary_collations)
 
     def preflight(self, mode: str) -> None:
         self.main.preflight(mode)
@@ -170,8 +170,8 @@ class ParallelApplier:
         else:
             self.apply_group([(seq, txn)])
 
-    def skip(self, seq: int, gtid: str, error: str, by: str) -> None:
-        self.main.skip(seq, gtid, error, by)
+    def skip(self, seq: int, gtid: str, error: str, by: str, item=None) -> None:
+        self.main.skip(seq, gtid, error, by, item)
 
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         self.main.apply_chunk(seq, chunk)

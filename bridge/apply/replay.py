@@ -17,10 +17,10 @@ creates or alters, so the applier can do the same right after it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from bridge.errors import RemoteProtocolError
+from bridge.errors import ApplyError, RemoteProtocolError
 from bridge.sqlnames import quote_name
 from bridge.wire import binlog
 
@@ -29,6 +29,7 @@ from bridge.wire import binlog
 RESET_REPLAYED = (b"SET SESSION timestamp=DEFAULT, auto_increment_increment=DEFAULT, auto_increment_offset=DEFAULT, "
                   b"insert_id=0, collation_database=DEFAULT, lc_time_names=DEFAULT, unique_checks=1, "
                   b"sql_auto_is_null=0, explicit_defaults_for_timestamp=DEFAULT")
+RESET_CHARSET_COLLATIONS = b"SET SESSION character_set_collations=DEFAULT"  # where the replica has it
 # sql_mode bits both flavors give the same meaning (MySQL 5.7 numbering, which MariaDB
 # and MySQL 8 keep); only these are replayed when the primary is of the other flavor.
 PORTABLE_SQL_MODE = (1 << 31) - 1
@@ -36,18 +37,41 @@ PORTABLE_SQL_MODE = (1 << 31) - 1
 # before 11.4 does not know: across flavors they are replayed as utf8mb4.
 FIRST_MYSQL8_COLLATION = 255
 
-Collations = Callable[[int], "tuple[str, str] | None"]  # collation id -> (collation, charset) on the replica
+@dataclass(frozen=True, slots=True)
+class ReplicaCollations:
+    """The collations of the replica server, to replay a statement's session by name (a
+    MariaDB 11 collation id above 2047 cannot be SET as a number for every variable)."""
+
+    by_id: Mapping[int, tuple[str, str]]  # id -> (collation, character set)
+    has_charset_collations: bool = False  # @@character_set_collations (MariaDB 11.2+)
+    primary_names: Mapping[int, str] = field(default_factory=dict)  # the primary's own names, for messages
+
+    def __call__(self, collation_id: int) -> tuple[str, str] | None:
+        return self.by_id.get(collation_id)
+
+    def name(self, collation_id: int, what: str) -> tuple[str, str]:
+        """(collation, character set) of an id the statement needs; an id the replica
+        does not know stops applying with the primary's name for it."""
+        known = self.by_id.get(collation_id)
+        if known is None:
+            primary = self.primary_names.get(collation_id)
+            raise ApplyError(f"{what}: collation id {collation_id} "
+                             f"({primary + ' on the primary' if primary else 'unnamed by the primary'}) is unknown to "
+                             "the replica server: run a replica version that has it (a native replica needs it too)")
+        return known
 
 
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """What to run for one QUERY event: ``session`` then ``sql`` (its own bytes)."""
+    """What to run for one QUERY event: ``session`` then ``sql`` (its own bytes), then
+    ``restore`` (what the session settings leave behind, besides the applier's own setup)."""
 
     schema: str
     session: tuple[bytes, ...]
     sql: bytes
     text: str  # for messages
     invoker: tuple[str, str] | None = None  # (user, host) the primary ran it as, when the event says
+    restore: tuple[bytes, ...] = (RESET_REPLAYED,)
 
 
 def split_raw(raw: bytes) -> tuple[list[bytes], bytes]:
@@ -58,15 +82,16 @@ def split_raw(raw: bytes) -> tuple[list[bytes], bytes]:
     return events[:-1], events[-1]
 
 
-def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: Collations) -> Replay:
+def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: ReplicaCollations) -> Replay:
     context, query_event = split_raw(raw)
     q = binlog.parse_query(query_event, checksum_bytes)
     session = [*_session(q, same_flavor, collations)]
     session += [_context(binlog.parse_context(ev, checksum_bytes), collations) for ev in context]
-    return Replay(q.schema, tuple(session), q.sql, q.text, q.status.get(binlog.Q_INVOKER))
+    restore = (RESET_REPLAYED, RESET_CHARSET_COLLATIONS) if collations.has_charset_collations else (RESET_REPLAYED,)
+    return Replay(q.schema, tuple(session), q.sql, q.text, q.status.get(binlog.Q_INVOKER), restore)
 
 
-def _session(q: binlog.QueryEvent, same_flavor: bool, collations: Collations):
+def _session(q: binlog.QueryEvent, same_flavor: bool, collations: ReplicaCollations):
     if q.flags2 is not None:
         yield (b"SET @@session.foreign_key_checks=%d, @@session.sql_auto_is_null=%d, @@session.unique_checks=%d"
                % (not q.flags2 & binlog.OPTION_NO_FOREIGN_KEY_CHECKS, bool(q.flags2 & binlog.OPTION_AUTO_IS_NULL),
@@ -79,12 +104,17 @@ def _session(q: binlog.QueryEvent, same_flavor: bool, collations: Collations):
             status[binlog.Q_AUTO_INCREMENT]
     if q.charset is not None:
         yield _charset(q.charset, same_flavor, collations)
+    if collations.has_charset_collations:  # the statement's, or none (an older primary's defaults), as native
+        yield b"SET @@session.character_set_collations=" + _string(",".join(
+            f"{collations.name(cs, 'character_set_collations')[1]}={collations.name(c, 'character_set_collations')[0]}"
+            for cs, c in status.get(binlog.Q_CHARACTER_SET_COLLATIONS, ())))
     if binlog.Q_TIME_ZONE in status:
         yield b"SET @@session.time_zone=" + _string(status[binlog.Q_TIME_ZONE])
     if binlog.Q_LC_TIME_NAMES in status:
         yield b"SET @@session.lc_time_names=%d" % status[binlog.Q_LC_TIME_NAMES]
-    if binlog.Q_CHARSET_DATABASE in status and (same_flavor or collations(status[binlog.Q_CHARSET_DATABASE])):
-        yield b"SET @@session.collation_database=%d" % status[binlog.Q_CHARSET_DATABASE]
+    database = status.get(binlog.Q_CHARSET_DATABASE)
+    if database is not None and (same_flavor or collations(database)):
+        yield b"SET @@session.collation_database=" + _string(collations.name(database, "collation_database")[0])
     explicit = status.get(binlog.Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP)  # MySQL writes it; MariaDB uses a flags2 bit
     if explicit is None and q.flags2 is not None:
         explicit = int(bool(q.flags2 & binlog.OPTION_EXPLICIT_DEF_TIMESTAMP))
@@ -93,17 +123,20 @@ def _session(q: binlog.QueryEvent, same_flavor: bool, collations: Collations):
     yield b"SET TIMESTAMP=%d.%06d" % (q.timestamp, q.microseconds)
 
 
-def _charset(ids: tuple[int, int, int], same_flavor: bool, collations: Collations) -> bytes:
+def _charset(ids: tuple[int, int, int], same_flavor: bool, collations: ReplicaCollations) -> bytes:
+    """By name: character_set_client takes only a character set (a MariaDB 11 default
+    collation id such as 2304 is not one), the collations any id the replica knows."""
     if not same_flavor and any(not collations(i) for i in ids):
         # a MySQL 8 collation MariaDB lacks: the bytes are utf8mb4 (all of the 0900 family are)
         known = [collations(i) for i in ids]
         charset = (known[0] or ("", "utf8mb4"))[1]
         return b"SET NAMES " + charset.encode()
-    return (b"SET @@session.character_set_client=%d, @@session.collation_connection=%d, "
-            b"@@session.collation_server=%d" % ids)
+    (_, client), (connection, _), (server, _) = (collations.name(i, "session of the statement") for i in ids)
+    return (b"SET @@session.character_set_client=%s, @@session.collation_connection=%s, "
+            b"@@session.collation_server=%s" % (_string(client), _string(connection), _string(server)))
 
 
-def _context(parsed: tuple[str, object], collations: Collations) -> bytes:
+def _context(parsed: tuple[str, object], collations: ReplicaCollations) -> bytes:
     kind, value = parsed
     if kind == "intvar":
         which, number = value
@@ -113,7 +146,7 @@ def _context(parsed: tuple[str, object], collations: Collations) -> bytes:
     return b"SET @" + quote_name(value.name).encode() + b":=" + _user_value(value, collations)
 
 
-def _user_value(v: binlog.UserVar, collations: Collations) -> bytes:
+def _user_value(v: binlog.UserVar, collations: ReplicaCollations) -> bytes:
     if v.kind == "null":
         return b"NULL"
     if v.kind == "string":

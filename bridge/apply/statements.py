@@ -15,6 +15,7 @@ import logging
 
 import pymysql
 
+from bridge import serverinfo
 from bridge.apply import replay, sql
 from bridge.apply.connection import apply_error, run_script, session_setup
 from bridge.errors import ApplyError, RemoteProtocolError
@@ -30,7 +31,8 @@ UNKNOWN_DATABASE = 1049
 class StatementReplayer:
     def __init__(self) -> None:
         self.conn: pymysql.Connection | None = None
-        self._collations: dict[int, tuple[str, str]] | None = None
+        self._collations: tuple[dict, bool] | None = None  # the replica's collations, has character_set_collations
+        self.primary_collations: dict[int, str] = {}  # the primary's names (its side says them in the hello)
 
     def attach(self, conn: pymysql.Connection) -> None:
         self.conn = conn
@@ -56,14 +58,14 @@ class StatementReplayer:
             finally:
                 if plan.session:
                     run_script(self.conn, f"{context}: restore the session",
-                               [replay.RESET_REPLAYED, session_setup(mode == "sql").encode()])
+                               [*plan.restore, session_setup(mode == "sql").encode()])
 
     def _plan(self, context: str, st: Statement, fmt, same_flavor: bool) -> replay.Replay:
         if not st.raw:
             return replay.Replay(st.schema, (), st.sql.encode(), st.sql)
         if fmt is None:
             raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
-        return replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._collation)
+        return replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._replica_collations())
 
     def _execute(self, cur, context: str, plan: replay.Replay, after_crash: bool) -> None:
         if plan.schema:
@@ -100,10 +102,10 @@ class StatementReplayer:
         cur.execute(f"{sql.TAG}ALTER DEFINER={self.conn.escape(user)}@{self.conn.escape(host)} EVENT {name} "
                     "DISABLE ON SLAVE")
 
-    def _collation(self, collation_id: int) -> tuple[str, str] | None:
-        """(collation, character set) of a collation id on the replica (cached)."""
+    def _replica_collations(self) -> replay.ReplicaCollations:
+        """The replica server's collations (read once) and the primary's names for them."""
         if self._collations is None:
             with self.conn.cursor() as cur:
-                cur.execute("SELECT ID, COLLATION_NAME, CHARACTER_SET_NAME FROM information_schema.COLLATIONS")
-                self._collations = {int(i): (name, charset) for i, name, charset in cur.fetchall()}
-        return self._collations.get(collation_id)
+                self._collations = (serverinfo.read_collations(cur),
+                                    serverinfo.has_variable(cur, "character_set_collations"))
+        return replay.ReplicaCollations(*self._collations, self.primary_collations)

@@ -110,6 +110,7 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     Each line is PASS, WARN, FAIL or INFO, with a fix; exit code 1 on any FAIL.
     """
     from bridge import doctor as checks
+    from bridge.wire.binlog import flavor_of
 
     found = checks.rdma_checks(transport, ring_bytes)
     if tls is not None:
@@ -117,14 +118,18 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     if clone_source:
         found += checks.clone_checks(MysqlUrl.parse(clone_source, PASSWORD_ENV["source"]), list(clone_schemas),
                                      clone_parallel)
-    primary_flavor = None
+    primary_version = replica_version = None
     if source:
         primary = MysqlUrl.parse(source, PASSWORD_ENV["source"])
         found += checks.primary_checks(primary, server_id)
-        primary_flavor = checks.flavor_or_none(primary)
+        primary_version = checks.version_or_none(primary, "primary")
     if target:
-        found += checks.replica_checks(MysqlUrl.parse(target, PASSWORD_ENV["target"]), apply_mode=apply_mode,
-                                       primary_flavor=primary_flavor)
+        replica = MysqlUrl.parse(target, PASSWORD_ENV["target"])
+        found += checks.replica_checks(replica, apply_mode=apply_mode,
+                                       primary_flavor=flavor_of(primary_version) if primary_version else None)
+        replica_version = checks.version_or_none(replica, "replica")
+    if primary_version and replica_version:
+        found.append(checks.pair_check(primary_version, replica_version))
     click.echo(checks.render(found))
     sys.exit(1 if any(c.status == "FAIL" for c in found) else 0)
 

@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 
+from bridge import serverinfo
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
@@ -92,6 +93,7 @@ class PrimaryNode:
         self.behind = BehindMonitor(cfg.source, self._reading, cfg.behind_poll_s)
         self.apply_mode = ""  # the replica's choice for this session: binlog (raw row events) or sql
         self._format_sent: binlog.FormatDescription | None = None  # the last one that went into the ring
+        self._collation_names: dict[str, str] = {}  # the primary's collations by id, for the replica side's messages
 
     @property
     def remote(self):
@@ -188,6 +190,8 @@ class PrimaryNode:
             settings["binlog_start"] = preflight.binlog_start(conn)
             if not check:
                 return settings
+            with conn.cursor() as cur:  # the replica side names an id its server lacks by the primary's name
+                self._collation_names = {str(i): name for i, (name, _) in serverinfo.read_collations(cur).items()}
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
             preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as)
             if self.cfg.semi_sync != "off":
@@ -216,7 +220,8 @@ class PrimaryNode:
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             doorbell=True,  # this side rings the ring's doorbell (older ones did not: the replica polls)
             flavor=binlog.flavor_of(version), server_version=version,  # the replica picks the apply mode
-            writer=self.writer, take_over=self.cfg.take_over),  # one writer per ring (bridge.node.fencing)
+            writer=self.writer, take_over=self.cfg.take_over,  # one writer per ring (bridge.node.fencing)
+            collations=self._collation_names),
             expect_type="welcome")
 
     def _apply_state(self, stopped: dict | None) -> None:

@@ -312,8 +312,9 @@ class ReplicaNode:
                 raise ConfigError(f"skip {gtid}: applying is not stopped on replica {self.cfg.target}; nothing to "
                                   "skip")
             halt.check_skip(gtid)
-            self.applier.skip(halt.seq, halt.gtid, halt.error, by)
-            if self._pending and self._pending[0].frame.seq == halt.seq:
+            skipped = self._pending[0].item if self._pending and self._pending[0].frame.seq == halt.seq else None
+            self.applier.skip(halt.seq, halt.gtid, halt.error, by, skipped)
+            if skipped is not None:
                 self._pending = self._pending[1:]
                 if self.consumer is not None:
                     self.consumer.acknowledge(halt.seq)
@@ -395,6 +396,14 @@ class ReplicaNode:
         return Picked(frame, item, time.time_ns())
 
     def _apply(self, work: list[Picked]) -> None:
+        """Apply ``work``; a frame that cannot be applied here (its raw events with no
+        format known, say) is an ApplyError too: applying stops, the process goes on."""
+        try:
+            self._apply_work(work)
+        except RemoteProtocolError as exc:
+            raise ApplyError(str(exc)) from exc
+
+    def _apply_work(self, work: list[Picked]) -> None:
         if not self.replicated.everything:
             work = self.replicated.work(work, self.applier)
         frame, item, _ = work[0]
@@ -509,7 +518,7 @@ class ReplicaNode:
                 pos = self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")),
                                                  explicit=msg.get("start_explicit") is True)
             epoch = self.applier.next_epoch()
-            self.applier.set_mode(mode, msg.get("flavor") == self.applier.server.flavor)
+            self.applier.set_mode(mode, msg.get("flavor") == self.applier.server.flavor, _collation_names(msg))
             self.host.fence()  # fresh ring memory: no writer of an earlier session reaches it
             self._pending, self._stash = [], None
             self.current = Session(
@@ -542,3 +551,11 @@ class ReplicaNode:
     @property
     def consumer(self) -> RingConsumer | None:
         return self.current.consumer if self.current is not None else None
+
+
+def _collation_names(hello: dict) -> dict[int, str]:
+    """The primary's names of its collation ids, as its hello lists them (older primary sides: none)."""
+    given = hello.get("collations")
+    if not isinstance(given, dict):
+        return {}
+    return {int(i): str(name) for i, name in given.items() if str(i).isdigit()}

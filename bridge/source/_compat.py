@@ -13,6 +13,9 @@ What is adapted, and why:
   fractional TIME included (the library reads -838:59:59.99 as ...59.01).
 - UTF-16/UTF-32/UCS-2 are big-endian in MySQL; the library hands Python a codec name
   that assumes little-endian.
+- MariaDB 11's uca1400 collations have ids from 2048 up (utf8mb4's default among them),
+  which the library's id table lacks: it read every such column as utf8, UCS-2 and
+  UTF-16/32 text too. Their character set is in the id (``mariadb_uca1400_charset``).
 - TableMap events parsed once: every transaction repeats the TableMap event of each
   table it touches, and parsing it was over half of the decode time; events with the
   same body bytes describe the same table, so the first parse is reused (an ALTER or
@@ -26,6 +29,7 @@ from __future__ import annotations
 from importlib import metadata
 
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication import row_event
 from pymysqlreplication.row_event import RowsEvent, TableMapEvent
 
 from bridge.errors import ConfigError
@@ -104,6 +108,27 @@ def charset_to_encoding(name):
     return _BIG_ENDIAN_CHARSETS.get(name) or _library_charset_to_encoding(name)
 
 
+# MariaDB 11 (strings/ctype-uca.h): a uca1400 collation id is 2048 + (character set << 8)
+# + tailoring and flags, the character sets numbered in this order.
+_UCA1400_FIRST_ID = 2048
+_UCA1400_CHARSETS = ("utf8mb3", "utf8mb4", "ucs2", "utf16", "utf32")
+_library_find_charset = row_event.find_charset
+
+
+def mariadb_uca1400_charset(collation_id: int) -> str | None:
+    """The character set of a MariaDB 11 uca1400 collation id; None for any other id."""
+    index = (collation_id - _UCA1400_FIRST_ID) >> 8
+    return _UCA1400_CHARSETS[index] if collation_id >= _UCA1400_FIRST_ID and index < len(_UCA1400_CHARSETS) else None
+
+
+def _find_charset(charset_id, dbms="mysql"):
+    """The library's (encoding name, collation, character set) of a column's collation id."""
+    charset = mariadb_uca1400_charset(int(charset_id))
+    if charset is not None:
+        return charset, None, charset
+    return _library_find_charset(charset_id, dbms)
+
+
 # --- TableMap events parsed once -----------------------------------------------------
 
 TABLE_MAP_CACHE: dict[bytes, TableMapEvent] = {}
@@ -130,6 +155,7 @@ def _cached_table_map_init(self, from_packet, event_size, table_map, ctl_connect
 
 def _install() -> None:
     TableMapEvent.__init__ = _cached_table_map_init
+    row_event.find_charset = _find_charset
     RowsEvent.charset_to_encoding = staticmethod(charset_to_encoding)
     RowsEvent._RowsEvent__read_date = _read_date
     RowsEvent._RowsEvent__read_time2 = _read_time2

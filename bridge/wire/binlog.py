@@ -188,7 +188,7 @@ Q_CATALOG_NZ, Q_LC_TIME_NAMES, Q_CHARSET_DATABASE, Q_TABLE_MAP_FOR_UPDATE = 6, 7
 Q_MASTER_DATA_WRITTEN, Q_INVOKER, Q_UPDATED_DB_NAMES, Q_MICROSECONDS = 10, 11, 12, 13
 Q_COMMIT_TS, Q_COMMIT_TS2, Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP, Q_DDL_LOGGED_WITH_XID = 14, 15, 16, 17
 Q_DEFAULT_COLLATION_FOR_UTF8MB4, Q_SQL_REQUIRE_PRIMARY_KEY, Q_DEFAULT_TABLE_ENCRYPTION = 18, 19, 20
-Q_HRNOW, Q_XID, Q_GTID_FLAGS3 = 128, 129, 130
+Q_HRNOW, Q_XID, Q_GTID_FLAGS3, Q_CHARACTER_SET_COLLATIONS = 128, 129, 130, 131
 _FIXED = {Q_FLAGS2: 4, Q_SQL_MODE: 8, Q_AUTO_INCREMENT: 4, Q_CHARSET: 6, Q_LC_TIME_NAMES: 2,
           Q_CHARSET_DATABASE: 2, Q_TABLE_MAP_FOR_UPDATE: 8, Q_MASTER_DATA_WRITTEN: 4, Q_MICROSECONDS: 3,
           Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP: 1, Q_DDL_LOGGED_WITH_XID: 8, Q_DEFAULT_COLLATION_FOR_UTF8MB4: 2,
@@ -261,6 +261,11 @@ def _status_vars(data: bytes) -> dict:
             m = data[at]
             out[code] = (user, data[at + 1:at + 1 + m].decode("utf-8"))
             at += 1 + m
+        elif code == Q_CHARACTER_SET_COLLATIONS:  # MariaDB 11.2+: count u8, then (charset id, collation id) u16 pairs
+            count = data[at]
+            ids = struct.unpack_from(f"<{2 * count}H", data, at + 1)
+            out[code] = tuple(zip(ids[::2], ids[1::2]))
+            at += 1 + 4 * count
         elif code == Q_UPDATED_DB_NAMES:
             count, at = data[at], at + 1
             names = data[at:].split(b"\0")[:count] if count < 254 else []

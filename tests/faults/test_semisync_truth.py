@@ -16,7 +16,7 @@ from bridge.sandbox import free_port
 from bridge.workload import connect
 from tests.conftest import BridgePair
 from tests.faults.proxy import FaultProxy
-from tests.helpers import applied_seq, semi_sync_status, wait_for
+from tests.helpers import applied_seq, semi_sync_on, semi_sync_status, wait_for
 
 TIMEOUT_S = 1.0  # the semi_sync_primary fixture's rpl_semi_sync_master_timeout
 
@@ -49,10 +49,9 @@ def test_a_frozen_replica_side_is_acknowledged_only_what_it_holds(sandbox, urls,
         wait_port(port, alive=replica.check_alive)
         pair.start_primary(replica_addr=("127.0.0.1", port), semi_sync=mode)
         node = pair.primary_node
-        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        semi_sync_on(semi_sync_primary, pair, s)
         pair.sync()
-        assert semi_sync_status(semi_sync_primary)["status"] == "ON"
         yes, no = acked_and_not(semi_sync_primary)
         skipped = node.counts.acks_skipped
         replica.proc.send_signal(signal.SIGSTOP)
@@ -97,8 +96,8 @@ def test_a_cut_between_placement_and_answer_acks_only_once_the_resend_is_confirm
     committed = threading.Event()
     try:
         node, replica = pair.primary_node, pair.replica_node
-        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+        semi_sync_on(semi_sync_primary, pair, s)
         pair.sync()
         yes, no = acked_and_not(semi_sync_primary)
         placed_before, acks_before = read_u64(replica.host.region, WRITE_SEQ_AT), node.counts.acks_sent

@@ -249,3 +249,32 @@ def test_how_far_behind_while_stopped_and_while_catching_up(urls, fresh_schema):
         pair.assert_same(s)
     finally:
         pair.stop()
+
+
+@pytest.mark.parametrize("first", ["statement", "rows"])
+def test_skipping_a_sessions_first_transaction_keeps_its_format_for_the_next(urls, fresh_schema, first):
+    """A session's FORMAT_DESCRIPTION travels once, with its first transaction; skipping
+    that transaction must leave it in force, or the next raw row events cannot be
+    applied (they stopped the replica side's process, before)."""
+    s = fresh_schema("skipfirst")
+    made = [f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(32))"]
+    primary, replica = connect(urls["primary_admin"]), connect(urls["replica_admin"])
+    with primary.cursor() as p, replica.cursor() as r:
+        for statement in made:  # both sides, before the channel's start: not replicated
+            p.execute(statement)
+            r.execute(statement)
+        r.execute(f"CREATE TABLE {s}.extra (id INT)" if first == "statement" else f"INSERT INTO {s}.t VALUES (1, 'x')")
+    primary.close()
+    replica.close()
+    pair = BridgePair(urls, "shm").start()
+    try:
+        pair.sql(f"CREATE TABLE {s}.extra (id INT)" if first == "statement" else f"INSERT INTO {s}.t VALUES (1, 'x')")
+        wait_for(lambda: halted(pair), timeout_s=30, what="applying to stop at the first transaction")
+        halt = halted(pair)
+        assert halt.seq == 1
+        pair.replica_node.skip(halt.gtid, "test")
+        pair.sql(f"INSERT INTO {s}.t VALUES (2, 'after the skip')", f"UPDATE {s}.t SET v='row events' WHERE id=2")
+        pair.assert_same(s)
+        assert pair.replica_node.halt is None and not pair.errors
+    finally:
+        pair.stop()

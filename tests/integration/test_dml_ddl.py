@@ -122,3 +122,36 @@ def test_divergence_stops_the_applier_with_the_table_named(urls, fresh_schema, m
     finally:
         p.errors.clear()
         p.stop()
+
+
+def collations(conn, schema):
+    """Every collation the schema's DDL chose: the database's, each table's, each column's."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME=%s", (schema,))
+        found = [("", "", cur.fetchone()[0])]
+        cur.execute("SELECT TABLE_NAME, '', TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                    "UNION ALL SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA=%s AND COLLATION_NAME IS NOT NULL ORDER BY 1, 2", (schema, schema))
+        conn.commit()
+        return found + [tuple(row) for row in cur.fetchall()]
+
+
+def test_ddl_without_a_collation_gets_the_one_it_got_on_the_primary(pair, fresh_schema):
+    """A statement that names a character set and no collation gets that character set's
+    default, which MariaDB 11 takes from @@character_set_collations (uca1400) and older
+    servers from the character set itself: the replica must choose what the primary chose,
+    whichever versions the two run (10.11 into 11.8 included)."""
+    s = fresh_schema("coll")
+    with pair.primary.cursor() as cur:
+        cur.execute("SHOW VARIABLES LIKE 'character_set_collations'")
+        mapped = cur.fetchone() is not None
+    pair.sql(f"CREATE DATABASE {s}",
+             f"CREATE TABLE {s}.t (id INT PRIMARY KEY, a VARCHAR(5) CHARACTER SET utf8mb4, b VARCHAR(5), "
+             f"c TEXT CHARACTER SET latin1, d VARCHAR(5) CHARACTER SET utf8mb3) CHARACTER SET utf8mb4",
+             *(["SET SESSION character_set_collations='utf8mb4=utf8mb4_bin'",
+                f"CREATE TABLE {s}.m (id INT PRIMARY KEY, a VARCHAR(5) CHARACTER SET utf8mb4)",
+                "SET SESSION character_set_collations=DEFAULT"] if mapped else []),
+             f"ALTER TABLE {s}.t ADD COLUMN e VARCHAR(5) CHARACTER SET utf8mb4",
+             f"INSERT INTO {s}.t (id, a, b, c, d, e) VALUES (1, 'x', 'y', 'z', 'w', 'v')")
+    pair.assert_same(s)
+    assert collations(pair.replica, s) == collations(pair.primary, s)

@@ -1,6 +1,7 @@
 """`rdma-bridge doctor`: plain words on a host without RDMA, device checks on a
 (fake) sysfs tree, and the MySQL side against the sandbox's real servers."""
 
+import os
 import subprocess
 import sys
 
@@ -130,3 +131,14 @@ def test_clone_checks_say_what_clone_needs(urls, fresh_schema):
     reader = doctor.clone_checks(urls["primary"], [s])
     assert statuses(reader)["clone grants of rdma_repl"] == "FAIL"
     assert "SELECT" in next(c.detail for c in reader if c.name == "clone grants of rdma_repl")
+
+
+def test_doctor_names_both_servers_and_whether_the_pair_is_tested(sandbox):
+    """The sandbox's pair (whichever flavors it runs: `make test-matrix` runs the three
+    tested ones) is named with both versions and called tested."""
+    _, info = sandbox
+    done = subprocess.run([sys.executable, "-m", "bridge", "doctor", "--transport", "tcp"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "RDMA_BRIDGE_SOURCE": info["primary"],
+                                                      "RDMA_BRIDGE_TARGET": info["replica"]})
+    line = next(line for line in done.stdout.splitlines() if "server versions" in line)
+    assert "PASS" in line and "a tested pair" in line and line.count("MariaDB") == 2, done.stdout

@@ -9,7 +9,7 @@ import pytest
 from bridge.errors import PreflightError
 from bridge.workload import connect
 from tests.conftest import BridgePair
-from tests.helpers import semi_sync_status, wait_for
+from tests.helpers import semi_sync_on, semi_sync_status, wait_for
 
 
 def started(urls, mode, transport="shm", **kw):
@@ -27,7 +27,7 @@ def test_acks_keep_the_primary_semi_sync_and_count_every_transaction(urls, fresh
     pair = started(urls, mode, transport)
     try:
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
-        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
+        semi_sync_on(semi_sync_primary, pair, s)
         before = semi_sync_status(semi_sync_primary)
         for i in range(50):
             pair.sql(f"INSERT INTO {s}.t VALUES ({i})")
@@ -48,7 +48,7 @@ def test_applied_mode_reads_its_writes_on_the_replica(urls, fresh_schema, semi_s
     pair = started(urls, "applied")
     try:
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)")
-        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
+        semi_sync_on(semi_sync_primary, pair, s)
         stale = 0
         with pair.replica.cursor() as cur:
             for i in range(300):
@@ -69,6 +69,7 @@ def test_a_killed_bridge_degrades_to_async_and_the_restart_records_why_and_the_r
     pair = started(urls, "received")
     try:
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        semi_sync_on(semi_sync_primary, pair, s)
         pair.sync()
         pair.stop_primary()  # the bridge's primary side is gone: nobody ACKs
         started_at = time.monotonic()
@@ -79,8 +80,8 @@ def test_a_killed_bridge_degrades_to_async_and_the_restart_records_why_and_the_r
         node = pair.primary_node
         wait_for(lambda: node.semi_sync.status()["degradations"]["bridge stopped"] == 1,
                  "the restarted bridge to record the degradation")
-        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
-        pair.sql(f"INSERT INTO {s}.t VALUES (3)")  # ACKed: the primary switches back ON
+        pair.sql(f"INSERT INTO {s}.t VALUES (3)")
+        semi_sync_on(semi_sync_primary, pair, s)  # ACKed commits switch the primary back ON (11.8: once caught up)
         wait_for(lambda: node.semi_sync.status()["state"] == "sync", "the recovery to be recorded")
         st = node.status()["semi_sync"]
         assert st["recoveries"] == 1 and st["last_reason"] == "bridge stopped" and st["async_total_s"] > 0

@@ -18,7 +18,7 @@ from bridge.transport import rdma_available
 from bridge.workload import MixedWorkload, create_schema
 from tests.conftest import BridgePair
 from tests.faults.test_semisync_truth import acked_and_not
-from tests.helpers import semi_sync_status, wait_for
+from tests.helpers import semi_sync_on, semi_sync_status, wait_for
 
 if not rdma_available():
     pytest.skip("no RDMA device here: `make test-rdma` runs this in a Soft-RoCE guest", allow_module_level=True)
@@ -108,8 +108,8 @@ def test_semi_sync_received_over_rdma_is_the_write_completion(sandbox, urls, tmp
     try:
         pair.start_primary(replica_addr=("127.0.0.1", port), semi_sync="received")
         node = pair.primary_node
-        wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client")
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        semi_sync_on(semi_sync_primary, pair, s)
         pair.sync()
         yes, no = acked_and_not(semi_sync_primary)
         side.proc.send_signal(signal.SIGSTOP)

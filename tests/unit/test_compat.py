@@ -23,3 +23,14 @@ def test_the_adaptations_are_in_place():
     assert TableMapEvent.__init__ is _compat._cached_table_map_init
     assert RowsEvent._RowsEvent__read_time2 is _compat._read_time2
     assert _compat.charset_to_encoding("utf16") == "utf-16-be"  # MySQL's UTF-16 is big-endian
+
+
+def test_mariadb_11_uca1400_ids_name_their_character_set():
+    """MariaDB 11's default utf8mb4 collation (2304) and its siblings: the library's id
+    table lacks them and read such columns as utf8 (UCS-2 and UTF-16/32 text too)."""
+    from bridge.source import _compat
+
+    assert [_compat.mariadb_uca1400_charset(i) for i in (2048, 2304, 2560, 2816, 3072, 2309)] == \
+        ["utf8mb3", "utf8mb4", "ucs2", "utf16", "utf32", "utf8mb4"]
+    assert _compat.mariadb_uca1400_charset(45) is None and _compat.mariadb_uca1400_charset(3328) is None
+    assert _compat.charset_to_encoding(_compat.mariadb_uca1400_charset(2560)) == "utf-16-be"

@@ -5,18 +5,20 @@ import base64
 import pytest
 
 from bridge.apply import binlog_sql, replay
+from bridge.errors import ApplyError
 from bridge.wire import binlog, tablemap
 from tests.unit.test_binlog_events import FDE, QUERY, TABLE_MAP, UPDATE, USER_VAR_INT, USER_VAR_STR, WRITE
 
-COLLATIONS = {45: ("utf8mb4_general_ci", "utf8mb4"), 8: ("latin1_swedish_ci", "latin1")}
+COLLATIONS = replay.ReplicaCollations({45: ("utf8mb4_general_ci", "utf8mb4"), 8: ("latin1_swedish_ci", "latin1")})
 
 
 def test_a_statement_replays_in_its_own_session_with_its_user_variables():
-    plan = replay.statements(USER_VAR_STR + USER_VAR_INT + QUERY, 4, True, COLLATIONS.get)
+    plan = replay.statements(USER_VAR_STR + USER_VAR_INT + QUERY, 4, True, COLLATIONS)
     assert plan.session == (
         b"SET @@session.foreign_key_checks=1, @@session.sql_auto_is_null=0, @@session.unique_checks=1",
         b"SET @@session.sql_mode=1411383296",
-        b"SET @@session.character_set_client=45, @@session.collation_connection=45, @@session.collation_server=45",
+        b"SET @@session.character_set_client='utf8mb4', @@session.collation_connection='utf8mb4_general_ci', "
+        b"@@session.collation_server='utf8mb4_general_ci'",
         b"SET @@session.explicit_defaults_for_timestamp=1",
         b"SET TIMESTAMP=1796108310.000000",
         b"SET @`v`:=_utf8mb4 X'737472' COLLATE `utf8mb4_general_ci`",
@@ -25,14 +27,14 @@ def test_a_statement_replays_in_its_own_session_with_its_user_variables():
 
 
 def test_across_flavors_unknown_collations_become_utf8mb4_and_sql_mode_keeps_common_bits():
-    plan = replay.statements(QUERY, 4, False, lambda _id: None)
+    plan = replay.statements(QUERY, 4, False, replay.ReplicaCollations({}))
     assert b"SET NAMES utf8mb4" in plan.session
     assert b"SET @@session.sql_mode=%d" % (1411383296 & replay.PORTABLE_SQL_MODE) in plan.session
 
 
 def test_raw_statement_must_end_with_its_query():
     with pytest.raises(binlog.RemoteProtocolError, match="do not end with a QUERY"):
-        replay.statements(USER_VAR_STR, 4, True, COLLATIONS.get)
+        replay.statements(USER_VAR_STR, 4, True, COLLATIONS)
 
 
 @pytest.mark.parametrize("sql,schema,name", [
@@ -126,3 +128,43 @@ def test_updated_at_is_stored_as_the_server_stores_a_timestamp_of_its_precision(
     event = binlog_sql.PositionTable(64, digits).update(b"c", 1, b"", 1_700_000_000_123_456, fmt)
     end = len(event) - fmt.checksum_bytes
     assert event[end - 4 - len(fraction):end] == (1_700_000_000).to_bytes(4, "big") + fraction
+
+
+# A MariaDB 11.8 QUERY event (its own server, default session): the session's charset ids
+# are 11.x uca1400 ones (2048 utf8mb3_uca1400_ai_ci, 2304 utf8mb4_uca1400_ai_ci) and the
+# statement depends on @@character_set_collations, logged (code 131) before the charset.
+QUERY_118 = bytes.fromhex(
+    "fa1e106b02010000009500000092020000000006000000000000000000003900000000000101000020540000000006037374648305"
+    "210000082300000a2d0000093600000b3c00000c04000800080009810c0000000000000000637265617465207461626c652064392e"
+    "74332028612076617263686172283529206368617261637465722073657420757466386d623429eecb54a1")
+COLLATIONS_118 = replay.ReplicaCollations(
+    {33: ("utf8mb3_general_ci", "utf8mb3"), 35: ("ucs2_general_ci", "ucs2"), 45: ("utf8mb4_general_ci", "utf8mb4"),
+     54: ("utf16_general_ci", "utf16"), 60: ("utf32_general_ci", "utf32"), 2048: ("utf8mb3_uca1400_ai_ci", "utf8mb3"),
+     2304: ("utf8mb4_uca1400_ai_ci", "utf8mb4"), 2560: ("ucs2_uca1400_ai_ci", "ucs2"),
+     2816: ("utf16_uca1400_ai_ci", "utf16"), 3072: ("utf32_uca1400_ai_ci", "utf32")}, has_charset_collations=True)
+
+
+def test_a_mariadb_11_session_replays_by_name_with_its_character_set_collations():
+    q = binlog.parse_query(QUERY_118, 4)
+    assert q.charset == (2048, 2048, 2304) and q.sql.startswith(b"create table d9.t3")
+    assert q.status[binlog.Q_CHARACTER_SET_COLLATIONS] == ((33, 2048), (35, 2560), (45, 2304), (54, 2816), (60, 3072))
+    plan = replay.statements(QUERY_118, 4, True, COLLATIONS_118)
+    assert b"SET @@session.character_set_client='utf8mb3', @@session.collation_connection='utf8mb3_uca1400_ai_ci', " \
+           b"@@session.collation_server='utf8mb4_uca1400_ai_ci'" in plan.session
+    assert b"SET @@session.character_set_collations='utf8mb3=utf8mb3_uca1400_ai_ci,ucs2=ucs2_uca1400_ai_ci," \
+           b"utf8mb4=utf8mb4_uca1400_ai_ci,utf16=utf16_uca1400_ai_ci,utf32=utf32_uca1400_ai_ci'" in plan.session
+    assert plan.restore == (replay.RESET_REPLAYED, replay.RESET_CHARSET_COLLATIONS)
+
+
+def test_a_statement_without_the_mapping_runs_with_none_where_the_replica_has_the_variable():
+    """An older primary logs no character_set_collations: its statements ran with the
+    character sets' own defaults, so the replica's mapping is emptied for them."""
+    plan = replay.statements(QUERY, 4, True, replay.ReplicaCollations(COLLATIONS.by_id, has_charset_collations=True))
+    assert b"SET @@session.character_set_collations=''" in plan.session
+    assert replay.statements(QUERY, 4, True, COLLATIONS).restore == (replay.RESET_REPLAYED,)
+
+
+def test_a_collation_the_replica_lacks_stops_applying_naming_it_as_the_primary_does():
+    lacking = replay.ReplicaCollations({33: ("utf8mb3_general_ci", "utf8mb3")}, primary_names={2048: "utf8mb3_uca1400_ai_ci"})
+    with pytest.raises(ApplyError, match="collation id 2048 \\(utf8mb3_uca1400_ai_ci on the primary\\) is unknown"):
+        replay.statements(QUERY_118, 4, True, lacking)
