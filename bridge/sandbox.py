@@ -42,7 +42,9 @@ port={port}
 bind-address=127.0.0.1
 server_id={server_id}
 skip-name-resolve
-{charset}innodb_log_file_size=16M
+character_set_server=utf8mb4
+collation_server=utf8mb4_general_ci
+innodb_log_file_size=16M
 innodb_buffer_pool_size=64M
 gtid_strict_mode=ON
 gtid_domain_id=0
@@ -278,8 +280,8 @@ class Sandbox:
         server_id, extra = ROLES[server.role]
         cnf = server.dir / "my.cnf"
         server.dir.mkdir(parents=True, exist_ok=True)
-        charset = LOCAL_CHARSET_CNF if server.flavor == LOCAL else ""
-        cnf.write_text(COMMON_CNF.format(dir=server.dir, port=server.port, server_id=server_id, charset=charset) +
+        common = COMMON_CNF if server.flavor == LOCAL else COMMON_CNF.replace(LOCAL_CHARSET_CNF, "")  # theirs
+        cnf.write_text(common.format(dir=server.dir, port=server.port, server_id=server_id) +
                        extra + (TLS_CNF.format(tls=self.dir / "tls") if tls else ""))
         servers = self._servers(server)
         if not (server.dir / "data").exists():
