@@ -202,9 +202,14 @@ Change = RowChange | Statement | RowEvents
 def starts_with_repair_marker(changes) -> bool:
     first = changes[0] if changes else None
     if isinstance(first, RowEvents):
-        return bool(first.tables) and first.tables[0] == REPAIR_MARKER_TABLE
-    return isinstance(first, RowChange) and first.kind == "insert" and \
-        (first.schema, first.table) == REPAIR_MARKER_TABLE
+        return bool(first.tables) and is_repair_marker(*first.tables[0])
+    return isinstance(first, RowChange) and first.kind == "insert" and is_repair_marker(first.schema, first.table)
+
+
+def is_repair_marker(schema: str, table: str) -> bool:
+    """rdma_bridge.repairs, or a channel's own rdma_bridge.repairs__<token> (bridge.sqlnames.owned)."""
+    return schema == REPAIR_MARKER_TABLE[0] and (table == REPAIR_MARKER_TABLE[1] or
+                                                  table.startswith(REPAIR_MARKER_TABLE[1] + "__"))
 
 
 @dataclass(frozen=True, slots=True)

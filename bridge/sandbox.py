@@ -61,7 +61,11 @@ LOCAL_CHARSET_CNF = "character_set_server=utf8mb4\ncollation_server=utf8mb4_gene
 NATIVE_CNF = """relay_log=relay-bin
 slave_parallel_mode=optimistic
 """
-ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF)}
+# primary2: a second primary, in its own GTID domain (several primaries into one replica)
+ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF),
+         "primary2": (4, PRIMARY_CNF + "gtid_domain_id=1\n")}
+_READER = ("rdma_repl", "primary_grants.sql", "repl")  # (user, grants file, password key)
+ACCOUNTS = {"primary": _READER, "primary2": _READER, "replica": ("rdma_apply", "replica_grants.sql", "apply")}
 # sandbox up --tls: every server serves TLS with a certificate of the sandbox's own CA, and
 # refuses clients over TCP without it (unix-socket clients, as root here, are let in)
 TLS_CNF = """ssl-ca={tls}/ca.pem
@@ -100,26 +104,34 @@ class Sandbox:
         self.state_file = self.dir / "sandbox.json"
 
     def up(self, native_replica: bool = False, tls: bool = False, flavor: str | None = None,
-           replica_flavor: str | None = None) -> dict:
+           replica_flavor: str | None = None, second_primary: bool = False) -> dict:
         """Start (creating once) the primary and the replica; with ``native_replica``
         also a third server replicating the primary with MariaDB's own GTID
         replication, the baseline of the benchmarks. ``tls``: the servers take only
         TLS over TCP (certificates of the sandbox's own CA, in STATE_DIR/tls; the URLs
         verify them), once asked for it stays so. ``flavor`` (every server) and
         ``replica_flavor`` (the replica): bridge.images, fixed when the sandbox is made
-        (None: as it was made, or this host's mariadbd for a new one)."""
+        (None: as it was made, or this host's mariadbd for a new one). ``second_primary``:
+        also a second primary (GTID domain 1), for several primaries into one replica."""
         state = self._load_or_create(flavor, replica_flavor or flavor)
         if tls and not state.get("tls"):
             self._enable_tls(state)
-        if native_replica and "native" not in state["ports"]:
-            state["ports"]["native"] = free_port()
-            self._save(state)
+        for role, wanted in (("native", native_replica), ("primary2", second_primary)):
+            if wanted and role not in state["ports"]:
+                state["ports"][role] = free_port()
+                self._save(state)
         for role in self._roles(state):
             server = self._server(state, role)
             if not self._running(server):
                 self._start(server, tls=bool(state.get("tls")))
         if not state.get("bootstrapped"):
-            self._bootstrap(state)
+            self._bootstrap(state, ("primary", "replica"))
+            state["bootstrapped"] = True
+            self._save(state)
+        if "primary2" in state["ports"] and not state.get("primary2_bootstrapped"):
+            self._bootstrap(state, ("primary2",))
+            state["primary2_bootstrapped"] = True
+            self._save(state)
         if "native" in state["ports"] and not state.get("native_configured"):
             self._configure_native(state)
         return self.info(state)
@@ -171,6 +183,10 @@ class Sandbox:
             "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}{tls}",
             "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}{tls}",
         }
+        if "primary2" in state["ports"]:
+            q = state["ports"]["primary2"]
+            info["primary2"] = f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{q}{tls}"
+            info["primary2_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{q}{tls}"
         if "native" in state["ports"]:
             info["native_socket"] = str(self.dir / "native" / "mysqld.sock")
             info["native_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports']['native']}{tls}"
@@ -240,11 +256,11 @@ class Sandbox:
 
     def _load_or_create(self, flavor: str | None, replica_flavor: str | None) -> dict:
         flavors = {"primary": check_flavor(flavor or LOCAL), "replica": check_flavor(replica_flavor or LOCAL),
-                   "native": flavor or LOCAL}
+                   "native": flavor or LOCAL, "primary2": flavor or LOCAL}
         if self.state_file.exists():
             state = json.loads(self.state_file.read_text())
             made = state.setdefault("flavors", {role: LOCAL for role in ROLES})
-            if flavor is not None and made != flavors:
+            if flavor is not None and any(made.get(role, LOCAL) != f for role, f in flavors.items()):
                 raise SandboxError(f"sandbox in {self.dir} was made with servers {made}, not {flavors}: "
                                    f"`rdma-bridge sandbox down --state-dir {self.dir}` and use another --state-dir")
             return state
@@ -327,10 +343,10 @@ class Sandbox:
 
     # --- users -----------------------------------------------------------
 
-    def _bootstrap(self, state: dict) -> None:
+    def _bootstrap(self, state: dict, roles: tuple[str, ...]) -> None:
         pw = state["passwords"]
-        for role, user, grants, key in (("primary", "rdma_repl", "primary_grants.sql", "repl"),
-                                        ("replica", "rdma_apply", "replica_grants.sql", "apply")):
+        for role in roles:
+            user, grants, key = ACCOUNTS[role]
             conn = _root(self._server(state, role))
             with conn.cursor() as cur:
                 cur.execute("SET SESSION sql_log_bin=0")  # the sandbox's own accounts are not replicated
@@ -339,8 +355,6 @@ class Sandbox:
                 cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s", (pw["admin"],))
                 cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
             conn.close()
-        state["bootstrapped"] = True
-        self._save(state)
 
 
 def _root(server: ServerState) -> pymysql.Connection:

@@ -4,18 +4,20 @@ For each table, chunks are primary-key ranges (a NOT NULL unique key when there 
 primary key; the whole table as one chunk when there is neither, said in the output).
 For each chunk the primary runs, with ``binlog_format=STATEMENT`` for its session:
 
-    REPLACE INTO rdma_bridge.checksums (..., this_cnt, this_crc) SELECT ..., COUNT(*), <hash> FROM t WHERE <range>
-    UPDATE rdma_bridge.checksums SET master_cnt=<primary's>, master_crc=<primary's> WHERE <this chunk>
+    REPLACE INTO rdma_bridge.checksums__<channel> (..., this_cnt, this_crc) SELECT ..., COUNT(*), <hash> FROM t ...
+    UPDATE rdma_bridge.checksums__<channel> SET master_cnt=<primary's>, master_crc=<primary's> WHERE <this chunk>
 
 Both statements travel the binlog as statements, so the bridge replays them on the
 replica at the same point of the stream: ``this_*`` is each server's own hash of the
 same chunk, ``master_*`` the primary's. Concurrent writes cannot cause a false
-mismatch. The hash: COUNT(*) and the SUMs of each row's CRC32 and CRC32C (MD5 halves
-where a server lacks CRC32C), over every column with NULL markers: a duplicated row
-adds, it cannot cancel like a bare XOR of CRC32s. The chunk size adapts to a target time per chunk; the run waits
-while the replica falls behind; mismatches are recorded on the replica in
-``rdma_bridge.checksum_diffs`` (table, key range, both sides' counts and hashes), which
-`rdma-bridge repair` reads.
+mismatch. The tables are the channel's own (bridge.sqlnames.owned): another channel
+into the same replica neither applies nor reads them. The hash: COUNT(*) and the SUMs
+of each row's CRC32 and CRC32C (MD5 halves where a server lacks CRC32C), over every
+column with NULL markers: a duplicated row adds, it cannot cancel like a bare XOR of
+CRC32s. The chunk size adapts to a target time per chunk; the run waits
+while the replica falls behind; mismatches are recorded on the replica in the
+channel's ``rdma_bridge.checksum_diffs__<channel>`` (table, key range, both sides' counts
+and hashes), which `rdma-bridge repair --channel` reads.
 
 ``--offline``: both servers quiet and no bridge: each chunk's hash is computed on both
 servers directly and compared.
@@ -39,13 +41,13 @@ from bridge.model import GtidSet
 
 log = logging.getLogger(__name__)
 SCHEMA = sqlnames.SCHEMA
-CHECKSUMS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.checksums (
+CHECKSUMS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
   db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL, chunk INT NOT NULL,
   chunk_index VARCHAR(200) NULL, lower_boundary TEXT NULL, upper_boundary TEXT NULL,
   this_crc VARCHAR(64) NULL, this_cnt BIGINT NULL, master_crc VARCHAR(64) NULL, master_cnt BIGINT NULL,
   ts TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
   PRIMARY KEY (db, tbl, chunk)) ENGINE=InnoDB"""
-DIFFS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.checksum_diffs (
+DIFFS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
   id BIGINT AUTO_INCREMENT PRIMARY KEY, found_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
   db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL, chunk INT NOT NULL, chunk_index VARCHAR(200) NULL,
   lower_boundary TEXT NULL, upper_boundary TEXT NULL, where_sql TEXT NOT NULL,
@@ -290,6 +292,8 @@ class Checksummer:
         self.replica = connect(replica, "replica")
         self._wheres: dict[tuple[str, str, int], str] = {}
         self.crc = has_crc32c(self.primary) and has_crc32c(self.replica)  # both sides run the same hash
+        self.checksums = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.CHECKSUMS, channel))}"  # the channel's own
+        self.diffs = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.CHECKSUM_DIFFS, channel))}"
         self.rules = channel_filter(self.replica, channel)  # the tables it replicates, under the replica's names
         self._offline_results: list[ChunkResult] = []
 
@@ -337,7 +341,7 @@ class Checksummer:
                 raise BridgeError(f"checksum: SET SESSION binlog_format on the primary {self.primary_url}: "
                                   f"{exc.args[-1]} (the checksum user needs BINLOG ADMIN or SUPER)") from exc
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
-            cur.execute(CHECKSUMS_DDL)
+            cur.execute(CHECKSUMS_DDL.format(table=self.checksums))
 
     def _table(self, plan: TablePlan, result: ChecksumRun, chunks: list[ChunkResult] | None) -> tuple[int, int]:
         size, lower, number, rows = FIRST_CHUNK_ROWS, None, 0, 0
@@ -347,6 +351,8 @@ class Checksummer:
                 for c in chunks:
                     rows += self._chunk(cur, plan, c.chunk, c.where_sql, c.lower, c.upper, hash_sql)
                 return rows, len(chunks)
+            if not self.offline:  # a run's chunks replace the last run's whole table, not chunk by chunk
+                cur.execute(f"DELETE FROM {self.checksums} WHERE db=%s AND tbl=%s", (plan.db, plan.tbl))
             while True:
                 upper = next_upper(cur, plan, lower, size) if plan.index else None
                 where = range_sql(cur, plan.key, lower, upper) if plan.index else "1=1"
@@ -373,13 +379,13 @@ class Checksummer:
             return self._offline_chunk(plan, number, where, lower, upper, *(
                 f"SELECT COUNT(*), {hash_sql} FROM {name}{force} WHERE {where}" for name in (plan.name,
                                                                                               plan.replica_name)))
-        cur.execute(f"REPLACE INTO {SCHEMA}.checksums (db, tbl, chunk, chunk_index, lower_boundary, upper_boundary, "
+        cur.execute(f"REPLACE INTO {self.checksums} (db, tbl, chunk, chunk_index, lower_boundary, upper_boundary, "
                     f"this_cnt, this_crc) SELECT %s, %s, %s, %s, %s, %s, COUNT(*), {hash_sql} FROM {source} "
                     f"WHERE {where}", (plan.db, plan.tbl, number, plan.index, lower, upper))
-        cur.execute(f"SELECT this_cnt, this_crc FROM {SCHEMA}.checksums WHERE db=%s AND tbl=%s AND chunk=%s",
+        cur.execute(f"SELECT this_cnt, this_crc FROM {self.checksums} WHERE db=%s AND tbl=%s AND chunk=%s",
                     (plan.db, plan.tbl, number))
         cnt, crc = cur.fetchone()
-        cur.execute(f"UPDATE {SCHEMA}.checksums SET master_cnt=%s, master_crc=%s WHERE db=%s AND tbl=%s AND chunk=%s",
+        cur.execute(f"UPDATE {self.checksums} SET master_cnt=%s, master_crc=%s WHERE db=%s AND tbl=%s AND chunk=%s",
                     (cnt, crc, plan.db, plan.tbl, number))
         return int(cnt)
 
@@ -408,7 +414,7 @@ class Checksummer:
         with self.replica.cursor() as cur:
             for plan in plans:
                 cur.execute(f"SELECT chunk, chunk_index, lower_boundary, upper_boundary, master_cnt, master_crc, "
-                            f"this_cnt, this_crc FROM {SCHEMA}.checksums WHERE db=%s AND tbl=%s ORDER BY chunk",
+                            f"this_cnt, this_crc FROM {self.checksums} WHERE db=%s AND tbl=%s ORDER BY chunk",
                             (plan.db, plan.tbl))
                 wanted = {c.chunk for c in only if (c.db, c.tbl) == (plan.db, plan.tbl)} if only is not None else None
                 for chunk, index, lower, upper, m_cnt, m_crc, t_cnt, t_crc in cur.fetchall():
@@ -431,9 +437,9 @@ class Checksummer:
             return
         with self.replica.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
-            cur.execute(DIFFS_DDL)
+            cur.execute(DIFFS_DDL.format(table=self.diffs))
             for m in mismatches:
-                cur.execute(f"INSERT INTO {SCHEMA}.checksum_diffs (db, tbl, chunk, chunk_index, lower_boundary, "
+                cur.execute(f"INSERT INTO {self.diffs} (db, tbl, chunk, chunk_index, lower_boundary, "
                             "upper_boundary, where_sql, master_cnt, master_crc, this_cnt, this_crc) VALUES "
                             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                             (m.db, m.tbl, m.chunk, m.index, m.lower, m.upper, m.where_sql, m.master_cnt,

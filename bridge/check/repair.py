@@ -1,14 +1,16 @@
 """`rdma-bridge repair`: re-copy the rows of mismatched chunks from the primary
 through the bridge, then check those chunks again.
 
-For each unrepaired chunk in the replica's ``rdma_bridge.checksum_diffs`` the primary
-runs one transaction (row format, as usual):
+For each unrepaired chunk in the channel's ``rdma_bridge.checksum_diffs__<channel>``
+on the replica the primary runs one transaction (row format, as usual):
 
-    INSERT INTO rdma_bridge.repairs (db, tbl, copy_table, where_sql) ...     -- the marker, first
-    INSERT INTO rdma_bridge.repair_copy_<n> SELECT * FROM t WHERE <range> LOCK IN SHARE MODE
+    INSERT INTO rdma_bridge.repairs__<channel> (db, tbl, copy_table, where_sql) ...   -- the marker, first
+    INSERT INTO rdma_bridge.repair_copy_<n>__<channel> SELECT * FROM t WHERE <range> LOCK IN SHARE MODE
 
-``repair_copy_<n>`` is made by ``CREATE TABLE ... LIKE t`` on the primary just before
-(replicated like any DDL) and dropped after. The primary's own rows are not touched.
+``repair_copy_<n>__<channel>`` is made by ``CREATE TABLE ... LIKE t`` on the primary just
+before (replicated like any DDL) and dropped after. Every one of these names is the
+channel's own (bridge.sqlnames.owned): another channel into the same replica applies
+none of them, and its checksum never reads them. The primary's own rows are not touched.
 The replica applier sees the marker and, in the same replica transaction as the rows
 and the position, replaces its rows of the range by the copy (bridge.apply.applier).
 Because it is a transaction in the binlog, it lands at the same point of the stream
@@ -20,26 +22,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from bridge import sqlnames
 from bridge.sqlnames import quote_name
 from bridge.check.checksum import (SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect, primary_position,
                                    wait_for_replica)
 from bridge.config import MysqlUrl
-from bridge.model import REPAIR_MARKER_TABLE
 
 log = logging.getLogger(__name__)
-REPAIRS_DDL = f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.{REPAIR_MARKER_TABLE[1]} (
+REPAIRS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
   id BIGINT AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL,
   copy_table VARCHAR(64) NOT NULL, where_sql TEXT NOT NULL,
   created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"""
 
 
-def pending_diffs(replica_conn) -> list[tuple[int, ChunkResult]]:
+def pending_diffs(replica_conn, channel: str) -> list[tuple[int, ChunkResult]]:
+    """The channel's unrepaired mismatches, the latest record of each chunk."""
+    diffs = sqlnames.owned(sqlnames.CHECKSUM_DIFFS, channel)
     with replica_conn.cursor() as cur:
-        if not cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND "
-                           "table_name='checksum_diffs'", (SCHEMA,)):
+        if not cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
+                           (SCHEMA, diffs)):
             return []
         cur.execute(f"SELECT id, db, tbl, chunk, chunk_index, lower_boundary, upper_boundary, where_sql, master_cnt, "
-                    f"master_crc, this_cnt, this_crc FROM {SCHEMA}.checksum_diffs "
+                    f"master_crc, this_cnt, this_crc FROM {SCHEMA}.{quote_name(diffs)} "
                     "WHERE repaired_at IS NULL ORDER BY id")
         latest: dict[tuple, tuple[int, ChunkResult]] = {}
         for row in cur.fetchall():
@@ -53,6 +57,8 @@ class Repairer:
         self.primary_url, self.replica_url, self.channel, self.progress = primary, replica, channel, progress
         self.primary = connect(primary, "primary")
         self.replica = connect(replica, "replica")
+        self.markers = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.REPAIR_MARKERS, channel))}"
+        self.diffs = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.CHECKSUM_DIFFS, channel))}"
 
     def close(self) -> None:
         self.primary.close()
@@ -60,13 +66,13 @@ class Repairer:
 
     def run(self) -> tuple[int, ChecksumRun | None]:
         """(chunks repaired, the re-check of those chunks)."""
-        diffs = pending_diffs(self.replica)
+        diffs = pending_diffs(self.replica, self.channel)
         if not diffs:
-            self.progress("nothing to repair: no unrepaired mismatches in rdma_bridge.checksum_diffs")
+            self.progress(f"nothing to repair: no unrepaired mismatches of channel {self.channel!r} in {self.diffs}")
             return 0, None
         with self.primary.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
-            cur.execute(REPAIRS_DDL)
+            cur.execute(REPAIRS_DDL.format(table=self.markers))
         for n, (diff_id, chunk) in enumerate(diffs, start=1):
             self._repair(diff_id, chunk)
             self.progress(f"repaired {n}/{len(diffs)}: {chunk.db}.{chunk.tbl} chunk {chunk.chunk} "
@@ -79,18 +85,18 @@ class Repairer:
         return len(diffs), recheck
 
     def _repair(self, diff_id: int, chunk: ChunkResult) -> None:
-        copy = f"repair_copy_{diff_id}"
+        copy = sqlnames.owned(f"{sqlnames.REPAIR_COPY}_{diff_id}", self.channel)
         target, copy_name = f"{quote_name(chunk.db)}.{quote_name(chunk.tbl)}", f"{SCHEMA}.{quote_name(copy)}"
         with self.primary.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS {copy_name}")
             cur.execute(f"CREATE TABLE {copy_name} LIKE {target}")
             cur.execute("BEGIN")
-            cur.execute(f"INSERT INTO {SCHEMA}.{REPAIR_MARKER_TABLE[1]} (db, tbl, copy_table, where_sql) "
+            cur.execute(f"INSERT INTO {self.markers} (db, tbl, copy_table, where_sql) "
                         "VALUES (%s, %s, %s, %s)", (chunk.db, chunk.tbl, copy, chunk.where_sql))
             cur.execute(f"INSERT INTO {copy_name} SELECT * FROM {target} WHERE {chunk.where_sql}")
             cur.execute("COMMIT")
             cur.execute(f"DROP TABLE {copy_name}")
         wait_for_replica(self.replica, self.replica_url, self.channel, primary_position(self.primary), 300.0)
         with self.replica.cursor() as cur:
-            cur.execute(f"UPDATE {SCHEMA}.checksum_diffs SET repaired_at=CURRENT_TIMESTAMP(6) WHERE db=%s AND tbl=%s "
+            cur.execute(f"UPDATE {self.diffs} SET repaired_at=CURRENT_TIMESTAMP(6) WHERE db=%s AND tbl=%s "
                         "AND chunk=%s AND repaired_at IS NULL", (chunk.db, chunk.tbl, chunk.chunk))

@@ -18,9 +18,31 @@ from bridge.filter.events import filter_row_events, rewrite_query
 from bridge.filter.rules import EVERYTHING, Filter
 from bridge.filter.sqltext import rename, targets
 from bridge.model import RowChange, RowEvents, Statement
+from bridge.sqlnames import SCHEMA
 from bridge.wire import binlog
 
-__all__ = ["EVERYTHING", "Filter", "filter_changes", "statement_kept"]
+__all__ = ["EVERYTHING", "Filter", "filter_changes", "statement_kept", "touches_foreign"]
+
+
+def touches_foreign(changes: tuple, rules: Filter) -> bool:
+    """The changes write a rdma_bridge table another channel owns (a checksum or repair
+    of that channel): cheap for the rest, asked of every transaction of a channel that
+    otherwise applies everything as it came."""
+    if not rules.channel_token:
+        return False
+    for change in changes:
+        if isinstance(change, RowEvents):
+            tables = change.tables
+        elif isinstance(change, RowChange):
+            tables = ((change.schema, change.table),)
+        elif SCHEMA in change.sql:
+            tables = tuple((t.schema, t.table) for t in targets(change.sql.encode("utf-8"), change.schema) or ())
+        else:
+            continue
+        for schema, table in tables:
+            if schema == SCHEMA and rules.foreign(table):
+                return True
+    return False
 
 
 def filter_changes(changes: tuple, rules: Filter, checksum_bytes: int, context: str) -> tuple:

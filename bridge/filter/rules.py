@@ -6,8 +6,10 @@ A pattern is ``schema`` (every table of it) or ``schema.table``, with shell wild
 table is replicated when it matches an include (or no include is given) and no
 exclude. Objects that are not tables (routines, events, databases themselves) go with
 their schema: replicated when some table of that schema could be. The bridge's own
-schema is always replicated and never renamed. Renames apply after matching: patterns
-always name the primary's schemas.
+schema is always replicated and never renamed, except the tables another channel owns
+(checksum and repair tables named ``<kind>__<token>``, bridge.sqlnames): a channel
+applies its own only, so channels that share a replica never collide. Renames apply
+after matching: patterns always name the primary's schemas.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 
 from bridge.errors import ConfigError
-from bridge.sqlnames import SCHEMA, SYSTEM_SCHEMAS
+from bridge.sqlnames import SCHEMA, SYSTEM_SCHEMAS, owner_token
 
 _WILD = set("*?[")
 
@@ -40,6 +42,9 @@ class Filter:
     # later position than the transaction's (table "": the schema's routines, views,
     # triggers and events), whose changes the replica already holds; never recorded
     copied_later: frozenset[tuple[str, str]] = field(default=frozenset(), compare=False)
+    # the channel applying (bridge.sqlnames.channel_token): rdma_bridge tables another
+    # channel owns are not its own; "" keeps them all (clone, verify); never recorded
+    channel_token: str = field(default="", compare=False)
 
     @classmethod
     def parse(cls, include=(), exclude=(), renames=()) -> Filter:
@@ -68,7 +73,7 @@ class Filter:
 
     def keeps(self, schema: str, table: str) -> bool:
         if schema == SCHEMA:
-            return True
+            return not self.foreign(table)
         if self.include and not any(_matches(p, schema, table) for p in self.include):
             return False
         return not any(_matches(p, schema, table) for p in self.exclude) and not self.holds(schema, table)
@@ -81,6 +86,11 @@ class Filter:
             return False
         return not any(_split(p)[1] == "*" and _matches_schema(p, schema) for p in self.exclude) \
             and not self.holds(schema, "")
+
+    def foreign(self, bridge_table: str) -> bool:
+        """A rdma_bridge table another channel owns (never one of this channel's, nor a shared one)."""
+        owner = owner_token(bridge_table)
+        return bool(self.channel_token) and owner is not None and owner != self.channel_token
 
     def holds(self, schema: str, table: str) -> bool:
         """The replica's copy of this table ("": of the schema's objects) was made after

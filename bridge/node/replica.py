@@ -404,7 +404,7 @@ class ReplicaNode:
             raise ApplyError(str(exc)) from exc
 
     def _apply_work(self, work: list[Picked]) -> None:
-        if not self.replicated.everything:
+        if not self.replicated.as_it_came(work):
             work = self.replicated.work(work, self.applier)
         frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:

@@ -10,8 +10,9 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from bridge.apply.channel import load_catch_up, settle_filter
-from bridge.filter import Filter, filter_changes
+from bridge.filter import Filter, filter_changes, touches_foreign
 from bridge.model import Chunk, Gtid, GtidSet, Transaction
+from bridge.sqlnames import channel_token
 from bridge.wire.frame import Frame
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,11 @@ class Replicated:
     @classmethod
     def load(cls, applier, channel: str, target, given: str) -> Replicated:
         """The channel's filter (``given``: --include/... as JSON, or ""), settled against
-        the one recorded, and what a clone left catching up."""
+        the one recorded, and what a clone left catching up; another channel's checksum
+        and repair tables are never this channel's (bridge.sqlnames.owned)."""
         rules = settle_filter(applier.conn, channel, target, Filter.from_json(given) if given else None,
                               applier.has_position)
+        rules = replace(rules, channel_token=channel_token(channel))
         catch_up = load_catch_up(applier.conn, channel, applier.position.gtid_set, target)
         if catch_up:
             log.info("channel %r: %d tables were copied by a resumed clone at later positions than the channel's "
@@ -45,8 +48,19 @@ class Replicated:
 
     @property
     def everything(self) -> bool:
-        """Every change is applied as it came: nothing to do per transaction."""
+        """Every change of every table is applied as it came (``as_it_came`` then
+        looks only for another channel's checksum and repair tables)."""
         return self.rules.everything and not self.catch_up
+
+    def as_it_came(self, work: list[Picked]) -> bool:
+        """Nothing to filter in this work: the per-transaction check of a channel that
+        applies everything."""
+        if not self.everything:
+            return False
+        for entry in work:
+            if touches_foreign(entry.item.changes, self.rules):
+                return False
+        return True
 
     def describe(self) -> str:
         return self.rules.describe() + (f"; {len(self.catch_up)} tables catching up with a clone"
@@ -67,7 +81,7 @@ class Replicated:
                 gtid = Gtid.parse(item.gtid)
                 later = frozenset(key for key, at in self.catch_up.items() if at.contains(gtid))
                 rules = replace(rules, copied_later=later) if later else rules
-            if rules.everything:
+            if rules.everything and not touches_foreign(item.changes, rules):
                 out.append(entry)
                 continue
             changes = filter_changes(item.changes, rules, fmt.checksum_bytes if fmt else 0,
