@@ -11,6 +11,7 @@ SCHEMA = "rdma_bridge"  # on both servers; never replicated into, never compared
 META = f"{SCHEMA}.bridge_meta"  # replica: each channel's position, epoch, pending DDL
 HEARTBEAT = f"{SCHEMA}.heartbeat"  # primary: written by the primary side, replicated like user rows
 SKIPPED = f"{SCHEMA}.skipped"  # replica: transactions an operator skipped
+APPLY_STOPPED = f"{SCHEMA}.apply_stopped"  # replica: where each stopped channel's applying stopped
 REPAIRS = f"{SCHEMA}.repairs"  # primary: repair markers, replicated (a channel's own: ``owned``)
 PROBE = f"{SCHEMA}.bridge_probe"  # replica: the binlog apply mode's capability probe
 CLONE_STATE = f"{SCHEMA}.clone_state"  # replica: how far `rdma-bridge clone` got, per table

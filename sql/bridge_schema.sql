@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.heartbeat (
   ts_us  BIGINT NOT NULL
 ) ENGINE=InnoDB;
 -- Transactions an operator skipped (`rdma-bridge skip --gtid G`) after applying stopped
--- on them: which, when, by whom, and the error they stopped on.
+-- on them: which, by whom, the error they stopped on, when the skip was made
+-- (skipped_at) and when the primary side read the transaction from the binlog (read_at).
 CREATE TABLE IF NOT EXISTS rdma_bridge.skipped (
   id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
   channel     VARCHAR(64) NOT NULL,
@@ -30,7 +31,18 @@ CREATE TABLE IF NOT EXISTS rdma_bridge.skipped (
   gtid        VARCHAR(128) NOT NULL,
   error       TEXT NOT NULL,
   skipped_by  VARCHAR(255) NOT NULL,
-  skipped_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+  skipped_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  read_at     TIMESTAMP(6) NULL
+) ENGINE=InnoDB;
+-- Where each channel's applying stopped, while it is stopped (an error, or
+-- --until-gtid reached): `checksum` and `repair` see it at once instead of waiting.
+CREATE TABLE IF NOT EXISTS rdma_bridge.apply_stopped (
+  channel     VARCHAR(64) NOT NULL PRIMARY KEY,
+  seq         BIGINT UNSIGNED NOT NULL,
+  gtid        VARCHAR(128) NOT NULL,
+  error       TEXT NOT NULL,
+  until_gtid  TINYINT NOT NULL DEFAULT 0,
+  stopped_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB;
 -- `rdma-bridge clone`: one row per table copied for a channel, written before the
 -- first table is created; a clone that stopped before finished=1 is found by the next.

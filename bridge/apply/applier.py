@@ -30,7 +30,7 @@ import pymysql
 from bridge.apply import modes, sql
 from bridge.apply.binlog_rows import BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
-                                  record_skip, schemas_with_tables)
+                                  record_skip, record_stop, schemas_with_tables)
 from bridge.apply.connection import (apply_error, connect, current_grants, rollback, run_script, session_setup,
                                      trigger_names)
 from bridge.apply.sql_rows import SqlRows
@@ -239,10 +239,20 @@ class Applier:
         if seq != self.position.applied_seq + 1:
             raise ApplyError(f"skip seq {seq} ({gtid}): the replica is at seq {self.position.applied_seq}")
         gtids = self.position.gtid_set.add_text(gtid)
-        record_skip(self.conn, self.channel, seq, gtids, gtid, error, by)
+        stamps = getattr(item, "stamps", ())  # a Transaction's: (read, shipped) ns on the primary side
+        record_skip(self.conn, self.channel, seq, gtids, gtid, error, by, stamps[0] if stamps else None)
         self.position = Position(seq, gtids)
         if item is not None and item.format_event:
             self.format = self.format_for(item)
+
+    def record_stop(self, stopped: dict | None) -> None:
+        """Where applying stopped (``Halt.status()``), kept on the replica while it is
+        stopped (rdma_bridge.apply_stopped: `checksum` sees it), or None: it goes on."""
+        try:
+            record_stop(self.conn, self.channel, stopped)
+        except pymysql.MySQLError as exc:  # said, not fatal: the node's own state is what counts
+            log.warning("channel %r: could not record that applying %s on replica %s: %s", self.channel,
+                        "stopped" if stopped else "goes on", self.url, exc.args[-1] if exc.args else exc)
 
     def unique_keys(self, schema: str, table: str) -> tuple[tuple[str, ...], ...]:
         """The primary and unique keys of a replica table, as column tuples (cached;

@@ -23,7 +23,7 @@ from bridge.errors import ChannelLocked, StartRefused
 from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
 from bridge.sqlfiles import sql_statements
-from bridge.sqlnames import CHANNEL_FILTER, CLONE_STATE, META, SKIPPED, SYSTEM_SCHEMAS
+from bridge.sqlnames import APPLY_STOPPED, CHANNEL_FILTER, CLONE_STATE, META, SKIPPED, SYSTEM_SCHEMAS
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ def ensure_schema(conn: pymysql.Connection) -> None:
             cur.execute(stmt)
         if not cur.execute(f"SHOW COLUMNS FROM {META} LIKE 'epoch'"):
             cur.execute(f"ALTER TABLE {META} ADD COLUMN epoch BIGINT UNSIGNED NOT NULL DEFAULT 0")
+        if not cur.execute(f"SHOW COLUMNS FROM {SKIPPED} LIKE 'read_at'"):
+            cur.execute(f"ALTER TABLE {SKIPPED} ADD COLUMN read_at TIMESTAMP(6) NULL")
 
 
 def load_position(conn: pymysql.Connection, channel: str) -> Position:
@@ -142,18 +144,39 @@ def load_catch_up(conn: pymysql.Connection, channel: str, position: GtidSet,
 
 
 def record_skip(conn: pymysql.Connection, channel: str, seq: int, gtids: GtidSet, gtid: str, error: str,
-                by: str) -> None:
+                by: str, read_ns: int | None = None) -> None:
     """The position moved past a transaction that is not applied, and the record of
-    it, in one replica transaction."""
+    it, in one replica transaction. ``skipped_at`` is the moment of the skip (SYSDATE:
+    the session's TIMESTAMP is the last replayed event's), ``read_at`` when the primary
+    side read the transaction (None: not known, a chunk)."""
     try:
         with conn.cursor() as cur:
             cur.execute(sql.position_write(conn.escape, channel, seq, gtids).decode())
-            cur.execute(f"{sql.TAG}INSERT INTO {SKIPPED} (channel, seq, gtid, error, skipped_by) "
-                        "VALUES (%s, %s, %s, %s, %s)", (channel, seq, gtid, error[:4000], by[:255]))
+            cur.execute(f"{sql.TAG}INSERT INTO {SKIPPED} (channel, seq, gtid, error, skipped_by, skipped_at, read_at) "
+                        "VALUES (%s, %s, %s, %s, %s, SYSDATE(6), FROM_UNIXTIME(%s))",
+                        (channel, seq, gtid, error[:4000], by[:255], None if read_ns is None else read_ns / 1e9))
         conn.commit()
     except pymysql.MySQLError as exc:
         conn.rollback()
         raise apply_error(f"skip seq {seq} ({gtid})", exc) from exc
+
+
+def record_stop(conn: pymysql.Connection, channel: str, stopped: dict | None) -> None:
+    """Where the channel's applying stopped (``Halt.status()``), or None once it goes on."""
+    with conn.cursor() as cur:
+        cur.execute(f"{sql.TAG}DELETE FROM {APPLY_STOPPED} WHERE channel=%s", (channel,))
+        if stopped is not None:
+            cur.execute(f"{sql.TAG}INSERT INTO {APPLY_STOPPED} (channel, seq, gtid, error, until_gtid, stopped_at) "
+                        "VALUES (%s, %s, %s, %s, %s, SYSDATE(6))",
+                        (channel, stopped["seq"], stopped["gtid"], stopped["error"][:4000], int(stopped["until"])))
+    conn.commit()
+
+
+def read_stop(conn: pymysql.Connection, channel: str) -> tuple | None:
+    """(seq, gtid, error, until) where the channel's applying stopped, or None."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT seq, gtid, error, until_gtid FROM {APPLY_STOPPED} WHERE channel=%s", (channel,))
+        return cur.fetchone()
 
 
 def next_epoch(conn: pymysql.Connection, channel: str) -> int:

@@ -173,6 +173,9 @@ class ParallelApplier:
     def skip(self, seq: int, gtid: str, error: str, by: str, item=None) -> None:
         self.main.skip(seq, gtid, error, by, item)
 
+    def record_stop(self, stopped: dict | None) -> None:
+        self.main.record_stop(stopped)
+
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         self.main.apply_chunk(seq, chunk)
 

@@ -260,14 +260,36 @@ def replica_position(conn, url: MysqlUrl, channel: str, starting: bool = False) 
                       "--channel names it; checksum --offline checks two quiet servers)")
 
 
+def applying_stopped(conn, channel: str) -> tuple | None:
+    """(seq, gtid, error, until) where the channel's applying stopped, as its replica side
+    records it (rdma_bridge.apply_stopped), or None."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"SELECT seq, gtid, error, until_gtid FROM {sqlnames.APPLY_STOPPED} WHERE channel=%s",
+                        (channel,))
+        except pymysql.ProgrammingError as exc:  # 1146: a replica side of an older version
+            if exc.args[0] != NO_SUCH_TABLE:
+                raise
+            return None
+        return cur.fetchone()
+
+
 def wait_for_replica(conn, url: MysqlUrl, channel: str, target: GtidSet, timeout_s: float,
                      on_wait: Callable[[], None] = lambda: None, alive: Callable[[], None] | None = None) -> None:
     """Until the bridge has applied ``target`` on the replica (heartbeats may take it
     past), ``on_wait`` once if it must wait. ``alive``: the bridge is ours and may be
     starting (its channel not registered yet); called each round, it raises if the
-    bridge died. The one "has the replica reached this position?" loop."""
+    bridge died. A channel whose applying stopped ends the wait at once, saying where
+    and what goes on. The one "has the replica reached this position?" loop."""
     deadline, waited = time.monotonic() + timeout_s, False
     while not replica_position(conn, url, channel, starting=alive is not None).contains_all(target):
+        stopped = applying_stopped(conn, channel)
+        if stopped is not None:
+            seq, gtid, error, until = stopped
+            raise ApplyError(f"channel {channel!r}: applying is stopped on the replica {url} at seq {seq} ({gtid}): "
+                             f"{error}; " + ("`rdma-bridge resume` there applies on" if until else
+                                             f"fix the cause and run `rdma-bridge resume`, or `rdma-bridge skip "
+                                             f"--gtid {gtid}` to skip that one transaction, then check again"))
         if not waited:
             on_wait()
             waited = True

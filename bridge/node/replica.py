@@ -107,6 +107,7 @@ class ReplicaNode:
     # --- lifecycle -------------------------------------------------------
 
     def start(self) -> None:
+        self.applier.record_stop(None)  # a stop recorded by an earlier run: this one applies again first
         if self.metrics is not None:
             self.metrics.start()
         self._listener.start(self)
@@ -249,8 +250,8 @@ class ReplicaNode:
         if self._until is None or not self.applier.position.gtid_set.contains_all(self._until):
             return False
         pos = self.applier.position
-        self.halt = Halt(pos.applied_seq, self.last_gtid_applied or str(pos.gtid_set),
-                         f"reached --until-gtid {self._until}", 0, time.time(), skippable=False, until=True)
+        self._stop_at(Halt(pos.applied_seq, self.last_gtid_applied or str(pos.gtid_set),
+                           f"reached --until-gtid {self._until}", 0, time.time(), skippable=False, until=True))
         self._until = None  # resume applies on
         log.info("applying stopped at seq %d: the replica holds --until-gtid %s (%s)", pos.applied_seq,
                  self.halt.error.removeprefix("reached --until-gtid "), self.halt.hint())
@@ -296,8 +297,9 @@ class ReplicaNode:
     def resume(self) -> Halt | None:
         """Apply again from the transaction applying stopped at (`rdma-bridge resume`)."""
         with self._lock:
-            halt, self.halt = self.halt, None
+            halt = self.halt
             if halt is not None:
+                self._stop_at(None)
                 log.info("resume: applying again from seq %d (%s)", halt.seq, halt.gtid)
                 self._tell_primary({"type": "apply_resumed"})
         self._unhalted.set()
@@ -318,12 +320,17 @@ class ReplicaNode:
                 self._pending = self._pending[1:]
                 if self.consumer is not None:
                     self.consumer.acknowledge(halt.seq)
-            self.halt = None
+            self._stop_at(None)
             log.warning("skipped seq %d (%s) by %s: it stopped applying with: %s", halt.seq, halt.gtid, by,
                         halt.error)
             self._tell_primary({"type": "apply_resumed"})
         self._unhalted.set()
         return halt
+
+    def _stop_at(self, halt: Halt | None) -> None:
+        """Applying stops there (or goes on: None), in memory and on the replica."""
+        self.halt = halt
+        self.applier.record_stop(halt.status() if halt else None)
 
     def _tell_primary(self, msg: dict) -> None:
         if self.current is not None:
@@ -343,7 +350,7 @@ class ReplicaNode:
         chunked = frame.kind == FrameKind.CHUNK
         self.applier.abort_open()
         self._pending = [] if chunked else work  # a chunked transaction comes again from the binlog
-        self.halt = Halt(frame.seq, item.gtid, str(exc), exc.code, time.time(), skippable=not chunked)
+        self._stop_at(Halt(frame.seq, item.gtid, str(exc), exc.code, time.time(), skippable=not chunked))
         log.error("applying stopped at seq %d (%s): %s; the replica side keeps running: %s", frame.seq, item.gtid,
                   exc, self.halt.hint())
         self._tell_primary(self.halt.message())

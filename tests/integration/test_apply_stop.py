@@ -14,6 +14,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bridge.check.checksum import Checksummer
+from bridge.errors import ApplyError
 from bridge.model import GtidSet
 from bridge.workload import connect
 from tests.conftest import BridgePair
@@ -119,6 +121,15 @@ def test_skip_passes_over_the_one_transaction_already_applied_by_hand(urls, fres
         wait_for(lambda: halted(pair), timeout_s=30, what="applying to stop")
         halt = halted(pair)
         address = "%s:%d" % pair.replica_node.address
+        started = time.monotonic()  # a checksum sees the stop at once, and says what goes on
+        checker = Checksummer(urls["primary_admin"], urls["replica_admin"], pair.channel, progress=lambda _m: None)
+        try:
+            with pytest.raises(ApplyError, match=f"applying is stopped .* at seq {halt.seq}.*Duplicate entry.*"
+                                                 f"rdma-bridge skip --gtid {halt.gtid}"):
+                checker.run(schemas=[s])
+        finally:
+            checker.close()
+        assert time.monotonic() - started < 60  # not the 300 s wait for a replica that never catches up
         wrong = bridge("skip", "--gtid", "0-1-999999999", "--replica", address)
         assert wrong.returncode == 1 and f"applying stopped at {halt.gtid}" in wrong.stderr, wrong
         done = bridge("skip", "--gtid", halt.gtid, "--replica", address)
@@ -130,6 +141,13 @@ def test_skip_passes_over_the_one_transaction_already_applied_by_hand(urls, fres
             rows = cur.fetchall()
         assert len(rows) == 1 and rows[0][:2] == (halt.seq, halt.gtid) and "Duplicate entry '2'" in rows[0][2]
         assert "@" in rows[0][3] and "127.0.0.1" in rows[0][3]
+        with pair.replica.cursor() as cur:  # when the skip was made, not the last replayed event's time
+            cur.execute("SELECT TIMESTAMPDIFF(SECOND, skipped_at, SYSDATE(6)), read_at IS NOT NULL, "
+                        "read_at <= skipped_at FROM rdma_bridge.skipped WHERE channel=%s", (pair.channel,))
+            assert cur.fetchone() == (0, 1, 1)
+            cur.execute("SELECT COUNT(*) FROM rdma_bridge.apply_stopped WHERE channel=%s", (pair.channel,))
+            assert cur.fetchone()[0] == 0  # going on again: no stop recorded
+        pair.replica.commit()
         assert pair.replica_node.applier.position.gtid_set.contains_all(GtidSet.parse(halt.gtid))
         nothing = bridge("skip", "--gtid", halt.gtid, "--replica", address)
         assert nothing.returncode == 1 and "applying is not stopped" in nothing.stderr
