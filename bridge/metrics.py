@@ -79,7 +79,10 @@ METRICS = {
                                     "Busy time of the apply workers over wall time (1 = serial)."),
     "applied_seq": ("rdma_bridge_applied_seq", "gauge", "Frame seq of the last committed transaction."),
     "last_lag_seconds": ("rdma_bridge_lag_seconds", "gauge",
-                         "Heartbeat lag of the last heartbeat applied (primary write -> replica commit)."),
+                         "Seconds since the last heartbeat the replica applied was written on the primary "
+                         "(pt-heartbeat: grows while nothing is applied, up to one heartbeat interval while it is)."),
+    "lag_beyond_delay_seconds": ("rdma_bridge_lag_beyond_delay_seconds", "gauge",
+                                 "start-replica --delay: the lag past the delay asked for."),
 }
 STAGE_METRICS = {
     "quantiles": "rdma_bridge_stage_latency_seconds",  # {stage, quantile}: 0.5, 0.99, 0.999 and 1 (max)

@@ -69,7 +69,7 @@ def status_table(snapshot: dict) -> str:
             lines.append(f"primary side  {node['source']} -> replica bridge {node['replica']} over "
                          f"{node['transport']} ({'connected' if node['connected'] else 'NOT connected'})")
             lines.append(f"  {'last GTID shipped':34s}{node['last_gtid'] or '-'}")
-            lines.append(f"  {'replica behind the primary':34s}{_behind(node.get('behind'))}")
+            lines.append(f"  {'replica behind the primary':34s}{_behind(node)}")
             hb = node.get("heartbeat")
             lines.append(f"  {'heartbeat':34s}" + (f"{hb['state']}, every {hb['interval_s']}s, {hb['written']} written"
                                                  if hb else "off"))
@@ -88,11 +88,7 @@ def status_table(snapshot: dict) -> str:
                          f"{node['listen']} ({node['transport']}, {node['workers']} apply worker(s), "
                          f"{'session open' if node['session'] else 'no session'})")
             lines.append(f"  {'replica holds':34s}{node['gtid_set'] or '-'}")
-            stopped = node.get("apply_stopped")
-            lines.append(f"  {'applying':34s}" + (
-                f"STOPPED at seq {stopped['seq']} ({stopped['gtid']}) since {stopped['since']}: {stopped['error']}; "
-                f"fix the cause and run `rdma-bridge resume`, or `rdma-bridge skip --gtid {stopped['gtid']}`"
-                if stopped else "running"))
+            lines.append(f"  {'applying':34s}{_applying(node.get('apply_stopped'), node.get('delay_s') or 0)}")
         for key, value in node["counters"].items():
             value = round(value, 6) if isinstance(value, float) else value
             lines.append(f"  {COUNTER_LABELS.get(key, key):34s}{value:>12}")
@@ -106,14 +102,33 @@ def status_table(snapshot: dict) -> str:
     return "\n".join(lines)
 
 
-def _behind(b: dict | None) -> str:
+def _applying(stopped: dict | None, delay_s: float) -> str:
+    if stopped and stopped.get("until"):
+        return (f"STOPPED at seq {stopped['seq']} ({stopped['gtid']}) since {stopped['since']}: {stopped['error']}; "
+                "`rdma-bridge resume` applies on past it")
+    if stopped:
+        return (f"STOPPED at seq {stopped['seq']} ({stopped['gtid']}) since {stopped['since']}: {stopped['error']}; "
+                f"fix the cause and run `rdma-bridge resume`, or `rdma-bridge skip --gtid {stopped['gtid']}`")
+    return f"running, {delay_s:g}s behind the primary on purpose (--delay)" if delay_s else "running"
+
+
+def _behind(node: dict) -> str:
+    """The primary side's view: how much the replica lacks, and when it will not
+    (stopped or delayed on purpose: no ETA; caught up: said so)."""
+    b = node.get("behind")
     if not b:
         return "- (measured once a second)"
     rates = (f"; applying {b['apply_rate_tps']} txn/s, the primary writes {b['write_rate_tps']} txn/s"
              if b.get("apply_rate_tps") is not None else "")
-    eta = b.get("catch_up_eta_s")
-    when = "" if not b["transactions"] else f"; caught up in ~{eta:.0f}s" if eta is not None else \
-        "; not catching up at these rates"
+    eta, stopped, delay = b.get("catch_up_eta_s"), node.get("apply_stopped"), node.get("replica_delay_s") or 0
+    if stopped:
+        when = f"; applying is STOPPED on the replica at {stopped.get('gtid')} (no ETA)"
+    elif delay:
+        when = f"; the replica applies {delay:g}s behind on purpose (--delay)"
+    elif eta == 0:
+        when = "; caught up"
+    else:
+        when = f"; caught up in ~{eta:.0f}s" if eta is not None else "; not catching up at these rates"
     return f"{b['transactions']} transactions, {b['bytes']} bytes{rates}{when}"
 
 

@@ -54,7 +54,8 @@ class ReplicaCounters(TypedDict, total=False):
     ring_backlog_bytes: int
     apply_conflicts: int
     apply_effective_parallelism: float
-    last_lag_seconds: float  # once a heartbeat row was applied
+    last_lag_seconds: float  # once a heartbeat row was applied: now - its write time on the primary
+    lag_beyond_delay_seconds: float  # with --delay: the lag past the delay
 
 
 class ReplicaStatus(TypedDict):
@@ -69,6 +70,7 @@ class ReplicaStatus(TypedDict):
     session: bool
     gtid_set: str
     apply_stopped: ApplyStopped | None
+    delay_s: float  # start-replica --delay (0: none)
     counters: ReplicaCounters
     stages: dict[str, StageSummary]
 
@@ -113,6 +115,7 @@ class PrimaryStatus(TypedDict):
     connected: bool
     last_gtid: str
     apply_stopped: ApplyStopped | None
+    replica_delay_s: float  # the replica side applies this far behind on purpose (its --delay)
     behind: Behind | None
     counters: PrimaryCounters
     heartbeat: HeartbeatWriting | None

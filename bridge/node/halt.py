@@ -36,7 +36,7 @@ class Halt:
     def message(self) -> dict:
         """What the primary side is told (control message ``apply_stopped``)."""
         return {"type": "apply_stopped", "seq": self.seq, "gtid": self.gtid, "code": self.code,
-                "error": self.error}
+                "error": self.error, "until": self.until}
 
     def hint(self) -> str:
         if self.until:

@@ -89,7 +89,8 @@ class ReplicaNode:
         self._stash = None  # a decoded frame that could not join the last group
         self._progress = Progress()
         self._reported_groups = 0
-        self.last_lag_s: float | None = None
+        self.last_lag_s: float | None = None  # the last heartbeat's, when it was applied
+        self._heartbeat_written_us: float | None = None  # when the last heartbeat applied was written on the primary
         self.stages = Stages(STAGES["replica"])
         self.gc_pauses = GcPauses(self.stages)
         self.metrics = MetricsServer(cfg.metrics, "replica", self.status) if cfg.metrics else None
@@ -117,6 +118,9 @@ class ReplicaNode:
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)
+        if self.cfg.delay_s:
+            log.info("--delay: each transaction is applied %.0fs after the primary side read it; lag is measured "
+                     "against that (lag_beyond_delay_seconds)", self.cfg.delay_s)
         log.info("replica listening on %s:%d%s, transport %s, ring %d bytes, channel %r at seq %d (%s), "
                  "replicating %s", *self.address, " (TLS, peers verified)" if self.cfg.tls else "",
                  self.cfg.transport, self.cfg.ring_bytes, self.cfg.channel, self.applier.position.applied_seq,
@@ -179,14 +183,17 @@ class ReplicaNode:
                     "ring_backlog_bytes": consumer.backlog_bytes if consumer else 0,
                     "apply_conflicts": stats.conflicts if stats else 0,
                     "apply_effective_parallelism": round(stats.effective_parallelism, 3) if stats else 1.0}
-        if self.last_lag_s is not None:
-            counters["last_lag_seconds"] = self.last_lag_s
+        if self._heartbeat_written_us is not None:  # pt-heartbeat's lag: it grows while nothing is applied
+            lag_s = max(0.0, (time.time_ns() / 1000 - self._heartbeat_written_us) / 1e6)
+            counters["last_lag_seconds"] = round(lag_s, 6)
+            if self.cfg.delay_s:
+                counters["lag_beyond_delay_seconds"] = round(max(0.0, lag_s - self.cfg.delay_s), 6)
         return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
                 "workers": self.cfg.workers, "apply_mode": session.apply_mode if session else self.cfg.apply_mode,
                 "replicates": self.replicated.describe(),
                 "session": session is not None, "gtid_set": str(pos.gtid_set),
-                "apply_stopped": self.halt.status() if self.halt else None,
+                "apply_stopped": self.halt.status() if self.halt else None, "delay_s": self.cfg.delay_s,
                 "counters": counters, "stages": self.stages.summary()}
 
     def _record_stages(self, work: list[Picked]) -> None:
@@ -209,6 +216,7 @@ class ReplicaNode:
             lag_us = now_ns / 1000 - written_us
             self.stages.record("lag", lag_us)
             self.last_lag_s = lag_us / 1e6
+            self._heartbeat_written_us = written_us
 
     def _parallel_summary(self) -> str:
         stats = self.applier.stats

@@ -70,11 +70,18 @@ def unread_bytes(primary: Primary, reading: Reading) -> int:
     return max(0, sum(primary.file_sizes[f] for f in files) - reading.log_pos) + primary.log_pos
 
 
+CAUGHT_UP_S = 0.1  # a backlog of this long of the primary's writes, kept pace with, is caught up (in flight)
+
+
 def figures(primary: Primary, reading: Reading, apply_rate: float | None, write_rate: float | None) -> dict:
-    """The status document's ``behind`` section."""
+    """The status document's ``behind`` section. A replica that keeps pace with the
+    primary and holds all but what is in flight (two transactions, or a tenth of a
+    second of the primary's writes) is caught up, ETA 0: the heartbeat rows alone keep a
+    transaction in flight at any moment, also when the primary is idle."""
     txns = unread_transactions(primary.gtids, reading.last_gtid) + reading.backlog_frames
     eta = None
-    if txns == 0:
+    keeping_pace = apply_rate is not None and write_rate is not None and apply_rate >= write_rate * 0.95
+    if txns == 0 or (keeping_pace and txns <= max(2.0, write_rate * CAUGHT_UP_S)):
         eta = 0.0
     elif apply_rate is not None and write_rate is not None and apply_rate > write_rate:
         eta = round(txns / (apply_rate - write_rate), 1)

@@ -33,6 +33,9 @@ def test_figures_add_the_ring_backlog_and_give_an_eta_only_while_catching_up():
     done = figures(Primary(GtidSet.parse("0-1-1000"), "b.1", 70_000, {}), Reading("0-1-1000", "b.1", 70_000, 0, 0,
                                                                                    1000), 0.0, 0.0)
     assert done["transactions"] == 0 and done["catch_up_eta_s"] == 0.0
+    idle = figures(Primary(GtidSet.parse("0-1-1000"), "b.1", 70_000, {}), Reading("0-1-999", "b.1", 69_900, 0, 0, 0),
+                   apply_rate=10.0, write_rate=10.0)
+    assert idle["transactions"] == 1 and idle["catch_up_eta_s"] == 0.0  # a heartbeat in flight: caught up
 
 
 def test_rates_over_a_sliding_window():

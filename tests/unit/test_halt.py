@@ -16,7 +16,7 @@ def test_a_halt_reports_where_and_why_and_only_its_own_transaction_can_be_skippe
     assert status["seq"] == 42 and status["code"] == 1062 and status["stopped_for_s"] >= 5
     assert status["since"].endswith("+00:00")
     assert halt.message() == {"type": "apply_stopped", "seq": 42, "gtid": "0-1-4711", "code": 1062,
-                              "error": halt.error}
+                              "error": halt.error, "until": False}
     assert "rdma-bridge resume" in halt.hint() and "skip --gtid 0-1-4711" in halt.hint()
     halt.check_skip("0-1-4711")
     with pytest.raises(ConfigError, match="applying stopped at 0-1-4711 \\(seq 42\\); only that transaction"):

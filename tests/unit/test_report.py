@@ -93,3 +93,30 @@ def test_the_report_renders_full_width_in_headless_chromium(tmp_path):
     assert len(green) > 2000  # the bars were drawn
     dark = {x for y in range(0, height, 3) for x in range(width) if sum(pixels[x, y]) < 200}
     assert max(dark) - min(dark) > 0.85 * width  # the charts use the page's width
+
+
+def test_status_says_what_goes_on_stopped_delayed_or_caught_up():
+    from bridge.report import status_table
+
+    behind = {"transactions": 1, "bytes": 90, "apply_rate_tps": 10.0, "write_rate_tps": 10.0, "catch_up_eta_s": 0.0}
+    primary = {"source": "mysql://u:***@p:1", "replica": "r:2", "transport": "tcp", "connected": True,
+               "last_gtid": "0-1-9", "behind": behind, "apply_stopped": None, "replica_delay_s": 0.0,
+               "heartbeat": None, "semi_sync": {"mode": "off"}, "counters": {}, "stages": {}}
+    replica = {"channel": "c", "target": "mysql://u:***@r:3", "listen": "r:2", "transport": "tcp", "workers": 1,
+               "session": True, "gtid_set": "0-1-9", "delay_s": 0.0, "counters": {}, "stages": {},
+               "apply_stopped": {"seq": 9, "gtid": "0-1-9", "error": "reached --until-gtid 0-1-9", "until": True,
+                                 "since": "now"}}
+
+    def table(primary_node, replica_node):
+        return status_table({"taken_at": "now", "nodes": {"primary": primary_node, "replica": replica_node}})
+    idle = table(primary, replica)
+    assert "1 transactions, 90 bytes" in idle and "; caught up" in idle and "not catching up" not in idle
+    assert "`rdma-bridge resume` applies on past it" in idle and "skip --gtid" not in idle  # --until-gtid
+    stopped = table({**primary, "apply_stopped": {"seq": 9, "gtid": "0-1-9"}, "behind": {**behind, "transactions": 50,
+                                                                                          "catch_up_eta_s": 1.0}},
+                    {**replica, "apply_stopped": None, "delay_s": 5.0})
+    assert "applying is STOPPED on the replica at 0-1-9 (no ETA)" in stopped and "caught up in" not in stopped
+    assert "running, 5s behind the primary on purpose (--delay)" in stopped
+    delayed = table({**primary, "replica_delay_s": 5.0, "behind": {**behind, "transactions": 50,
+                                                                    "catch_up_eta_s": None}}, replica)
+    assert "the replica applies 5s behind on purpose (--delay)" in delayed and "not catching up" not in delayed
