@@ -26,6 +26,7 @@ SYSTEM_SCHEMAS = set(sqlnames.SYSTEM_SCHEMAS)
 class TableDigest:
     rows: int
     sha256: str
+    present: bool = True  # False: the table does not exist on this side (rows 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +48,15 @@ class Comparison:
 
     def raise_if_different(self) -> None:
         if self.diffs:
-            raise ConsistencyError("compare: " + "; ".join(
-                f"{d.table}: {d.missing} rows missing on the replica, {d.extra} extra" for d in self.diffs))
+            raise ConsistencyError("compare: " + "; ".join(self.explain(d) for d in self.diffs))
+
+    def explain(self, diff: TableDiff) -> str:
+        primary, replica = self.digests[diff.table]
+        if not replica.present:
+            return f"{diff.table}: only on the primary ({primary.rows} rows)"
+        if not primary.present:
+            return f"{diff.table}: only on the replica ({replica.rows} rows)"
+        return f"{diff.table}: {diff.missing} rows missing on the replica, {diff.extra} extra"
 
 
 def engine(url: MysqlUrl) -> sa.Engine:
@@ -156,7 +164,12 @@ def _rows(conn: sa.Connection, url: MysqlUrl, side: str, schema: str, table: str
 
 
 def _record(result: Comparison, name: str, a: Counter, b: Counter) -> None:
-    result.digests[name] = (digest(a), digest(b))
+    result.digests[name] = tuple(TableDigest(0, "", present=False) if rows is ABSENT else digest(rows)
+                                 for rows in (a, b))
+    if a is ABSENT:
+        a = Counter()
+    if b is ABSENT:
+        b = Counter()
     missing, extra = a - b, b - a
     if missing or extra:
         sample = tuple(list(missing.elements())[:3] + list(extra.elements())[:3])

@@ -77,5 +77,5 @@ def clone(source: str, target: str, schemas: tuple[str, ...], channel: str, para
     kept = f" ({result.kept} more kept from the clone that stopped)" if result.kept else ""
     click.echo(f"cloned {result.tables} tables{kept}, {result.rows:,} rows, {result.bytes / 1e6:.1f} MB in "
                f"{result.seconds:.1f}s ({result.rows / max(result.seconds, 1e-6):,.0f} rows/s); channel "
-               f"{channel!r} starts at {result.gtid or '(the binlog start)'}: run start-replica and start-primary "
-               f"with --channel {channel} and no --start-gtid")
+               f"{channel!r} starts at {result.gtid or '(the binlog start)'}: run start-replica --channel {channel}, "
+               "then start-primary (it streams from there; no --start-gtid) against that replica side")

@@ -317,6 +317,10 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...], channel: str) -
         click.echo(f"channel {channel!r} replicates {rules.describe()}", err=True)
     result = compare_databases(MysqlUrl.parse(primary), replica_url, list(schemas) or None, rules)
     for name, (a, b) in result.digests.items():
+        if not (a.present and b.present):
+            click.echo(f"DIFF {name:40} only on the {'primary' if a.present else 'replica'}, "
+                       f"{(a if a.present else b).rows} rows")
+            continue
         mark = "ok" if a == b else "DIFF"
         click.echo(f"{mark:4} {name:40} rows {a.rows:>8} / {b.rows:<8} sha256 {a.sha256[:12]} / {b.sha256[:12]}")
     result.raise_if_different()

@@ -51,6 +51,15 @@ def test_verify_reports_match_and_difference(sandbox, urls, fresh_schema):
     assert diff.returncode == 1
     assert f"{s}.t: 1 rows missing on the replica, 1 extra" in diff.stderr
     assert urls["primary_admin"].password not in diff.stdout + diff.stderr
+    for key, table in (("primary_admin", "mine"), ("replica_admin", "theirs")):  # a table on one side only
+        with connect(urls[key]).cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
+            cur.execute(f"CREATE TABLE {s}.{table} (id INT PRIMARY KEY)")
+            cur.execute(f"INSERT INTO {s}.{table} VALUES (1), (2), (3)")
+    sides = bridge(*args)
+    assert sides.returncode == 1
+    assert f"DIFF {s}.mine" in sides.stdout and "only on the primary, 3 rows" in sides.stdout, sides.stdout
+    assert f"{s}.theirs: only on the replica (3 rows)" in sides.stderr and "rows 1 /" not in sides.stdout
 
 
 def test_workload_writes_paced_mixed_transactions(sandbox, urls, fresh_schema):
