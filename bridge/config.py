@@ -187,6 +187,7 @@ class ReplicaConfig:
     metrics: tuple[str, int] | None = None  # /metrics and /status; None: off
     delay_s: float = 0.0  # apply each transaction no earlier than this long after the primary side read its commit
     until_gtid: str = ""  # stop applying once the replica holds this GTID set
+    account_statements: str = "auto"  # replay | leave-out | auto (replay where the apply user may manage accounts)
     tls: TlsFiles | None = None  # None: plain TCP (refused beyond loopback unless insecure_transport)
     insecure_transport: bool = False  # plain TCP beyond loopback, said at start
     # --include/--exclude/--rename-schema as bridge.filter.Filter.to_json(); "": not given

@@ -78,6 +78,11 @@ METRICS = {
     "apply_effective_parallelism": ("rdma_bridge_apply_effective_parallelism", "gauge",
                                     "Busy time of the apply workers over wall time (1 = serial)."),
     "applied_seq": ("rdma_bridge_applied_seq", "gauge", "Frame seq of the last committed transaction."),
+    "account_statements_replayed": ("rdma_bridge_account_statements_replayed_total", "counter",
+                                    "CREATE USER, GRANT and the like replayed (start-replica --account-statements)."),
+    "account_statements_left_out": ("rdma_bridge_account_statements_left_out_total", "counter",
+                                    "CREATE USER, GRANT and the like not replayed: the apply user may not manage "
+                                    "accounts, or --account-statements leave-out."),
     "last_lag_seconds": ("rdma_bridge_lag_seconds", "gauge",
                          "Seconds since the last heartbeat the replica applied was written on the primary "
                          "(pt-heartbeat: grows while nothing is applied, up to one heartbeat interval while it is)."),

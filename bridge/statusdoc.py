@@ -55,6 +55,8 @@ class ReplicaCounters(TypedDict, total=False):
     apply_conflicts: int
     apply_effective_parallelism: float
     last_lag_seconds: float  # once a heartbeat row was applied: now - its write time on the primary
+    account_statements_replayed: int  # CREATE USER, GRANT, ... (start-replica --account-statements)
+    account_statements_left_out: int
     lag_beyond_delay_seconds: float  # with --delay: the lag past the delay
 
 

@@ -93,6 +93,22 @@ class Applier:
         except pymysql.MySQLError as exc:
             raise apply_error(f"set up the session on replica {self.url}", exc) from exc
 
+    def use_account_statements(self, choice: str) -> bool:
+        """replay | leave-out | auto (replay where this user may manage accounts: CREATE
+        USER and GRANT OPTION on the replica, as a native replica's SQL thread replays
+        them); True when they are replayed."""
+        if choice == "auto":
+            grants = current_grants(self.conn, self.url)[0].upper()
+            may = ("CREATE USER" in grants or "ALL PRIVILEGES ON *.*" in grants) and "WITH GRANT OPTION" in grants
+            choice = "replay" if may else "leave-out"
+        self._statements.accounts = choice == "replay"
+        return self._statements.accounts
+
+    @property
+    def account_statements(self) -> dict:
+        return {"account_statements_replayed": self._statements.accounts_replayed,
+                "account_statements_left_out": self._statements.accounts_left_out}
+
     def preflight(self, mode: str) -> None:
         """Refuse to apply in ``mode`` what this replica user cannot: the GRANT to run
         is in the message. In sql mode, replica triggers would fire for replicated rows

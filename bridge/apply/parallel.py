@@ -176,6 +176,13 @@ class ParallelApplier:
     def record_stop(self, stopped: dict | None) -> None:
         self.main.record_stop(stopped)
 
+    def use_account_statements(self, choice: str) -> bool:
+        return self.main.use_account_statements(choice)
+
+    @property
+    def account_statements(self) -> dict:
+        return self.main.account_statements
+
     def apply_chunk(self, seq: int, chunk: Chunk) -> None:
         self.main.apply_chunk(seq, chunk)
 

@@ -94,15 +94,19 @@ POSITION_INSERT = (f"{TAG}INSERT INTO {META} (channel, applied_seq, gtid_set) "
                    "VALUES (%s, %s, %s)")
 
 
-# Account management and FLUSH statements concern the primary's own security and
-# caches; the replica keeps its own accounts (and the apply user may not manage them).
-_NOT_REPLAYED = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:(?:CREATE|DROP|ALTER|RENAME)\s+(?:USER|ROLE)\b|"
-                           r"GRANT\b|REVOKE\b|SET\s+(?:PASSWORD|DEFAULT\s+ROLE)\b|FLUSH\b)",
-                           re.IGNORECASE | re.DOTALL)
+# Account management is replayed as a native replica does, where the apply user may
+# manage accounts (start-replica --account-statements); FLUSH concerns the primary's own
+# caches and logs, and is never replayed.
+_ACCOUNT = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:(?:CREATE|DROP|ALTER|RENAME)\s+(?:USER|ROLE)\b|"
+                      r"GRANT\b|REVOKE\b|SET\s+(?:PASSWORD|DEFAULT\s+ROLE)\b)", re.IGNORECASE | re.DOTALL)
+_FLUSH = re.compile(r"^\s*(?:/\*.*?\*/\s*)*FLUSH\b", re.IGNORECASE | re.DOTALL)
 
 
-def is_replayed(statement_sql: str) -> bool:
-    return _NOT_REPLAYED.match(statement_sql) is None
+def statement_kind(statement_sql: str) -> str:
+    """account (users, roles, grants, passwords), flush, or other."""
+    if _ACCOUNT.match(statement_sql):
+        return "account"
+    return "flush" if _FLUSH.match(statement_sql) else "other"
 
 
 MAX_ROWS_PER_STATEMENT = 500

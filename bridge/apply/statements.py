@@ -2,8 +2,10 @@
 connection, in the session they ran in on the primary (bridge.apply.replay), then
 the applier's own session back.
 
-As a native replica does: account management and FLUSH are the primary's own
-business (not replayed, logged); an event the primary creates or alters is disabled
+As a native replica does: account management (users, roles, grants) is replayed where
+the apply user may manage accounts (``accounts``: start-replica --account-statements;
+else left out, logged and counted); FLUSH is the primary's own business (not replayed);
+an event the primary creates or alters is disabled
 on the replica (DISABLE ON SLAVE) with its definer kept; in sql apply mode a trigger
 the primary creates stops the applier (it would fire for replicated rows). A replay of
 a DDL that ran before a crash accepts "already exists / already gone".
@@ -33,6 +35,8 @@ class StatementReplayer:
         self.conn: pymysql.Connection | None = None
         self._collations: tuple[dict, bool] | None = None  # the replica's collations, has character_set_collations
         self.primary_collations: dict[int, str] = {}  # the primary's names (its side says them in the hello)
+        self.accounts = False  # replay account management (decided at start: bridge.apply.applier)
+        self.accounts_replayed = self.accounts_left_out = 0
 
     def attach(self, conn: pymysql.Connection) -> None:
         self.conn = conn
@@ -41,9 +45,13 @@ class StatementReplayer:
             same_flavor: bool, after_crash: bool) -> None:
         """``after_crash``: this statement's transaction was marked pending when the
         applier stopped, so it may have taken effect already."""
-        if not sql.is_replayed(st.sql):
-            log.info("%s: account/flush statement not replayed on the replica: %.60s", context, st.sql)
+        kind = sql.statement_kind(st.sql)
+        if kind == "flush" or (kind == "account" and not self.accounts):
+            self.accounts_left_out += kind == "account"
+            log.info("%s: %s statement not replayed on the replica%s: %.60s", context, kind,
+                     "" if kind == "flush" else " (--account-statements)", st.sql)
             return
+        self.accounts_replayed += kind == "account"
         plan = self._plan(context, st, fmt, same_flavor)
         trigger = replay.created_trigger(plan.text) if mode == "sql" else None
         if trigger:

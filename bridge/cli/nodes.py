@@ -107,6 +107,11 @@ def sandbox_status(state_dir: str) -> None:
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
               help="A delayed replica: apply each transaction no earlier than SECONDS after its commit on the "
                    "primary (as MASTER_DELAY), to have time to stop a bad DROP or UPDATE before it arrives.")
+@click.option("--account-statements", type=click.Choice(["auto", "replay", "leave-out"]), default="auto",
+              show_default=True,
+              help="CREATE/ALTER/DROP USER and ROLE, GRANT, REVOKE, SET PASSWORD from the primary: replay them as a "
+                   "native replica does (the apply user then needs CREATE USER ... WITH GRANT OPTION), or leave them "
+                   "out (counted in status). auto: replay where the apply user may manage accounts.")
 @click.option("--until-gtid", default="", metavar="GTIDSET",
               help="Stop applying once the replica holds this GTID set (point-in-time recovery); the process "
                    "stays up, `status` says so, `rdma-bridge resume` applies on.")
@@ -118,7 +123,8 @@ def sandbox_status(state_dir: str) -> None:
                    "network in clear text. Only for a network you trust.")
 @filter_options
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
-                  apply_mode: str, spin_us: int, pin_near_nic: bool, delay: float, until_gtid: str, metrics,
+                  apply_mode: str, spin_us: int, pin_near_nic: bool, delay: float, account_statements: str,
+                  until_gtid: str, metrics,
                   secret_file: str, tls, insecure_transport: bool, rules) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
@@ -144,7 +150,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                         spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
                         metrics=metrics, secret=read_secret(secret_file), delay_s=delay,
                         until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "", tls=tls,
-                        insecure_transport=insecure_transport, channel_filter=rules.to_json() if rules else "")
+                        insecure_transport=insecure_transport, channel_filter=rules.to_json() if rules else "",
+                        account_statements=account_statements)
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:

@@ -78,6 +78,7 @@ class ReplicaNode:
         try:  # what the channel replicates (bridge.filter): recorded on the replica, or given and recorded now
             self.replicated = Replicated.load(self.applier, cfg.channel, cfg.target, cfg.channel_filter)
             self.applier.rules = self.replicated.rules
+            self.accounts_replayed = self.applier.use_account_statements(cfg.account_statements)
         except BridgeError:
             self.applier.close()
             self._listener.close()
@@ -118,6 +119,10 @@ class ReplicaNode:
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)
+        log.info("account management statements (CREATE USER, GRANT, ...) are %s (--account-statements %s)",
+                 "replayed, as a native replica does" if self.accounts_replayed else
+                 "left out: the apply user may not manage accounts here (grant it CREATE USER ... WITH GRANT OPTION "
+                 "to replay them) or they were asked to be left out", self.cfg.account_statements)
         if self.cfg.delay_s:
             log.info("--delay: each transaction is applied %.0fs after the primary side read it; lag is measured "
                      "against that (lag_beyond_delay_seconds)", self.cfg.delay_s)
@@ -178,7 +183,7 @@ class ReplicaNode:
         stats = self.applier.stats
         session = self.current
         consumer = session.consumer if session is not None else None
-        counters = {**self.counts.status(), "applied_seq": pos.applied_seq,
+        counters = {**self.counts.status(), **self.applier.account_statements, "applied_seq": pos.applied_seq,
                     "ring_backlog_frames": consumer.backlog_frames if consumer else 0,
                     "ring_backlog_bytes": consumer.backlog_bytes if consumer else 0,
                     "apply_conflicts": stats.conflicts if stats else 0,

@@ -89,6 +89,41 @@ def test_account_statements_on_the_primary_do_not_stop_replication(pair, fresh_s
     pair.assert_same(s)
     with pair.replica.cursor() as cur:
         assert cur.execute("SELECT 1 FROM mysql.user WHERE user='app_test'") == 0
+    counters = pair.replica_node.status()["counters"]  # the sandbox's apply user may not manage accounts: left out
+    assert counters["account_statements_left_out"] == 3 and counters["account_statements_replayed"] == 0
+
+
+def grants_of(conn, user: str) -> list[str]:
+    with conn.cursor() as cur:
+        if not cur.execute("SELECT 1 FROM mysql.user WHERE user=%s", (user,)):
+            return []
+        cur.execute(f"SHOW GRANTS FOR '{user}'@'127.0.0.1'")
+        conn.commit()
+        return sorted(row[0] for row in cur.fetchall())
+
+
+def test_account_statements_replay_as_on_a_native_replica_where_the_apply_user_may(urls, fresh_schema):
+    """An apply user with CREATE USER ... WITH GRANT OPTION (the sandbox's admin): users,
+    grants, revokes and drops arrive as on a native replica (--account-statements auto)."""
+    from tests.conftest import BridgePair
+
+    s = fresh_schema("acctrep")
+    pair = BridgePair(urls, "shm")
+    pair.start_replica(target=urls["replica_admin"])
+    pair.start_primary()
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)",
+                 "CREATE USER IF NOT EXISTS 'app_rep'@'127.0.0.1' IDENTIFIED BY 'its-own-password'",
+                 f"GRANT SELECT, INSERT ON {s}.* TO 'app_rep'@'127.0.0.1'",
+                 f"REVOKE INSERT ON {s}.* FROM 'app_rep'@'127.0.0.1'", f"INSERT INTO {s}.t VALUES (1)")
+        pair.assert_same(s)
+        assert grants_of(pair.replica, "app_rep") == grants_of(pair.primary, "app_rep") != []
+        pair.sql("DROP USER 'app_rep'@'127.0.0.1'", f"INSERT INTO {s}.t VALUES (2)")
+        pair.assert_same(s)
+        assert grants_of(pair.replica, "app_rep") == []
+        assert pair.replica_node.status()["counters"]["account_statements_replayed"] == 4
+    finally:
+        pair.stop()
 
 
 # binlog mode: the server's own row-event code finds the row missing (as a native replica would)

@@ -1,7 +1,7 @@
 import datetime as dt
 from decimal import Decimal
 
-from bridge.apply.sql import decimal_literal, is_replayed, row_statement, time_literal, to_param
+from bridge.apply.sql import decimal_literal, row_statement, statement_kind, time_literal, to_param
 from bridge.model import BitValue, InvalidTemporal, RowChange
 
 COLS = ("id", "name")
@@ -39,10 +39,12 @@ def test_params_and_literals():
     assert time_literal(dt.timedelta(hours=838, minutes=59, seconds=59)) == "'838:59:59.000000'"
 
 
-def test_account_statements_are_not_replayed():
-    assert not is_replayed("GRANT SELECT ON *.* TO x")
-    assert not is_replayed("/* c */ CREATE USER 'a'@'%'")
-    assert is_replayed("CREATE TABLE users (id INT)")
+def test_statements_are_told_apart_account_flush_other():
+    assert statement_kind("GRANT SELECT ON *.* TO x") == "account"
+    assert statement_kind("/* c */ CREATE USER 'a'@'%'") == "account"
+    assert statement_kind("set password for a = password('x')") == "account"
+    assert statement_kind("FLUSH PRIVILEGES") == "flush"
+    assert statement_kind("CREATE TABLE users (id INT)") == "other"
 
 
 def test_consecutive_inserts_merge_into_multi_row_statements():
