@@ -22,21 +22,11 @@ from bridge.ring.layout import ACK_SEQ_AT, WRITE_SEQ_AT, read_u64, write_publish
 from bridge.transport.doorbell import Doorbell
 from bridge.transport.sockets import BufferedReceiver, peer_name
 from bridge.wire import placement
-from bridge.wire.native import PURE_ENV
+from bridge.wire.native import compiled_or_why
 from bridge.wire.placement import Op
 
 
-def _compiled():
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return None, f"{PURE_ENV} is set"
-    try:
-        from bridge.transport import _receiver
-    except ImportError as exc:
-        return None, f"the compiled module is not built ({exc}); reinstall with a C compiler and Python headers"
-    return _receiver, ""
-
-
-compiled, why_pure = _compiled()
+compiled, why_pure = compiled_or_why("bridge.transport._receiver")
 # how the compiled loop ended, with three numbers (bridge/transport/_receiver.pyx)
 ENDED_CLOSED = 0  # the peer closed: (bytes it had, bytes it needed, 0)
 ENDED_OS_ERROR = 1  # recv or send failed: (errno, 0, 0)

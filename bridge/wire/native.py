@@ -9,6 +9,7 @@ log line a node's start says about it.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 
@@ -17,17 +18,19 @@ from bridge.wire import hotpath
 PURE_ENV = "RDMA_BRIDGE_PURE_PYTHON"
 
 
-def _select():
+def compiled_or_why(name: str):
+    """(the compiled module ``name``, "") or (None, why its twin runs instead): asked
+    for by the environment, or not built. bridge.transport.receiver picks its loop so too."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return hotpath, f"{PURE_ENV} is set"
+        return None, f"{PURE_ENV} is set"
     try:
-        from bridge.wire import _hotpath
+        return importlib.import_module(name), ""
     except ImportError as exc:
-        return hotpath, f"the compiled module is not built ({exc}); reinstall with a C compiler and Python headers"
-    return _hotpath, ""
+        return None, f"the compiled module is not built ({exc}); reinstall with a C compiler and Python headers"
 
 
-hot, why_pure = _select()
+_compiled, why_pure = compiled_or_why("bridge.wire._hotpath")
+hot = _compiled or hotpath
 COMPILED = hot is not hotpath
 
 

@@ -74,6 +74,14 @@ def checksum(urls, pair, schemas):
         checker.close()
 
 
+def repair(urls, pair):
+    repairer = Repairer(pair.urls["primary_admin"], urls["replica_admin"], pair.channel, progress=lambda _m: None)
+    try:
+        return repairer.run()
+    finally:
+        repairer.close()
+
+
 def mismatched(run) -> set[tuple[str, str]]:
     return {(m.db, m.tbl) for m in run.mismatches}
 
@@ -110,11 +118,7 @@ def test_two_primaries_into_one_replica_check_and_repair_their_own_rows(urls, fr
         for _ in range(2):  # the other channel's checksum stays clean, run after run
             assert mismatched(checksum(urls, b, [s])) == set()
         with Orders(second_primary["primary_admin"], s) as load:  # b keeps applying meanwhile
-            repairer = Repairer(a.urls["primary_admin"], urls["replica_admin"], a.channel, progress=lambda _m: None)
-            try:
-                repaired, recheck = repairer.run()
-            finally:
-                repairer.close()
+            repaired, recheck = repair(urls, a)
         assert repaired == 2 and recheck.mismatches == [] and load.count > 0
         assert mismatched(checksum(urls, b, [s])) == set()
         same(a, urls, s, a_rules)
@@ -143,11 +147,7 @@ def test_one_primary_split_into_two_channels_checks_and_repairs_each_alone(urls,
             assert mismatched(checksum(urls, px, [x])) == {(x, "customers"), (x, "orders")}
             assert mismatched(checksum(urls, py, [y])) == set()
         with Orders(urls["primary_admin"], y) as load:  # y keeps applying while x is repaired
-            repairer = Repairer(urls["primary_admin"], urls["replica_admin"], px.channel, progress=lambda _m: None)
-            try:
-                repaired, recheck = repairer.run()
-            finally:
-                repairer.close()
+            repaired, recheck = repair(urls, px)
         assert repaired == 2 and recheck.mismatches == [] and load.count > 0
         same(px, urls, x, x_rules)
         same(py, urls, y, y_rules)
