@@ -28,7 +28,8 @@ def test_demo_ends_with_a_verified_match(tmp_path):
 def test_sandbox_status_and_json(sandbox):
     box, info = sandbox
     status = json.loads(bridge("sandbox", "status", "--state-dir", str(box.dir)).stdout)
-    assert status["running"] == {"primary": True, "replica": True}
+    running = status["running"]  # other tests may have added a second primary or a native replica: all run
+    assert running["primary"] and running["replica"] and all(running.values()), running
     up = json.loads(bridge("sandbox", "up", "--json", "--state-dir", str(box.dir)).stdout)
     assert up["primary"] == info["primary"] and up["replica"] == info["replica"]
 
