@@ -19,9 +19,10 @@ SEMI_SYNC ?= received
 
 .PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix
 
-# setup.py builds the compiled hot path and tcp receiver (Cython, fetched by pip for the build) with
+# setup.py builds the compiled hot path, tcp receiver and apply lane (Cython, fetched by pip for the build) with
 # the C compiler and Python headers `compiler` installs.
-$(STAMP): setup.cfg setup.py pyproject.toml bridge/wire/_hotpath.pyx bridge/transport/_receiver.pyx | compiler
+$(STAMP): setup.cfg setup.py pyproject.toml bridge/wire/_hotpath.pyx bridge/transport/_receiver.pyx \
+  bridge/apply/_lane.pyx bridge/wire/bridge_native.h | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

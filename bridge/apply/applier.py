@@ -28,7 +28,7 @@ import logging
 import pymysql
 
 from bridge.apply import modes, sql
-from bridge.apply.binlog_rows import BinlogRows
+from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
                                   record_skip, record_stop, schemas_with_tables)
 from bridge.apply.connection import (apply_error, connect, current_grants, rollback, run_script, session_setup,
@@ -139,6 +139,19 @@ class Applier:
             return load_position(self.conn, self.channel)
         except pymysql.MySQLError as exc:  # a connection lost here is retried like any other
             raise apply_error(f"read channel {self.channel!r}'s position on replica {self.url}", exc) from exc
+
+    @property
+    def binlog_rows(self) -> BinlogRows:
+        return self._binlog
+
+    @property
+    def chunk_open(self) -> bool:
+        return self._open is not None
+
+    @property
+    def max_query_bytes(self) -> int:
+        """The longest statement script one round trip may carry on this replica."""
+        return self.server.max_allowed_packet - PACKET_MARGIN
 
     @property
     def has_position(self) -> bool:

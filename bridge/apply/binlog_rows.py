@@ -85,6 +85,16 @@ class BinlogRows:
             raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
         self._use_format(fmt, context)
 
+    def ready_for(self, fmt: binlog.FormatDescription) -> bool:
+        """This connection has run ``fmt`` and takes COMMIT and the position as a row
+        event in the BINLOG statement's round trip (what bridge.apply.lane writes)."""
+        return self._format == fmt.event and bool(self.goes_on) and self.position_table is not None
+
+    @property
+    def position_map(self) -> bytes:
+        """The TABLE_MAP of bridge_meta in this connection's format."""
+        return self._position_map
+
     def _position_events(self, seq: int, gtids: GtidSet) -> bytes:
         return self._position_map + self.position_table.update(self.channel.encode(), seq, str(gtids).encode(),
                                                                time.time_ns() // 1000, self._fmt)

@@ -139,7 +139,7 @@ class PositionTable:
         seconds, micros = divmod(now_us, 1_000_000)
         digits, width = self.updated_at_digits, (self.updated_at_digits + 1) // 2
         fraction = (micros - micros % 10 ** (6 - digits)) // 10 ** (6 - 2 * width)  # my_timestamp_to_binary
-        body = (_position_key(channel, 1 if self.channel_bytes < 256 else 2)
+        body = (position_key(channel, self.channel_bytes)
                 + _POSITION_VALUES.pack(seq, len(gtids)) + gtids + _POSITION_PENDING + _SECONDS.pack(seconds)
                 + fraction.to_bytes(width, "big"))
         return _event(binlog.UPDATE_ROWS_V1, body, fmt)
@@ -148,6 +148,11 @@ class PositionTable:
 _POSITION_VALUES = struct.Struct("<xQH")  # NULL bitmap of the after image, applied_seq, gtid_set length
 _POSITION_PENDING = bytes(8)  # pending_ddl_seq 0
 _SECONDS = struct.Struct(">I")  # updated_at's seconds (big-endian, as TIMESTAMP2 is stored)
+
+
+def position_key(channel: bytes, channel_bytes: int) -> bytes:
+    """The position event's fixed part for ``channel`` in a VARCHAR of ``channel_bytes``."""
+    return _position_key(channel, 1 if channel_bytes < 256 else 2)
 
 
 @functools.lru_cache(maxsize=16)

@@ -16,10 +16,20 @@ class ReplicaCounts:
     corrupt_frames: int = 0
     reconnects: int = 0  # to the replica server
     largest_group: int = 0  # the most ring transactions one replica transaction took (not in the document)
+    lane_groups: int = 0  # groups the apply lane applied (bridge.apply.lanes; not in the document)
+
+    def lane_group(self, txns: int, beats: int, events: int) -> None:
+        self.transactions_applied += txns - beats
+        self.heartbeats_applied += beats
+        self.row_events_applied += events
+        self.groups_applied += 1
+        self.lane_groups += 1
+        if txns > self.largest_group:
+            self.largest_group = txns
 
     def status(self) -> dict:
         out = asdict(self)
-        del out["largest_group"]
+        del out["largest_group"], out["lane_groups"]
         return out
 
 

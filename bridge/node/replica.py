@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 
-from bridge.apply import modes
+from bridge.apply import lanes, modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
@@ -21,7 +21,7 @@ from bridge.config import SECRET_ENV, ReplicaConfig, backoff_s, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import (ApplyError, BridgeError, ConfigError, CorruptFrame, Fenced, RemoteProtocolError,
                            TargetConnectionLost)
-from bridge.model import GtidSet
+from bridge.model import HEARTBEAT_TABLE, GtidSet, RowEvents
 from bridge.node.fencing import WriterSeat
 from bridge.node import admin
 from bridge.node.halt import Halt
@@ -105,6 +105,8 @@ class ReplicaNode:
         self._until = GtidSet.parse(cfg.until_gtid) if cfg.until_gtid else None  # --until-gtid, until reached
         self._not_before = 0.0  # --delay: the next transaction is due then (wall clock, s)
         self.last_gtid_applied = ""
+        # the common case in one call per group (bridge.apply.lanes): one connection, applied as it comes
+        self._lane = lanes.LaneRunner(self.applier) if cfg.workers <= 1 and not cfg.delay_s else None
 
     # --- lifecycle -------------------------------------------------------
 
@@ -114,6 +116,8 @@ class ReplicaNode:
             self.metrics.start()
         self._listener.start(self)
         native.announce(log)
+        if self._lane is not None:
+            lanes.announce(log)
         if self.cfg.transport == "tcp":
             receiver.announce(log)
         if self.cfg.tls is None and not is_loopback(self.address[0]):
@@ -240,6 +244,8 @@ class ReplicaNode:
         with self._lock:
             if self.current is None or self._reached_until():
                 return False
+            if self._lane is not None and not self._pending and self._stash is None and self._lane_step():
+                return True
             try:
                 work = self._pending or self._take()
             except (CorruptFrame, RemoteProtocolError) as exc:
@@ -257,6 +263,22 @@ class ReplicaNode:
             self.consumer.acknowledge(work[-1].frame.seq)
             self._reached_until()
             return True
+
+    def _lane_step(self) -> bool:
+        """The common case in one call (bridge.apply.lanes): True when it applied a group."""
+        cfg, session = self.cfg, self.current
+        if session.apply_mode != "binlog" or self._until is not None or not self.replicated.everything:
+            return False
+        lane = self._lane
+        if not lane.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes):
+            return False
+        done, now = lane.lane, time.time_ns()
+        self.counts.lane_group(done.txns, done.beats, done.events)
+        self.last_gtid_applied = done.last_gtid
+        done.record_stages(self.stages, now)
+        if done.heartbeat is not None:
+            self._heartbeat_lag(RowEvents(done.heartbeat, (HEARTBEAT_TABLE,), 1), now)
+        return True
 
     def _reached_until(self) -> bool:
         """--until-gtid: once the replica holds that set, applying stops (not an error)."""

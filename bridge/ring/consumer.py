@@ -73,6 +73,17 @@ class RingConsumer:
             self.tail = (self.tail + n) % self.size
         return Frame(_KINDS[kind], self.expected_seq, payload, flags, self.epoch)
 
+    @property
+    def settled(self) -> bool:
+        """Every frame taken is acknowledged."""
+        return not self._ends
+
+    def took_and_acked(self, seq: int, tail: int) -> None:
+        """Frames through ``seq`` were taken and acknowledged by someone else (the apply
+        lane, bridge.apply.lane), ending at ``tail``."""
+        self.expected_seq, self.tail = seq + 1, tail
+        self.acked_seq, self.acked_tail = seq, tail
+
     def acknowledge(self, seq: int) -> None:
         """Tell the producer everything through ``seq`` is applied (frees its space)."""
         tail = None

@@ -16,52 +16,11 @@ from libc.string cimport memcpy, memset
 from bridge.errors import RemoteProtocolError
 from bridge.wire import hotpath as _twin
 
-cdef extern from *:
-    """
-    /* crc32c (Castagnoli, reflected 0x82F63B78), as the crc32c package computes it:
-       crc32c(b, crc32c(a)) == crc32c(a + b). SSE4.2's crc32 instruction where the CPU
-       has it (checked once), else a table. */
-    #include <stdint.h>
-    #include <stddef.h>
-    static uint32_t bridge_crc_table[256];
-    static int bridge_crc_hw = -1;
-    static void bridge_crc_init(void) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-            bridge_crc_table[i] = c;
-        }
-    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-        __builtin_cpu_init();
-        bridge_crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    #else
-        bridge_crc_hw = 0;
-    #endif
-    }
-    static uint32_t bridge_crc_sw(uint32_t c, const unsigned char *p, size_t n) {
-        while (n--) c = bridge_crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
-        return c;
-    }
-    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __attribute__((target("sse4.2")))
-    static uint32_t bridge_crc_hw_run(uint32_t c, const unsigned char *p, size_t n) {
-        uint64_t c64 = c;
-        while (n >= 8) { uint64_t w; __builtin_memcpy(&w, p, 8); c64 = __builtin_ia32_crc32di(c64, w); p += 8; n -= 8; }
-        c = (uint32_t)c64;
-        while (n--) c = __builtin_ia32_crc32qi(c, *p++);
-        return c;
-    }
-    #else
-    static uint32_t bridge_crc_hw_run(uint32_t c, const unsigned char *p, size_t n) { return bridge_crc_sw(c, p, n); }
-    #endif
-    /* state form: start with 0xFFFFFFFF, feed, finish with ~ */
-    static uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) {
-        return bridge_crc_hw ? bridge_crc_hw_run(c, (const unsigned char *)p, n)
-                             : bridge_crc_sw(c, (const unsigned char *)p, n);
-    }
-    """
+cdef extern from "bridge_native.h":
     void bridge_crc_init()
     uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) nogil
+    char *bridge_b64_into(char *o, const uint8_t *p, size_t n, uint32_t *carry, int *held) nogil
+    char *bridge_b64_end(char *o, uint32_t carry, int held) nogil
 
 bridge_crc_init()
 
@@ -413,25 +372,6 @@ cdef bytes _joined(const uint8_t *b, list spans, Py_ssize_t total):
     return out
 
 
-cdef const char *B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-
-cdef char *b64_into(char *o, const uint8_t *p, Py_ssize_t n, uint32_t *carry, int *held) noexcept nogil:
-    """Standard base64 of a stream fed in pieces: up to 2 bytes wait in ``carry``."""
-    cdef Py_ssize_t i = 0
-    cdef uint32_t v
-    while i < n:
-        carry[0] = (carry[0] << 8) | p[i]
-        held[0] += 1
-        i += 1
-        if held[0] == 3:
-            v = carry[0]
-            o[0], o[1], o[2], o[3] = B64[(v >> 18) & 63], B64[(v >> 12) & 63], B64[(v >> 6) & 63], B64[v & 63]
-            o += 4
-            carry[0], held[0] = 0, 0
-    return o
-
-
 def one_trip(datas, tail, Py_ssize_t limit):
     if type(datas) is not list or type(tail) is not list:
         return _twin.one_trip(datas, tail, limit)
@@ -454,13 +394,8 @@ def one_trip(datas, tail, Py_ssize_t limit):
     memcpy(o, b"BINLOG '", 8)
     o += 8
     for d in datas:
-        o = b64_into(o, <const uint8_t *>PyBytes_AS_STRING(d), len(<bytes>d), &carry, &held)
-    if held == 1:
-        o[0], o[1], o[2], o[3] = B64[(carry >> 2) & 63], B64[(carry << 4) & 63], b"="[0], b"="[0]
-        o += 4
-    elif held == 2:
-        o[0], o[1], o[2], o[3] = B64[(carry >> 10) & 63], B64[(carry >> 4) & 63], B64[(carry << 2) & 63], b"="[0]
-        o += 4
+        o = bridge_b64_into(o, <const uint8_t *>PyBytes_AS_STRING(d), len(<bytes>d), &carry, &held)
+    o = bridge_b64_end(o, carry, held)
     o[0] = b"'"[0]
     o += 1
     for t in tail:

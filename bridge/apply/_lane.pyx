@@ -1,0 +1,533 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twin of ``bridge.apply.lane`` (read its docstring): the same class, the
+same results, the same bytes on the wire. The scan of the ring, the BINLOG text and
+the round trip are C; the socket waits run without the GIL. Built by the normal
+install (setup.py, Cython); when it is missing bridge.apply.lanes uses the twin.
+"""
+
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeASCII
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memset
+
+import socket as _socket
+
+from bridge.apply import lane as _twin
+
+cdef extern from "bridge_native.h":
+    void bridge_crc_init()
+    void bridge_crc32_init()
+    uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) nogil
+    uint32_t bridge_crc32(const uint8_t *p, size_t n) nogil
+    char *bridge_b64_into(char *o, const uint8_t *p, size_t n, uint32_t *carry, int *held) nogil
+    char *bridge_b64_end(char *o, uint32_t carry, int held) nogil
+
+cdef extern from "<time.h>" nogil:
+    struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec *ts)
+    enum: CLOCK_REALTIME
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd *fds, unsigned long nfds, int timeout)
+    enum: POLLIN
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t send(int fd, const void *buf, size_t n, int flags)
+    ssize_t recv(int fd, void *buf, size_t n, int flags)
+    int setsockopt(int fd, int level, int name, const void *value, unsigned int size)
+    enum: SOL_SOCKET, SO_RCVLOWAT, MSG_NOSIGNAL
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    enum: EINTR
+
+bridge_crc_init()
+bridge_crc32_init()
+
+NOTHING, FAILED, LOST = _twin.NOTHING, _twin.FAILED, _twin.LOST
+MAX_DOMAINS = _twin.MAX_DOMAINS
+
+cdef enum:
+    HEADER_BYTES = 24
+    DATA_OFFSET = 64
+    WRITE_SEQ_AT = 8
+    ACK_SEQ_AT = 16
+    TAIL_AT = 28
+    SIZE_AT = 32
+    KIND_TXN = 1
+    KIND_PAD = 4
+    COMPACT = 0x45
+    UPDATE_ROWS_V1 = 24
+    DOMAINS = 64
+    OK_BYTES_MIN = 11
+    ANSWERS_WAIT_MS = 10
+    MAX_QUERY = 0xFFFFFF - 1
+    POSITION_MAX = 4096  # the position's UPDATE event, its GTID set at DOMAINS domains included
+
+
+cdef inline uint32_t rd32(const uint8_t *p) noexcept nogil:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint64_t rd64(const uint8_t *p) noexcept nogil:
+    return rd32(p) | (<uint64_t>rd32(p + 4) << 32)
+
+
+cdef inline void wr32(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>v
+    p[1] = <uint8_t>(v >> 8)
+    p[2] = <uint8_t>(v >> 16)
+    p[3] = <uint8_t>(v >> 24)
+
+
+cdef inline void wr64(uint8_t *p, uint64_t v) noexcept nogil:
+    wr32(p, <uint32_t>v)
+    wr32(p + 4, <uint32_t>(v >> 32))
+
+
+cdef inline Py_ssize_t query_bytes(Py_ssize_t events) noexcept nogil:
+    return 8 + 4 * ((events + 2) // 3) + 1 + 7
+
+
+cdef bint frame_ok(const uint8_t *h, const uint8_t *payload, uint32_t length) noexcept nogil:
+    """The frame's crc32c (its reserved and crc fields zeroed, as bridge.wire.frame packs it)."""
+    cdef uint8_t copy[HEADER_BYTES]
+    memcpy(copy, h, HEADER_BYTES)
+    memset(copy + 2, 0, 2)
+    memset(copy + 16, 0, 4)
+    return ~bridge_crc_feed(bridge_crc_feed(0xFFFFFFFFu, copy, HEADER_BYTES), payload, length) == rd32(h + 16)
+
+
+cdef int parse_gtid(const uint8_t *p, Py_ssize_t n, uint64_t *out) noexcept nogil:
+    """domain-server-seq (decimal, at most 20 digits each) into out[0..2]; 0 when it is not that."""
+    cdef int part = 0, digits = 0
+    cdef uint64_t v = 0, most = 0xFFFFFFFFFFFFFFFFULL, digit
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] == 45:  # "-"
+            if not digits or part == 2:
+                return 0
+            out[part] = v
+            part, digits, v = part + 1, 0, 0
+        elif 48 <= p[i] <= 57 and digits < 20:
+            digit = p[i] - 48
+            if v > (most - digit) // 10:
+                return 0
+            v = v * 10 + digit
+            digits += 1
+        else:
+            return 0
+    if part != 2 or not digits:
+        return 0
+    out[2] = v
+    return (out[0] >> 32) == 0 and (out[1] >> 32) == 0
+
+
+cdef char *write_uint(char *o, uint64_t v) noexcept nogil:
+    cdef char digits[24]
+    cdef int n = 0
+    while True:
+        digits[n] = <char>(48 + v % 10)
+        v //= 10
+        n += 1
+        if not v:
+            break
+    while n:
+        n -= 1
+        o[0] = digits[n]
+        o += 1
+    return o
+
+
+cdef int send_all(int fd, const char *p, Py_ssize_t n) noexcept nogil:
+    cdef ssize_t sent
+    while n > 0:
+        sent = send(fd, p, n, MSG_NOSIGNAL)
+        if sent < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        p += sent
+        n -= sent
+    return 0
+
+
+cdef int recv_all(int fd, uint8_t *p, Py_ssize_t n) noexcept nogil:
+    cdef ssize_t got
+    while n > 0:
+        got = recv(fd, p, n, 0)
+        if got < 0 and errno == EINTR:
+            continue
+        if got <= 0:
+            return -1
+        p += got
+        n -= got
+    return 0
+
+
+cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t **error, Py_ssize_t *error_len) \
+        noexcept nogil:
+    """Send the COM_QUERY ``packet``, read its two answers: 0, FAILED (``error``: the
+    ERR packet, malloc'd) or LOST."""
+    cdef int lowat = 2 * OK_BYTES_MIN, one = 1, seq_id
+    cdef pollfd waiter
+    cdef uint8_t header[4]
+    cdef uint8_t small[64]
+    cdef uint8_t *body
+    cdef uint32_t length
+    if tcp:  # one wakeup for both answers (bridge.apply.connection)
+        setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(int))
+    if send_all(fd, packet, n):
+        return -2
+    if tcp:
+        waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
+        poll(&waiter, 1, ANSWERS_WAIT_MS)
+        setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(int))
+    for seq_id in range(1, 3):
+        if recv_all(fd, header, 4):
+            return -2
+        length = header[0] | (<uint32_t>header[1] << 8) | (<uint32_t>header[2] << 16)
+        if header[3] != seq_id or length == 0xFFFFFF or length == 0:
+            return -2
+        body = &small[0] if length <= sizeof(small) else <uint8_t *>malloc(length)
+        if body == NULL or recv_all(fd, body, length):
+            if body != &small[0]:
+                free(body)
+            return -2
+        if body[0] == 0xFF:
+            error[0] = <uint8_t *>malloc(4 + length)
+            if error[0] != NULL:
+                memcpy(error[0], header, 4)
+                memcpy(error[0] + 4, body, length)
+                error_len[0] = 4 + length
+            if body != &small[0]:
+                free(body)
+            return -1
+        seq_id = body[0]  # 0: OK
+        if body != &small[0]:
+            free(body)
+        if seq_id != 0:
+            return -2
+    return 0
+
+
+cdef class Lane:
+    cdef readonly bytes channel_key, position_map
+    cdef readonly int digits
+    cdef readonly bint checksum
+    cdef readonly uint32_t server_id
+    cdef uint32_t dom[DOMAINS]
+    cdef uint32_t srv[DOMAINS]
+    cdef uint64_t dseq[DOMAINS]
+    cdef int ndom
+    cdef public uint64_t seq
+    cdef public Py_ssize_t tail
+    cdef public uint64_t expected_seq
+    cdef readonly long txns, beats, events
+    cdef readonly object last_gtid, heartbeat, error
+    cdef readonly uint64_t picked_ns
+    cdef readonly Py_ssize_t position_bytes_max
+    cdef uint64_t *stamps  # (read_ns, ship_ns) of the last run's transactions
+    cdef Py_ssize_t stamps_room
+    cdef Py_ssize_t *spans  # (offset, length) in the region of each transaction's row events
+    cdef Py_ssize_t spans_room
+
+    def __init__(self, channel_key, position_map, int digits, checksum, uint32_t server_id):
+        self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)
+        self.digits, self.checksum, self.server_id = digits, bool(checksum), server_id
+        self.ndom, self.seq, self.tail, self.expected_seq = 0, 0, 0, 0
+        self.txns = self.beats = self.events = 0
+        self.last_gtid, self.heartbeat, self.error, self.picked_ns = "", None, b"", 0
+        self.position_bytes_max = query_bytes(len(self.position_map) + 19 + len(self.channel_key) + 1 + 8 + 2
+                                              + MAX_DOMAINS * 63 + 8 + 4 + 3 + 4) - query_bytes(0)
+
+    def __dealloc__(self):
+        free(self.stamps)
+        free(self.spans)
+
+    # --- the position the lane carries ----------------------------------------
+
+    def set_position(self, seq, gtids):
+        cdef uint64_t parts[3]
+        twin = _twin.Lane(b"", b"", 0, False, 0)
+        if not twin.set_position(seq, gtids):
+            self.ndom = 0
+            return False
+        self.ndom = len(twin.domains)
+        for i, (d, s, n) in enumerate(twin.domains):
+            self.dom[i], self.srv[i], self.dseq[i] = d, s, n
+        self.seq = seq
+        return True
+
+    def gtid_parts(self):
+        return [(self.dom[i], self.srv[i], self.dseq[i]) for i in range(self.ndom)]
+
+    @property
+    def gtids(self):
+        return ",".join(f"{d}-{s}-{n}" for d, s, n in self.gtid_parts())
+
+    cdef bint add(self, const uint64_t *g) noexcept nogil:
+        cdef int i, j
+        for i in range(self.ndom):
+            if self.dom[i] == g[0]:
+                self.srv[i], self.dseq[i] = <uint32_t>g[1], g[2]
+                return True
+            if self.dom[i] > g[0]:
+                if self.ndom >= DOMAINS:
+                    return False
+                j = self.ndom
+                while j > i:
+                    self.dom[j], self.srv[j], self.dseq[j] = self.dom[j - 1], self.srv[j - 1], self.dseq[j - 1]
+                    j -= 1
+                self.dom[i], self.srv[i], self.dseq[i] = <uint32_t>g[0], <uint32_t>g[1], g[2]
+                self.ndom += 1
+                return True
+        if self.ndom >= DOMAINS:
+            return False
+        self.dom[self.ndom], self.srv[self.ndom], self.dseq[self.ndom] = <uint32_t>g[0], <uint32_t>g[1], g[2]
+        self.ndom += 1
+        return True
+
+    # --- the round trip -------------------------------------------------------------
+
+    cdef Py_ssize_t update_event(self, uint8_t *o, uint64_t seq, uint64_t now_us) noexcept:
+        """The position's UPDATE_ROWS event into ``o`` (POSITION_MAX bytes): its length."""
+        cdef Py_ssize_t key = len(self.channel_key), at, i
+        cdef char *g
+        cdef uint64_t seconds = now_us // 1000000, micros = now_us % 1000000, fraction, scale = 1
+        cdef int width = (self.digits + 1) // 2, k
+        at = 19
+        memcpy(o + at, PyBytes_AS_STRING(self.channel_key), key)
+        at += key
+        o[at] = 0
+        wr64(o + at + 1, seq)
+        at += 9
+        g = <char *>o + at + 2
+        for i in range(self.ndom):
+            if i:
+                g[0] = 44  # ","
+                g += 1
+            g = write_uint(g, self.dom[i])
+            g[0] = 45
+            g = write_uint(g + 1, self.srv[i])
+            g[0] = 45
+            g = write_uint(g + 1, self.dseq[i])
+        i = g - (<char *>o + at + 2)
+        o[at], o[at + 1] = <uint8_t>i, <uint8_t>(i >> 8)
+        at += 2 + i
+        memset(o + at, 0, 8)
+        at += 8
+        o[at], o[at + 1], o[at + 2], o[at + 3] = seconds >> 24, seconds >> 16, seconds >> 8, seconds
+        at += 4
+        for k in range(6 - self.digits):
+            scale *= 10
+        fraction = micros - micros % scale
+        scale = 1
+        for k in range(6 - 2 * width):
+            scale *= 10
+        fraction //= scale
+        for k in range(width):
+            o[at + width - 1 - k] = <uint8_t>(fraction >> (8 * k))
+        at += width
+        if self.checksum:
+            at += 4
+        memset(o, 0, 4)
+        o[4] = UPDATE_ROWS_V1
+        wr32(o + 5, self.server_id)
+        wr32(o + 9, <uint32_t>at)
+        memset(o + 13, 0, 6)
+        if self.checksum:
+            wr32(o + at - 4, bridge_crc32(o, at - 4))
+        return at
+
+    def position_events(self, seq, now_us):
+        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable)."""
+        cdef uint8_t event[POSITION_MAX]
+        cdef Py_ssize_t n = self.update_event(event, seq, now_us)
+        return self.position_map + PyBytes_FromStringAndSize(<char *>event, n)
+
+    def query(self, datas, seq, now_us):
+        """``BINLOG '<the row events, then the position's>';COMMIT``."""
+        events = b"".join(datas) + self.position_events(seq, now_us)
+        cdef Py_ssize_t n = query_bytes(len(events))
+        out = PyBytes_FromStringAndSize(NULL, n)
+        cdef char *o = PyBytes_AS_STRING(out)
+        cdef uint32_t carry = 0
+        cdef int held = 0
+        memcpy(o, b"BINLOG '", 8)
+        o = bridge_b64_into(o + 8, <const uint8_t *>PyBytes_AS_STRING(events), len(events), &carry, &held)
+        o = bridge_b64_end(o, carry, held)
+        memcpy(o, b"';COMMIT", 8)
+        return out
+
+    # --- one group ------------------------------------------------------------------
+
+    cdef int room_for(self, Py_ssize_t n) except -1:
+        if n > self.spans_room:
+            self.spans = <Py_ssize_t *>realloc(self.spans, 2 * n * sizeof(Py_ssize_t))
+            self.stamps = <uint64_t *>realloc(self.stamps, 2 * n * sizeof(uint64_t))
+            if self.spans == NULL or self.stamps == NULL:
+                raise MemoryError()
+            self.spans_room = n
+        return 0
+
+    def run(self, region, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, sock, long max_txns,
+            long max_events, Py_ssize_t max_bytes, Py_ssize_t limit):
+        cdef Py_buffer r
+        cdef uint8_t *b
+        cdef const uint8_t *h
+        cdef const uint8_t *p
+        cdef uint32_t size, length, count
+        cdef uint64_t published, expected = expected_seq, saved_seq = self.seq
+        cdef uint64_t gtid[3]
+        cdef uint32_t saved_dom[DOMAINS]
+        cdef uint32_t saved_srv[DOMAINS]
+        cdef uint64_t saved_dseq[DOMAINS]
+        cdef int saved_ndom = self.ndom, status, tries, k
+        cdef Py_ssize_t at = tail, n = 0, total = 0, room, framed, pos, gtid_at = 0, gtid_len = 0
+        cdef Py_ssize_t beat_at = -1, beat_len = 0, schema_len, table_len, i, o_len, error_len = 0
+        cdef long events = 0, beats = 0
+        cdef bint beat, tcp
+        cdef timespec now
+        cdef uint8_t position[POSITION_MAX]
+        cdef uint8_t *error = NULL
+        cdef char *o
+        cdef char *packet
+        cdef uint32_t carry = 0
+        cdef int held = 0
+        cdef int fd = sock.fileno()
+        tcp = sock.family != _socket.AF_UNIX
+        memcpy(saved_dom, self.dom, sizeof(saved_dom))
+        memcpy(saved_srv, self.srv, sizeof(saved_srv))
+        memcpy(saved_dseq, self.dseq, sizeof(saved_dseq))
+        PyObject_GetBuffer(region, &r, PyBUF_WRITABLE)
+        try:
+            b = <uint8_t *>r.buf
+            if r.len < DATA_OFFSET:
+                return NOTHING
+            size = rd32(b + SIZE_AT)
+            if DATA_OFFSET + <Py_ssize_t>size > r.len:
+                return NOTHING
+            published = rd64(b + WRITE_SEQ_AT)
+            room = min(limit, <Py_ssize_t>MAX_QUERY - 1) - self.position_bytes_max
+            while n < max_txns and events < max_events and total < max_bytes and published >= expected:
+                framed = 0
+                for tries in range(2):  # at most one PAD before a frame
+                    if size - at < HEADER_BYTES:
+                        at = 0
+                    h = b + DATA_OFFSET + at
+                    length = rd32(h + 4)
+                    if rd64(h + 8) != expected or rd32(h + 20) != epoch or length > size - at:
+                        break
+                    framed = (HEADER_BYTES + length + 7) & ~7
+                    if framed > size - at or not frame_ok(h, h + HEADER_BYTES, length):
+                        framed = 0
+                        break
+                    if h[0] != KIND_PAD:
+                        break
+                    at, framed = 0, 0
+                if not framed or h[0] != KIND_TXN or length < 30:
+                    break
+                p = h + HEADER_BYTES
+                if p[0] != COMPACT or 2 + p[1] + 26 > length:
+                    break
+                pos = 2 + p[1]
+                if not parse_gtid(p + 2, p[1], gtid) or rd32(p + pos + 16) != 0:  # no format of its own
+                    break
+                count = rd32(p + pos + 20)
+                k = p[pos + 24] | (p[pos + 25] << 8)
+                i = pos + 26
+                beat = False
+                while k > 0:  # the tables: a schema and a table name each
+                    if i >= length or i + 1 + p[i] >= length:
+                        break
+                    schema_len = p[i]
+                    table_len = p[i + 1 + schema_len]
+                    if i + 2 + schema_len + table_len > length:
+                        break
+                    if schema_len == 11 and memcmp(p + i + 1, b"rdma_bridge", 11) == 0:
+                        if table_len != 9 or memcmp(p + i + 2 + schema_len, b"heartbeat", 9) != 0 or \
+                                p[pos + 24] != 1 or p[pos + 25] != 0:
+                            break  # a repair, a checksum, another channel's table: the general path
+                        beat = True
+                    i += 2 + schema_len + table_len
+                    k -= 1
+                if k or i >= length or query_bytes(total + length - i) > room:
+                    break
+                if not self.add(gtid):
+                    break
+                self.room_for(n + 1)
+                self.spans[2 * n], self.spans[2 * n + 1] = DATA_OFFSET + at + HEADER_BYTES + i, length - i
+                self.stamps[2 * n], self.stamps[2 * n + 1] = rd64(p + pos), rd64(p + pos + 8)
+                gtid_at, gtid_len = DATA_OFFSET + at + HEADER_BYTES + 2, p[1]
+                if beat:
+                    beats += 1
+                    beat_at, beat_len = self.spans[2 * n], self.spans[2 * n + 1]
+                n += 1
+                events += count
+                total += length - i
+                at = (at + framed) % size
+                expected += 1
+            if not n:
+                return NOTHING
+            clock_gettime(CLOCK_REALTIME, &now)
+            self.picked_ns = <uint64_t>now.tv_sec * 1000000000 + now.tv_nsec
+            self.txns = n
+            pos = self.update_event(position, saved_seq + n, self.picked_ns // 1000)
+            o_len = query_bytes(total + len(self.position_map) + pos)
+            packet = <char *>malloc(5 + o_len)
+            if packet == NULL:
+                raise MemoryError()
+            try:
+                wr32(<uint8_t *>packet, <uint32_t>(o_len + 1))  # length (3 bytes), then sequence id 0
+                packet[3], packet[4] = 0, 3  # COM_QUERY
+                memcpy(packet + 5, b"BINLOG '", 8)
+                o = packet + 13
+                for i in range(n):
+                    o = bridge_b64_into(o, b + self.spans[2 * i], self.spans[2 * i + 1], &carry, &held)
+                o = bridge_b64_into(o, <const uint8_t *>PyBytes_AS_STRING(self.position_map), len(self.position_map),
+                                    &carry, &held)
+                o = bridge_b64_into(o, position, pos, &carry, &held)
+                o = bridge_b64_end(o, carry, held)
+                memcpy(o, b"';COMMIT", 8)
+                with nogil:
+                    status = round_trip(fd, tcp, packet, 5 + o_len, &error, &error_len)
+            finally:
+                free(packet)
+            if status:
+                if error != NULL:
+                    self.error = PyBytes_FromStringAndSize(<char *>error, error_len)
+                    free(error)
+                self.seq, self.ndom = saved_seq, saved_ndom
+                memcpy(self.dom, saved_dom, sizeof(saved_dom))
+                memcpy(self.srv, saved_srv, sizeof(saved_srv))
+                memcpy(self.dseq, saved_dseq, sizeof(saved_dseq))
+                return FAILED if status == -1 else LOST
+            wr64(b + ACK_SEQ_AT, expected - 1)
+            wr32(b + TAIL_AT, <uint32_t>at)
+            self.seq = saved_seq + n
+            self.tail, self.expected_seq = at, expected
+            self.beats, self.events = beats, events
+            self.last_gtid = PyUnicode_DecodeASCII(<char *>b + gtid_at, gtid_len, NULL)
+            self.heartbeat = PyBytes_FromStringAndSize(<char *>b + beat_at, beat_len) if beat_at >= 0 else None
+            return n
+        finally:
+            PyBuffer_Release(&r)
+
+    def record_stages(self, stages, uint64_t now_ns):
+        cdef Py_ssize_t i
+        cdef uint64_t picked = self.picked_ns
+        record = stages.record
+        record("apply", (<double>now_ns - <double>picked) / 1000, self.txns)
+        for i in range(self.txns):
+            if self.stamps[2 * i + 1]:
+                record("deliver", (<double>picked - <double>self.stamps[2 * i + 1]) / 1000)
+                record("bridge", (<double>now_ns - <double>self.stamps[2 * i]) / 1000)

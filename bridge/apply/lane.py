@@ -1,0 +1,248 @@
+"""The replica side's common case in one call per group (pure-Python twin of
+bridge/apply/_lane.pyx; bridge.apply.lanes picks which runs).
+
+The common case is a run of row-only transactions in the compact form (raw row
+events, no FORMAT_DESCRIPTION of their own, no rdma_bridge table but the heartbeat)
+applied in binlog mode through one replica connection. ``Lane.run`` takes the ones
+already in the ring (up to the group bounds), writes them and the channel's position
+as ONE ``BINLOG '...';COMMIT`` round trip on the connection's socket, reads the two
+answers, and acknowledges the frames in the ring: ring -> BINLOG text -> socket ->
+answers -> ack, with no Python object per transaction. Anything else (the first
+frame not of that kind, an error answer, a lost connection) is left to the general
+path (bridge.node.replica), which applies the same frames again and names what
+went wrong: the lane rewinds to the group's first frame and says so.
+
+Results of ``run`` (the number of frames it applied, or one of the codes below) and
+what it read are attributes (``seq``, ``tail``, ``expected_seq``, ``txns``,
+``beats``, ``events``, ``last_gtid``, ``heartbeat``) and ``record_stages``.
+"""
+
+from __future__ import annotations
+
+import binascii
+import select
+import socket
+import struct
+import time
+import zlib
+
+from bridge.wire import hotpath
+
+NOTHING = 0  # nothing the lane can apply: the ring is empty, or its next frame is for the general path
+FAILED = -1  # the replica answered an error: rolled back by the caller, the frames left in the ring
+LOST = -2  # the connection broke: the frames left in the ring
+
+DATA_OFFSET, WRITE_SEQ_AT, ACK_SEQ_AT, TAIL_AT, SIZE_AT = 64, 8, 16, 28, 32  # bridge.ring.layout
+TXN, PAD = 1, 4  # bridge.wire.frame.FrameKind
+COMPACT = 0x45  # bridge.wire.hotpath.COMPACT_TAG
+BRIDGE_SCHEMA, HEARTBEAT = "rdma_bridge", ("rdma_bridge", "heartbeat")
+UPDATE_ROWS_V1 = 24
+MAX_DOMAINS = 64
+OK_BYTES_MIN = 11  # bridge.apply.connection
+ANSWERS_WAIT_MS = 10
+MAX_QUERY = 0xFFFFFF - 1  # one protocol packet (the command byte included)
+_U64, _U32 = struct.Struct("<Q"), struct.Struct("<I")
+
+
+class Lane:
+    """One per replica connection and format: ``channel_key`` is the position event's
+    fixed part (bridge.apply.binlog_sql: table id, flags, columns, bitmaps, the
+    channel), ``position_map`` its TABLE_MAP event, ``digits`` updated_at's fractional
+    digits, ``checksum`` whether events carry a CRC32, ``server_id`` the primary's."""
+
+    def __init__(self, channel_key: bytes, position_map: bytes, digits: int, checksum: bool, server_id: int) -> None:
+        self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)
+        self.digits, self.checksum, self.server_id = digits, checksum, server_id
+        self.domains: list[tuple[int, int, int]] = []  # (domain, server, seq), by domain
+        self.seq = 0
+        self.tail = self.expected_seq = 0
+        self.txns = self.beats = self.events = 0
+        self.last_gtid = ""
+        self.heartbeat = None  # the row events of the group's last heartbeat
+        self._stamps: list[tuple[int, int]] = []
+        self.picked_ns = 0
+        self.error = b""  # FAILED: the error packet
+        # the most bytes the position's events add to a query's base64 (the GTID set at MAX_DOMAINS domains)
+        self.position_bytes_max = query_bytes(len(self.position_map) + 19 + len(self.channel_key) + 1 + 8 + 2
+                                              + MAX_DOMAINS * 63 + 8 + 4 + 3 + 4) - query_bytes(0)
+
+    # --- the position the lane carries ----------------------------------------
+
+    def set_position(self, seq: int, gtids: str) -> bool:
+        """Start from this position; False (and the lane unusable) when ``gtids`` is not
+        a MariaDB set of at most MAX_DOMAINS domains."""
+        domains = {}
+        for part in filter(None, gtids.split(",")):
+            got = _mariadb_gtid(part)
+            if got is None:
+                self.domains = []
+                return False
+            domains[got[0]] = got
+        if len(domains) > MAX_DOMAINS:
+            return False
+        self.seq, self.domains = seq, sorted(domains.values())
+        return True
+
+    def gtid_parts(self) -> list[tuple[int, int, int]]:
+        """The set as (domain, server, seq), by domain."""
+        return list(self.domains)
+
+    @property
+    def gtids(self) -> str:
+        return ",".join(f"{d}-{s}-{n}" for d, s, n in self.domains)
+
+    def _add(self, gtid: tuple[int, int, int]) -> bool:
+        for i, (domain, _, _) in enumerate(self.domains):
+            if domain == gtid[0]:
+                self.domains[i] = gtid
+                return True
+            if domain > gtid[0]:
+                if len(self.domains) >= MAX_DOMAINS:
+                    return False
+                self.domains.insert(i, gtid)
+                return True
+        if len(self.domains) >= MAX_DOMAINS:
+            return False
+        self.domains.append(gtid)
+        return True
+
+    # --- the round trip -------------------------------------------------------------
+
+    def position_events(self, seq: int, now_us: int) -> bytes:
+        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable)."""
+        gtids = self.gtids.encode()
+        seconds, micros = divmod(now_us, 1_000_000)
+        width = (self.digits + 1) // 2
+        fraction = (micros - micros % 10 ** (6 - self.digits)) // 10 ** (6 - 2 * width)
+        body = (self.channel_key + b"\x00" + _U64.pack(seq) + struct.pack("<H", len(gtids)) + gtids + bytes(8)
+                + struct.pack(">I", seconds) + fraction.to_bytes(width, "big"))
+        size = 19 + len(body) + 4 * self.checksum
+        event = struct.pack("<IBIIIH", 0, UPDATE_ROWS_V1, self.server_id, size, 0, 0) + body
+        if self.checksum:
+            event += _U32.pack(zlib.crc32(event) & 0xFFFFFFFF)
+        return self.position_map + event
+
+    def query(self, datas: list, seq: int, now_us: int) -> bytes:
+        """``BINLOG '<the row events, then the position's>';COMMIT``."""
+        events = b"".join(datas) + self.position_events(seq, now_us)
+        return b"BINLOG '" + binascii.b2a_base64(events, newline=False) + b"';COMMIT"
+
+    # --- one group ------------------------------------------------------------------
+
+    def run(self, region, tail: int, expected_seq: int, epoch: int, sock, max_txns: int, max_events: int,
+            max_bytes: int, limit: int) -> int:
+        """Apply the frames ready in ``region`` from ``tail`` (seq ``expected_seq``) as one
+        replica transaction on ``sock``: the count applied, NOTHING, FAILED or LOST."""
+        size = _U32.unpack_from(region, SIZE_AT)[0]
+        published = _U64.unpack_from(region, WRITE_SEQ_AT)[0]
+        saved = (self.seq, list(self.domains))
+        datas, stamps, n, events, total, beats, heartbeat, last_gtid = [], [], 0, 0, 0, 0, None, ""
+        room = min(limit, MAX_QUERY - 1) - self.position_bytes_max
+        at, expected = tail, expected_seq
+        while n < max_txns and events < max_events and total < max_bytes and published >= expected:
+            got = None
+            for _ in range(2):  # at most one PAD before a frame
+                if size - at < 24:
+                    at = 0
+                got = hotpath.frame_at(region, DATA_OFFSET + at, size - at, expected, epoch)
+                if got is None or got[0] != PAD:
+                    break
+                at, got = 0, None
+            if got is None or got[0] != TXN or not got[2] or got[2][0] != COMPACT:
+                break
+            try:
+                gtid, read_ns, ship_ns, fmt, count, tables, data = hotpath.decode_compact(got[2])
+            except Exception:  # malformed: the general path names it
+                break
+            parsed = _mariadb_gtid(gtid)
+            if fmt or parsed is None or not data or query_bytes(total + len(data)) > room:
+                break
+            beat = tables == (HEARTBEAT,)
+            if not beat and any(schema == BRIDGE_SCHEMA for schema, _ in tables):
+                break  # a repair, a checksum, another channel's table: the general path
+            if not self._add(parsed):
+                break
+            datas.append(data)
+            stamps.append((read_ns, ship_ns))
+            n, events, total = n + 1, events + count, total + len(data)
+            if beat:
+                beats, heartbeat = beats + 1, data
+            last_gtid = gtid
+            at, expected = (at + got[3]) % size, expected + 1
+        if not n:
+            self.seq, self.domains = saved
+            return NOTHING
+        self.picked_ns, self.txns = time.time_ns(), n
+        status = self._round_trip(sock, self.query(datas, self.seq + n, self.picked_ns // 1000))
+        if status:
+            self.seq, self.domains = saved
+            return status
+        self.seq += n
+        region[ACK_SEQ_AT:ACK_SEQ_AT + 8] = _U64.pack(expected - 1)
+        region[TAIL_AT:TAIL_AT + 4] = _U32.pack(at)
+        self.tail, self.expected_seq = at, expected
+        self.txns, self.beats, self.events, self.last_gtid, self.heartbeat = n, beats, events, last_gtid, heartbeat
+        self._stamps = stamps
+        return n
+
+    def _round_trip(self, sock, query: bytes) -> int:
+        """Send ``query`` (two statements), read both answers: 0, FAILED or LOST."""
+        tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        try:
+            if tcp:  # one wakeup for both answers (bridge.apply.connection)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 2 * OK_BYTES_MIN)
+            sock.sendall((len(query) + 1).to_bytes(3, "little") + b"\x00\x03" + query)
+            if tcp:
+                waiter = select.poll()
+                waiter.register(sock.fileno(), select.POLLIN)
+                waiter.poll(ANSWERS_WAIT_MS)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+            for seq_id in (1, 2):
+                header = _read(sock, 4)
+                length = int.from_bytes(header[:3], "little")
+                if header[3] != seq_id or length == 0xFFFFFF:
+                    return LOST
+                body = _read(sock, length)
+                if body[:1] == b"\xff":
+                    self.error = header + body
+                    return FAILED
+                if body[:1] != b"\x00":
+                    return LOST
+        except OSError:
+            return LOST
+        return 0
+
+    def record_stages(self, stages, now_ns: int) -> None:
+        """The stage times of the transactions the last run committed (as ReplicaNode._record_stages)."""
+        picked = self.picked_ns
+        count = len(self._stamps)
+        stages.record("apply", (now_ns - picked) / 1000, count)
+        for read_ns, ship_ns in self._stamps:
+            if ship_ns:
+                stages.record("deliver", (picked - ship_ns) / 1000)
+                stages.record("bridge", (now_ns - read_ns) / 1000)
+
+
+def query_bytes(events: int) -> int:
+    """The length of ``BINLOG '<base64 of events bytes>';COMMIT``."""
+    return 8 + 4 * ((events + 2) // 3) + 1 + 7
+
+
+def _read(sock, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        got = sock.recv(n - len(out))
+        if not got:
+            raise ConnectionResetError("the replica closed the connection")
+        out += got
+    return out
+
+
+def _mariadb_gtid(text: str) -> tuple[int, int, int] | None:
+    parts = text.split("-")
+    if len(parts) != 3 or not text.isascii() or not all(p.isdigit() and len(p) <= 20 for p in parts):
+        return None
+    domain, server, seq = (int(p) for p in parts)
+    if domain > 0xFFFFFFFF or server > 0xFFFFFFFF or seq > 0xFFFFFFFFFFFFFFFF:
+        return None
+    return domain, server, seq

@@ -1,0 +1,91 @@
+"""When the replica side's common case runs in one call per group (bridge.apply.lane,
+compiled as bridge.apply._lane), and what the applier and the ring learn from it.
+
+The lane runs for one replica connection in binlog mode once the general path has
+set that connection up (the primary's FORMAT_DESCRIPTION run, the BINLOG probes
+done, the position taken as a row event), without TLS on it, and never while a
+chunked transaction is open. It is built again when the connection or the format
+changes. After an error answer or a lost connection the lane stays off until the
+general path has applied the frames it gave back (it names the error, halts or
+reconnects as always).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+
+from bridge.apply import binlog_sql, lane as twin
+from bridge.apply.channel import Position
+from bridge.model import Gtid, GtidSet
+from bridge.wire.native import compiled_or_why
+
+log = logging.getLogger(__name__)
+_compiled, why_pure = compiled_or_why("bridge.apply._lane")
+Lane = _compiled.Lane if _compiled is not None else twin.Lane
+COMPILED = _compiled is not None
+NOTHING, FAILED, LOST = twin.NOTHING, twin.FAILED, twin.LOST
+
+
+def announce(log_to: logging.Logger) -> None:
+    if COMPILED:
+        log_to.info("apply lane: compiled (bridge.apply._lane)")
+    else:
+        log_to.warning("apply lane: pure Python, slower (%s)", why_pure)
+
+
+class LaneRunner:
+    """The lane of one Applier (single connection)."""
+
+    def __init__(self, applier) -> None:
+        self.applier = applier
+        self.lane = None
+        self._key = None  # (socket, format event) the lane was built for
+        self._position = None  # the Position the lane last made (or was set from)
+        self._held_until = 0  # the general path applies through this seq first
+
+    def run(self, consumer, max_txns: int, max_events: int, max_bytes: int) -> int:
+        """Apply the next group through the lane: its frame count, or 0 when the
+        general path takes the next frame (nothing in the ring, or not the lane's)."""
+        applier = self.applier
+        position = applier.position
+        if position.applied_seq < self._held_until or not consumer.settled or not self._ready(position):
+            return 0
+        lane = self.lane
+        got = lane.run(consumer.region, consumer.tail, consumer.expected_seq, consumer.epoch, applier.conn._sock,
+                       max_txns, max_events, max_bytes, applier.max_query_bytes)
+        if got > 0:
+            consumer.took_and_acked(lane.expected_seq - 1, lane.tail)
+            self._position = applier.position = Position(
+                lane.seq, GtidSet(mariadb=tuple(Gtid(str(d), n, s) for d, s, n in lane.gtid_parts())))
+            return got
+        if got == NOTHING:
+            return 0
+        self._held_until = consumer.expected_seq + lane.txns - 1
+        self.lane = None
+        if got == FAILED:
+            applier.rollback()  # the general path applies the same frames again and names the error
+        else:
+            applier.conn._force_close()  # the general path finds it lost and reconnects
+        log.debug("apply lane: %s at seq %d; the general path takes seq %d..%d", "error answer" if got == FAILED
+                  else "connection lost", consumer.expected_seq, consumer.expected_seq, self._held_until)
+        return 0
+
+    def _ready(self, position) -> bool:
+        applier = self.applier
+        rows, fmt, sock = applier.binlog_rows, applier.format, applier.conn._sock
+        if applier.mode != "binlog" or applier.chunk_open or fmt is None or sock is None or \
+                isinstance(sock, ssl.SSLSocket) or not rows.ready_for(fmt):
+            return False
+        key = (sock, fmt.event)
+        if self.lane is None or key != self._key:
+            table = rows.position_table
+            self.lane = Lane(binlog_sql.position_key(applier.channel.encode(), table.channel_bytes),
+                             rows.position_map, table.updated_at_digits, fmt.checksum_bytes == 4, fmt.server_id)
+            self._key, self._position = key, None
+        if position is not self._position:  # the general path moved it
+            if not self.lane.set_position(position.applied_seq, str(position.gtid_set)):
+                self.lane = None
+                return False
+            self._position = position
+        return True

@@ -1,0 +1,92 @@
+/* C shared by the compiled modules (bridge/wire/_hotpath.pyx, bridge/apply/_lane.pyx):
+   crc32c for ring frames, zlib's crc32 for binlog events, base64 fed in pieces. */
+#ifndef BRIDGE_NATIVE_H
+#define BRIDGE_NATIVE_H
+
+/* crc32c (Castagnoli, reflected 0x82F63B78), as the crc32c package computes it:
+   crc32c(b, crc32c(a)) == crc32c(a + b). SSE4.2's crc32 instruction where the CPU
+   has it (checked once), else a table. */
+#include <stdint.h>
+#include <stddef.h>
+static uint32_t bridge_crc_table[256];
+static int bridge_crc_hw = -1;
+static inline void bridge_crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        bridge_crc_table[i] = c;
+    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    bridge_crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#else
+    bridge_crc_hw = 0;
+#endif
+}
+static inline uint32_t bridge_crc_sw(uint32_t c, const unsigned char *p, size_t n) {
+    while (n--) c = bridge_crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2")))
+static inline uint32_t bridge_crc_hw_run(uint32_t c, const unsigned char *p, size_t n) {
+    uint64_t c64 = c;
+    while (n >= 8) { uint64_t w; __builtin_memcpy(&w, p, 8); c64 = __builtin_ia32_crc32di(c64, w); p += 8; n -= 8; }
+    c = (uint32_t)c64;
+    while (n--) c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+#else
+static inline uint32_t bridge_crc_hw_run(uint32_t c, const unsigned char *p, size_t n) { return bridge_crc_sw(c, p, n); }
+#endif
+/* state form: start with 0xFFFFFFFF, feed, finish with ~ */
+static inline uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) {
+    return bridge_crc_hw ? bridge_crc_hw_run(c, (const unsigned char *)p, n)
+                         : bridge_crc_sw(c, (const unsigned char *)p, n);
+}
+
+/* crc32 (zlib's, reflected 0xEDB88320), as a binlog event's checksum */
+static uint32_t bridge_crc32_table[256];
+static inline void bridge_crc32_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+        bridge_crc32_table[i] = c;
+    }
+}
+static inline uint32_t bridge_crc32(const unsigned char *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--) c = bridge_crc32_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
+/* Standard base64 of a stream fed in pieces: up to 2 bytes wait in *carry (*held of them);
+   bridge_b64_end writes the last quantum with its padding. */
+static const char bridge_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static inline char *bridge_b64_into(char *o, const unsigned char *p, size_t n, uint32_t *carry, int *held) {
+    for (size_t i = 0; i < n; i++) {
+        *carry = (*carry << 8) | p[i];
+        if (++*held == 3) {
+            uint32_t v = *carry;
+            o[0] = bridge_b64[(v >> 18) & 63]; o[1] = bridge_b64[(v >> 12) & 63];
+            o[2] = bridge_b64[(v >> 6) & 63]; o[3] = bridge_b64[v & 63];
+            o += 4;
+            *carry = 0;
+            *held = 0;
+        }
+    }
+    return o;
+}
+static inline char *bridge_b64_end(char *o, uint32_t carry, int held) {
+    if (held == 1) {
+        o[0] = bridge_b64[(carry >> 2) & 63]; o[1] = bridge_b64[(carry << 4) & 63]; o[2] = '='; o[3] = '=';
+        return o + 4;
+    }
+    if (held == 2) {
+        o[0] = bridge_b64[(carry >> 10) & 63]; o[1] = bridge_b64[(carry >> 4) & 63];
+        o[2] = bridge_b64[(carry << 2) & 63]; o[3] = '=';
+        return o + 4;
+    }
+    return o;
+}
+#endif

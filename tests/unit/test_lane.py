@@ -1,0 +1,165 @@
+"""The apply lane's bytes: the compiled lane (bridge.apply._lane) writes what its
+pure-Python twin (bridge.apply.lane) writes, byte for byte, and both write the
+position events bridge.apply.binlog_sql makes for the general path. And what the
+lane leaves to the general path, it leaves untouched: no byte sent, no frame taken."""
+
+import socket
+import threading
+
+import pytest
+
+from bridge.apply import binlog_sql, lane as twin_lane, lanes
+from bridge.model import GtidSet, RowEvents, Statement, Transaction
+from bridge.ring.layout import ACK_SEQ_AT, HEADER, RING_MAGIC, read_u64, write_publish
+from bridge.ring.producer import RingProducer
+from bridge.wire import binlog, hotpath
+from bridge.wire.codec import encode_transaction
+from bridge.wire.frame import FrameKind
+
+CLASSES = [twin_lane.Lane] + ([lanes.Lane] if lanes.COMPILED else [])
+
+
+def fmt(checksum: bool, server_id: int = 7) -> binlog.FormatDescription:
+    event = bytearray(100)
+    event[5:9] = server_id.to_bytes(4, "little")
+    return binlog.FormatDescription(bytes(event), "10.11.6-MariaDB", 4 if checksum else 0)
+
+
+def make(cls, table: binlog_sql.PositionTable, f: binlog.FormatDescription, channel=b"chan"):
+    return cls(binlog_sql.position_key(channel, table.channel_bytes), table.table_map(f), table.updated_at_digits,
+               f.checksum_bytes == 4, f.server_id)
+
+
+@pytest.mark.parametrize("digits", [0, 1, 3, 6])
+@pytest.mark.parametrize("checksum", [False, True])
+@pytest.mark.parametrize("gtids", ["", "0-1-5", "0-1-5,1-4-99,7-3-18446744073709551615"])
+def test_position_events_are_the_general_paths(digits, checksum, gtids):
+    table, f = binlog_sql.PositionTable(255 if digits % 2 else 1024, digits), fmt(checksum)
+    now_us = 1_764_000_000_123_456
+    expected = table.table_map(f) + table.update(b"chan", 42, gtids.encode(), now_us, f)
+    for cls in CLASSES:
+        lane = make(cls, table, f)
+        assert lane.set_position(41, gtids)
+        assert lane.gtids == str(GtidSet.parse(gtids))
+        assert lane.position_events(42, now_us) == expected, cls
+
+
+def test_query_is_one_binlog_statement_and_commit_byte_for_byte():
+    table, f = binlog_sql.PositionTable(255, 6), fmt(True)
+    datas = [bytes(range(256)) * 3, b"x", b"yz", b""]
+    queries = set()
+    for cls in CLASSES:
+        lane = make(cls, table, f)
+        lane.set_position(9, "0-1-9")
+        query = lane.query(datas, 10, 1_700_000_000_000_001)
+        assert query == hotpath.one_trip(datas + [lane.position_events(10, 1_700_000_000_000_001)], [b"COMMIT"],
+                                         1 << 30)
+        queries.add(query)
+    assert len(queries) == 1
+
+
+def test_a_mysql_gtid_set_is_not_the_lanes():
+    for cls in CLASSES:
+        lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+        assert not lane.set_position(3, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
+        assert lane.set_position(3, "0-1-3")
+
+
+def ring(frames):
+    """A ring region holding ``frames`` (a list of Transaction) from seq 1, session epoch 3, published."""
+    producer = RingProducer(1 << 16, epoch=3)
+    for txn in frames:
+        producer.append(FrameKind.TXN, encode_transaction(txn))
+    region = producer.region
+    HEADER.pack_into(region, 0, RING_MAGIC, 0, 0, 0, 0, 1 << 16, 0)
+    write_publish(region, producer.write_seq, producer.head)
+    return region
+
+
+def answering(server, answers):
+    """A peer that reads one COM_QUERY and answers ``answers`` (packet bodies)."""
+    header = server.recv(4)
+    length = int.from_bytes(header[:3], "little")
+    got = b""
+    while len(got) < length:
+        got += server.recv(length - len(got))
+    server.sendall(b"".join(len(a).to_bytes(3, "little") + bytes([i + 1]) + a for i, a in enumerate(answers)))
+    return got
+
+
+OK = b"\x00\x00\x00\x02\x00\x00\x00"
+ROWS = RowEvents(b"\x01" * 40, (("app", "t"),), 1)
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_run_sends_one_query_acks_the_ring_and_counts(cls):
+    txns = [Transaction(f"0-1-{n}", (ROWS,), (1000 + n, 2000 + n)) for n in (6, 7, 8)]
+    txns.append(Transaction("0-1-9", (RowEvents(b"\x02" * 30, (("rdma_bridge", "heartbeat"),), 1),), (5, 6)))
+    region = ring(txns)
+    table, f = binlog_sql.PositionTable(255, 6), fmt(True)
+    lane = make(cls, table, f)
+    lane.set_position(0, "0-1-5")
+    client, server = socket.socketpair()
+    with client, server:
+        server.settimeout(5)
+        seen = []
+        peer = threading.Thread(target=lambda: seen.append(answering(server, [OK, OK])))
+        peer.start()
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == 4
+        peer.join(5)
+    query = seen[0]
+    assert query[:1] == b"\x03" and query.endswith(b"';COMMIT")
+    assert lane.seq == 4 and lane.gtids == "0-1-9" and lane.last_gtid == "0-1-9"
+    assert (lane.txns, lane.beats, lane.events) == (4, 1, 4)
+    assert lane.heartbeat == b"\x02" * 30
+    assert read_u64(region, ACK_SEQ_AT) == 4 and lane.expected_seq == 5
+    assert query[1:] == lane.query([b"\x01" * 40] * 3 + [b"\x02" * 30], 4, lane.picked_ns // 1000)
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("answers,code", [([b"\xff\x26\x04#23000Duplicate entry"], twin_lane.FAILED),
+                                          ([OK, b"\xff\x26\x04#23000no"], twin_lane.FAILED),
+                                          ([b"\x05weird"], twin_lane.LOST)])
+def test_error_and_nonsense_answers_leave_the_ring_and_position_as_they_were(cls, answers, code):
+    region = ring([Transaction("0-1-6", (ROWS,), (1, 2))])
+    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane.set_position(0, "0-1-5")
+    client, server = socket.socketpair()
+    with client, server:
+        peer = threading.Thread(target=answering, args=(server, answers))
+        peer.start()
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == code
+        peer.join(5)
+    assert lane.seq == 0 and lane.gtids == "0-1-5" and read_u64(region, ACK_SEQ_AT) == 0
+    if code == twin_lane.FAILED:
+        assert lane.error.endswith(answers[-1])
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("first", [
+    Transaction("0-1-6", (ROWS,), (1, 2), format_event=b"F" * 60),  # a format of its own
+    Transaction("0-1-6", (RowEvents(b"\x01" * 40, (("rdma_bridge", "repairs"),), 1),), (1, 2)),  # a repair
+    Transaction("0-1-6", (RowEvents(b"\x01" * 40, (("rdma_bridge", "checksums__ab12"),), 1),), (1, 2)),
+    Transaction("0-1-6", (Statement("app", "CREATE TABLE t (id INT)"),), (1, 2)),  # DDL: not compact
+    Transaction("3e11fa47-71ca-11e1-9e33-c80aa9429562:6", (ROWS,), (1, 2)),  # not a MariaDB GTID
+])
+def test_what_is_not_the_common_case_is_left_untouched(cls, first):
+    region = ring([first, Transaction("0-1-7", (ROWS,), (1, 2))])
+    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane.set_position(0, "0-1-5")
+    client, server = socket.socketpair()
+    with client, server:
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.NOTHING
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.recv(1)  # nothing was sent
+    assert lane.seq == 0 and lane.gtids == "0-1-5" and read_u64(region, ACK_SEQ_AT) == 0
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_an_empty_ring_is_nothing(cls):
+    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane.set_position(0, "0-1-5")
+    client, server = socket.socketpair()
+    with client, server:
+        assert lane.run(ring([]), 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.NOTHING
