@@ -29,7 +29,10 @@ cdef extern from "<time.h>" nogil:
         long tv_sec
         long tv_nsec
     int clock_gettime(int clk, timespec *ts)
-    enum: CLOCK_REALTIME
+    enum: CLOCK_REALTIME, CLOCK_MONOTONIC
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t read(int fd, void *buf, size_t n)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -44,6 +47,9 @@ cdef extern from "<sys/socket.h>" nogil:
     ssize_t recv(int fd, void *buf, size_t n, int flags)
     int setsockopt(int fd, int level, int name, const void *value, unsigned int size)
     enum: SOL_SOCKET, SO_RCVLOWAT, MSG_NOSIGNAL
+
+cdef extern from * nogil:
+    void __atomic_thread_fence(int order)
 
 cdef extern from "<errno.h>" nogil:
     int errno
@@ -62,6 +68,7 @@ cdef enum:
     ACK_SEQ_AT = 16
     TAIL_AT = 28
     SIZE_AT = 32
+    WAITING_AT = 36
     KIND_TXN = 1
     KIND_PAD = 4
     COMPACT = 0x45
@@ -145,6 +152,25 @@ cdef char *write_uint(char *o, uint64_t v) noexcept nogil:
         o[0] = digits[n]
         o += 1
     return o
+
+
+cdef inline uint64_t now_ns(int clock) noexcept nogil:
+    cdef timespec t
+    clock_gettime(clock, &t)
+    return <uint64_t>t.tv_sec * 1000000000 + t.tv_nsec
+
+
+cdef void sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms) noexcept nogil:
+    """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting flag up meanwhile)."""
+    cdef pollfd waiter
+    cdef uint8_t drained[4096]
+    wr32(b + WAITING_AT, 1)
+    __atomic_thread_fence(5)  # the flag up before the seq is read again (the producer: the other way round)
+    if rd64(b + WRITE_SEQ_AT) < expected_seq:
+        waiter.fd, waiter.events, waiter.revents = doorbell, POLLIN, 0
+        poll(&waiter, 1, wait_ms)
+    read(doorbell, drained, sizeof(drained))  # non-blocking: every byte rung, or the eventfd's counter
+    wr32(b + WAITING_AT, 0)
 
 
 cdef int send_all(int fd, const char *p, Py_ssize_t n) noexcept nogil:
@@ -231,11 +257,12 @@ cdef class Lane:
     cdef public uint64_t seq
     cdef public Py_ssize_t tail
     cdef public uint64_t expected_seq
-    cdef readonly long txns, beats, events
+    cdef readonly long txns, beats, events  # of the last run, over its groups
+    cdef readonly long groups, largest, given_back  # groups applied, the largest, frames of the one given back
     cdef readonly object last_gtid, heartbeat, error
-    cdef readonly uint64_t picked_ns
+    cdef readonly uint64_t picked_ns, heartbeat_ns
     cdef readonly Py_ssize_t position_bytes_max
-    cdef uint64_t *stamps  # (read_ns, ship_ns) of the last run's transactions
+    cdef uint64_t *stamps  # (picked, done, read, ship) ns of the last run's transactions
     cdef Py_ssize_t stamps_room
     cdef Py_ssize_t *spans  # (offset, length) in the region of each transaction's row events
     cdef Py_ssize_t spans_room
@@ -244,8 +271,8 @@ cdef class Lane:
         self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)
         self.digits, self.checksum, self.server_id = digits, bool(checksum), server_id
         self.ndom, self.seq, self.tail, self.expected_seq = 0, 0, 0, 0
-        self.txns = self.beats = self.events = 0
-        self.last_gtid, self.heartbeat, self.error, self.picked_ns = "", None, b"", 0
+        self.txns = self.beats = self.events = self.groups = self.largest = self.given_back = 0
+        self.last_gtid, self.heartbeat, self.error, self.picked_ns, self.heartbeat_ns = "", None, b"", 0, 0
         self.position_bytes_max = query_bytes(len(self.position_map) + 19 + len(self.channel_key) + 1 + 8 + 2
                                               + MAX_DOMAINS * 63 + 8 + 4 + 3 + 4) - query_bytes(0)
 
@@ -371,163 +398,191 @@ cdef class Lane:
     # --- one group ------------------------------------------------------------------
 
     cdef int room_for(self, Py_ssize_t n) except -1:
+        """Room for ``n`` transactions in the run's arrays."""
         if n > self.spans_room:
+            n = max(n, 2 * self.spans_room, 64)
             self.spans = <Py_ssize_t *>realloc(self.spans, 2 * n * sizeof(Py_ssize_t))
-            self.stamps = <uint64_t *>realloc(self.stamps, 2 * n * sizeof(uint64_t))
+            self.stamps = <uint64_t *>realloc(self.stamps, 4 * n * sizeof(uint64_t))
             if self.spans == NULL or self.stamps == NULL:
                 raise MemoryError()
             self.spans_room = n
         return 0
 
     def run(self, region, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, sock, long max_txns,
-            long max_events, Py_ssize_t max_bytes, Py_ssize_t limit):
+            long max_events, Py_ssize_t max_bytes, Py_ssize_t limit, int doorbell=-1, int wait_ms=0):
         cdef Py_buffer r
         cdef uint8_t *b
+        cdef int got, fd = sock.fileno()
+        cdef bint tcp = sock.family != _socket.AF_UNIX
+        cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>wait_ms * 1000000, now
+        self.tail, self.expected_seq = tail, expected_seq
+        self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0
+        self.heartbeat, self.heartbeat_ns = None, 0
+        PyObject_GetBuffer(region, &r, PyBUF_WRITABLE)
+        try:
+            b = <uint8_t *>r.buf
+            if r.len < DATA_OFFSET or DATA_OFFSET + <Py_ssize_t>rd32(b + SIZE_AT) > r.len:
+                return NOTHING
+            while True:
+                got = self.group(b, epoch, fd, tcp, max_txns, max_events, max_bytes, limit)
+                if got < 0:
+                    return got
+                now = now_ns(CLOCK_MONOTONIC)
+                if got == NOTHING:
+                    if rd64(b + WRITE_SEQ_AT) >= self.expected_seq or doorbell < 0 or now >= deadline:
+                        return self.txns  # the next frame is the general path's, or nothing to wait on
+                    with nogil:
+                        sleep_on(b, doorbell, self.expected_seq, <int>((deadline - now) // 1000000) + 1)
+                elif now >= deadline:
+                    return self.txns
+        finally:
+            PyBuffer_Release(&r)
+
+    cdef int group(self, uint8_t *b, uint32_t epoch, int fd, bint tcp, long max_txns, long max_events,
+                   Py_ssize_t max_bytes, Py_ssize_t limit) except -100:
+        """One group from ``self.tail``: its frame count, NOTHING, FAILED or LOST."""
         cdef const uint8_t *h
         cdef const uint8_t *p
-        cdef uint32_t size, length, count
-        cdef uint64_t published, expected = expected_seq, saved_seq = self.seq
+        cdef uint32_t size = rd32(b + SIZE_AT), length, count
+        cdef uint64_t published = rd64(b + WRITE_SEQ_AT), expected = self.expected_seq, saved_seq = self.seq
         cdef uint64_t gtid[3]
+        cdef uint64_t picked, done
         cdef uint32_t saved_dom[DOMAINS]
         cdef uint32_t saved_srv[DOMAINS]
         cdef uint64_t saved_dseq[DOMAINS]
-        cdef int saved_ndom = self.ndom, status, tries, k
-        cdef Py_ssize_t at = tail, n = 0, total = 0, room, framed, pos, gtid_at = 0, gtid_len = 0
+        cdef int saved_ndom = self.ndom, status = 0, tries, k
+        cdef Py_ssize_t at = self.tail, n = 0, total = 0, room, framed, pos, gtid_at = 0, gtid_len = 0
         cdef Py_ssize_t beat_at = -1, beat_len = 0, schema_len, table_len, i, o_len, error_len = 0
+        cdef Py_ssize_t first = self.txns  # this group's entries in the run's arrays start there
         cdef long events = 0, beats = 0
-        cdef bint beat, tcp
-        cdef timespec now
+        cdef bint beat
         cdef uint8_t position[POSITION_MAX]
         cdef uint8_t *error = NULL
         cdef char *o
         cdef char *packet
         cdef uint32_t carry = 0
         cdef int held = 0
-        cdef int fd = sock.fileno()
-        tcp = sock.family != _socket.AF_UNIX
         memcpy(saved_dom, self.dom, sizeof(saved_dom))
         memcpy(saved_srv, self.srv, sizeof(saved_srv))
         memcpy(saved_dseq, self.dseq, sizeof(saved_dseq))
-        PyObject_GetBuffer(region, &r, PyBUF_WRITABLE)
+        room = min(limit, <Py_ssize_t>MAX_QUERY - 1) - self.position_bytes_max
+        while n < max_txns and events < max_events and total < max_bytes and published >= expected:
+            framed = 0
+            for tries in range(2):  # at most one PAD before a frame
+                if size - at < HEADER_BYTES:
+                    at = 0
+                h = b + DATA_OFFSET + at
+                length = rd32(h + 4)
+                if rd64(h + 8) != expected or rd32(h + 20) != epoch or length > size - at:
+                    break
+                framed = (HEADER_BYTES + length + 7) & ~7
+                if framed > size - at or not frame_ok(h, h + HEADER_BYTES, length):
+                    framed = 0
+                    break
+                if h[0] != KIND_PAD:
+                    break
+                at, framed = 0, 0
+            if not framed or h[0] != KIND_TXN or length < 30:
+                break
+            p = h + HEADER_BYTES
+            if p[0] != COMPACT or 2 + p[1] + 26 > length:
+                break
+            pos = 2 + p[1]
+            if not parse_gtid(p + 2, p[1], gtid) or rd32(p + pos + 16) != 0:  # no format of its own
+                break
+            count = rd32(p + pos + 20)
+            k = p[pos + 24] | (p[pos + 25] << 8)
+            i = pos + 26
+            beat = False
+            while k > 0:  # the tables: a schema and a table name each
+                if i >= length or i + 1 + p[i] >= length:
+                    break
+                schema_len = p[i]
+                table_len = p[i + 1 + schema_len]
+                if i + 2 + schema_len + table_len > length:
+                    break
+                if schema_len == 11 and memcmp(p + i + 1, b"rdma_bridge", 11) == 0:
+                    if table_len != 9 or memcmp(p + i + 2 + schema_len, b"heartbeat", 9) != 0 or \
+                            p[pos + 24] != 1 or p[pos + 25] != 0:
+                        break  # a repair, a checksum, another channel's table: the general path
+                    beat = True
+                i += 2 + schema_len + table_len
+                k -= 1
+            if k or i >= length or query_bytes(total + length - i) > room:
+                break
+            if not self.add(gtid):
+                break
+            self.room_for(first + n + 1)
+            self.spans[2 * n], self.spans[2 * n + 1] = DATA_OFFSET + at + HEADER_BYTES + i, length - i
+            self.stamps[4 * (first + n) + 2], self.stamps[4 * (first + n) + 3] = rd64(p + pos), rd64(p + pos + 8)
+            gtid_at, gtid_len = DATA_OFFSET + at + HEADER_BYTES + 2, p[1]
+            if beat:
+                beats += 1
+                beat_at, beat_len = self.spans[2 * n], self.spans[2 * n + 1]
+            n += 1
+            events += count
+            total += length - i
+            at = (at + framed) % size
+            expected += 1
+        if not n:
+            return NOTHING
+        picked = now_ns(CLOCK_REALTIME)
+        self.picked_ns = picked
+        pos = self.update_event(position, saved_seq + n, picked // 1000)
+        o_len = query_bytes(total + len(self.position_map) + pos)
+        packet = <char *>malloc(5 + o_len)
+        if packet == NULL:
+            raise MemoryError()
         try:
-            b = <uint8_t *>r.buf
-            if r.len < DATA_OFFSET:
-                return NOTHING
-            size = rd32(b + SIZE_AT)
-            if DATA_OFFSET + <Py_ssize_t>size > r.len:
-                return NOTHING
-            published = rd64(b + WRITE_SEQ_AT)
-            room = min(limit, <Py_ssize_t>MAX_QUERY - 1) - self.position_bytes_max
-            while n < max_txns and events < max_events and total < max_bytes and published >= expected:
-                framed = 0
-                for tries in range(2):  # at most one PAD before a frame
-                    if size - at < HEADER_BYTES:
-                        at = 0
-                    h = b + DATA_OFFSET + at
-                    length = rd32(h + 4)
-                    if rd64(h + 8) != expected or rd32(h + 20) != epoch or length > size - at:
-                        break
-                    framed = (HEADER_BYTES + length + 7) & ~7
-                    if framed > size - at or not frame_ok(h, h + HEADER_BYTES, length):
-                        framed = 0
-                        break
-                    if h[0] != KIND_PAD:
-                        break
-                    at, framed = 0, 0
-                if not framed or h[0] != KIND_TXN or length < 30:
-                    break
-                p = h + HEADER_BYTES
-                if p[0] != COMPACT or 2 + p[1] + 26 > length:
-                    break
-                pos = 2 + p[1]
-                if not parse_gtid(p + 2, p[1], gtid) or rd32(p + pos + 16) != 0:  # no format of its own
-                    break
-                count = rd32(p + pos + 20)
-                k = p[pos + 24] | (p[pos + 25] << 8)
-                i = pos + 26
-                beat = False
-                while k > 0:  # the tables: a schema and a table name each
-                    if i >= length or i + 1 + p[i] >= length:
-                        break
-                    schema_len = p[i]
-                    table_len = p[i + 1 + schema_len]
-                    if i + 2 + schema_len + table_len > length:
-                        break
-                    if schema_len == 11 and memcmp(p + i + 1, b"rdma_bridge", 11) == 0:
-                        if table_len != 9 or memcmp(p + i + 2 + schema_len, b"heartbeat", 9) != 0 or \
-                                p[pos + 24] != 1 or p[pos + 25] != 0:
-                            break  # a repair, a checksum, another channel's table: the general path
-                        beat = True
-                    i += 2 + schema_len + table_len
-                    k -= 1
-                if k or i >= length or query_bytes(total + length - i) > room:
-                    break
-                if not self.add(gtid):
-                    break
-                self.room_for(n + 1)
-                self.spans[2 * n], self.spans[2 * n + 1] = DATA_OFFSET + at + HEADER_BYTES + i, length - i
-                self.stamps[2 * n], self.stamps[2 * n + 1] = rd64(p + pos), rd64(p + pos + 8)
-                gtid_at, gtid_len = DATA_OFFSET + at + HEADER_BYTES + 2, p[1]
-                if beat:
-                    beats += 1
-                    beat_at, beat_len = self.spans[2 * n], self.spans[2 * n + 1]
-                n += 1
-                events += count
-                total += length - i
-                at = (at + framed) % size
-                expected += 1
-            if not n:
-                return NOTHING
-            clock_gettime(CLOCK_REALTIME, &now)
-            self.picked_ns = <uint64_t>now.tv_sec * 1000000000 + now.tv_nsec
-            self.txns = n
-            pos = self.update_event(position, saved_seq + n, self.picked_ns // 1000)
-            o_len = query_bytes(total + len(self.position_map) + pos)
-            packet = <char *>malloc(5 + o_len)
-            if packet == NULL:
-                raise MemoryError()
-            try:
-                wr32(<uint8_t *>packet, <uint32_t>(o_len + 1))  # length (3 bytes), then sequence id 0
-                packet[3], packet[4] = 0, 3  # COM_QUERY
-                memcpy(packet + 5, b"BINLOG '", 8)
-                o = packet + 13
-                for i in range(n):
-                    o = bridge_b64_into(o, b + self.spans[2 * i], self.spans[2 * i + 1], &carry, &held)
-                o = bridge_b64_into(o, <const uint8_t *>PyBytes_AS_STRING(self.position_map), len(self.position_map),
-                                    &carry, &held)
-                o = bridge_b64_into(o, position, pos, &carry, &held)
-                o = bridge_b64_end(o, carry, held)
-                memcpy(o, b"';COMMIT", 8)
-                with nogil:
-                    status = round_trip(fd, tcp, packet, 5 + o_len, &error, &error_len)
-            finally:
-                free(packet)
-            if status:
-                if error != NULL:
-                    self.error = PyBytes_FromStringAndSize(<char *>error, error_len)
-                    free(error)
-                self.seq, self.ndom = saved_seq, saved_ndom
-                memcpy(self.dom, saved_dom, sizeof(saved_dom))
-                memcpy(self.srv, saved_srv, sizeof(saved_srv))
-                memcpy(self.dseq, saved_dseq, sizeof(saved_dseq))
-                return FAILED if status == -1 else LOST
-            wr64(b + ACK_SEQ_AT, expected - 1)
-            wr32(b + TAIL_AT, <uint32_t>at)
-            self.seq = saved_seq + n
-            self.tail, self.expected_seq = at, expected
-            self.beats, self.events = beats, events
-            self.last_gtid = PyUnicode_DecodeASCII(<char *>b + gtid_at, gtid_len, NULL)
-            self.heartbeat = PyBytes_FromStringAndSize(<char *>b + beat_at, beat_len) if beat_at >= 0 else None
-            return n
+            wr32(<uint8_t *>packet, <uint32_t>(o_len + 1))  # length (3 bytes), then sequence id 0
+            packet[3], packet[4] = 0, 3  # COM_QUERY
+            memcpy(packet + 5, b"BINLOG '", 8)
+            o = packet + 13
+            for i in range(n):
+                o = bridge_b64_into(o, b + self.spans[2 * i], self.spans[2 * i + 1], &carry, &held)
+            o = bridge_b64_into(o, <const uint8_t *>PyBytes_AS_STRING(self.position_map), len(self.position_map),
+                                &carry, &held)
+            o = bridge_b64_into(o, position, pos, &carry, &held)
+            o = bridge_b64_end(o, carry, held)
+            memcpy(o, b"';COMMIT", 8)
+            with nogil:
+                status = round_trip(fd, tcp, packet, 5 + o_len, &error, &error_len)
         finally:
-            PyBuffer_Release(&r)
+            free(packet)
+        if status:
+            if error != NULL:
+                self.error = PyBytes_FromStringAndSize(<char *>error, error_len)
+                free(error)
+            self.seq, self.ndom = saved_seq, saved_ndom
+            memcpy(self.dom, saved_dom, sizeof(saved_dom))
+            memcpy(self.srv, saved_srv, sizeof(saved_srv))
+            memcpy(self.dseq, saved_dseq, sizeof(saved_dseq))
+            self.given_back = n
+            return FAILED if status == -1 else LOST
+        done = now_ns(CLOCK_REALTIME)
+        for i in range(first, first + n):
+            self.stamps[4 * i], self.stamps[4 * i + 1] = picked, done
+        wr64(b + ACK_SEQ_AT, expected - 1)
+        wr32(b + TAIL_AT, <uint32_t>at)
+        self.seq = saved_seq + n
+        self.tail, self.expected_seq = at, expected
+        self.groups += 1
+        self.largest = max(self.largest, n)
+        self.txns += n
+        self.beats += beats
+        self.events += events
+        self.last_gtid = PyUnicode_DecodeASCII(<char *>b + gtid_at, gtid_len, NULL)
+        if beat_at >= 0:
+            self.heartbeat, self.heartbeat_ns = PyBytes_FromStringAndSize(<char *>b + beat_at, beat_len), done
+        return n
 
-    def record_stages(self, stages, uint64_t now_ns):
+    def record_stages(self, stages):
         cdef Py_ssize_t i
-        cdef uint64_t picked = self.picked_ns
+        cdef uint64_t *t
         record = stages.record
-        record("apply", (<double>now_ns - <double>picked) / 1000, self.txns)
         for i in range(self.txns):
-            if self.stamps[2 * i + 1]:
-                record("deliver", (<double>picked - <double>self.stamps[2 * i + 1]) / 1000)
-                record("bridge", (<double>now_ns - <double>self.stamps[2 * i]) / 1000)
+            t = self.stamps + 4 * i
+            record("apply", (<double>t[1] - <double>t[0]) / 1000)
+            if t[3]:
+                record("deliver", (<double>t[0] - <double>t[3]) / 1000)
+                record("bridge", (<double>t[1] - <double>t[2]) / 1000)

@@ -20,6 +20,7 @@ what it read are attributes (``seq``, ``tail``, ``expected_seq``, ``txns``,
 from __future__ import annotations
 
 import binascii
+import os
 import select
 import socket
 import struct
@@ -32,7 +33,7 @@ NOTHING = 0  # nothing the lane can apply: the ring is empty, or its next frame 
 FAILED = -1  # the replica answered an error: rolled back by the caller, the frames left in the ring
 LOST = -2  # the connection broke: the frames left in the ring
 
-DATA_OFFSET, WRITE_SEQ_AT, ACK_SEQ_AT, TAIL_AT, SIZE_AT = 64, 8, 16, 28, 32  # bridge.ring.layout
+DATA_OFFSET, WRITE_SEQ_AT, ACK_SEQ_AT, TAIL_AT, SIZE_AT, WAITING_AT = 64, 8, 16, 28, 32, 36  # bridge.ring.layout
 TXN, PAD = 1, 4  # bridge.wire.frame.FrameKind
 COMPACT = 0x45  # bridge.wire.hotpath.COMPACT_TAG
 BRIDGE_SCHEMA, HEARTBEAT = "rdma_bridge", ("rdma_bridge", "heartbeat")
@@ -56,9 +57,11 @@ class Lane:
         self.domains: list[tuple[int, int, int]] = []  # (domain, server, seq), by domain
         self.seq = 0
         self.tail = self.expected_seq = 0
-        self.txns = self.beats = self.events = 0
+        self.txns = self.beats = self.events = 0  # of the last run, over its groups
+        self.groups = self.largest = self.given_back = 0  # groups applied, the largest, frames of the one given back
         self.last_gtid = ""
-        self.heartbeat = None  # the row events of the group's last heartbeat
+        self.heartbeat = None  # the row events of the run's last heartbeat
+        self.heartbeat_ns = 0  # when its group committed
         self._stamps: list[tuple[int, int]] = []
         self.picked_ns = 0
         self.error = b""  # FAILED: the error packet
@@ -130,15 +133,39 @@ class Lane:
     # --- one group ------------------------------------------------------------------
 
     def run(self, region, tail: int, expected_seq: int, epoch: int, sock, max_txns: int, max_events: int,
-            max_bytes: int, limit: int) -> int:
-        """Apply the frames ready in ``region`` from ``tail`` (seq ``expected_seq``) as one
-        replica transaction on ``sock``: the count applied, NOTHING, FAILED or LOST."""
+            max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0) -> int:
+        """Apply the frames ready in ``region`` from ``tail`` (seq ``expected_seq``), a
+        group at a time (each one replica transaction on ``sock``), until the ring's next
+        frame is not the lane's, or for ``wait_ms``: while the ring is empty it sleeps on
+        the ``doorbell`` fd (-1: none, return at once). Returns the frames applied, or
+        FAILED or LOST for the group it gave back (those applied before it stay applied:
+        ``groups``, ``txns``, ``tail``, ``expected_seq`` and the position say so)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        self.tail, self.expected_seq = tail, expected_seq
+        self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0
+        self.heartbeat, self._stamps = None, []
+        while True:
+            got = self._group(region, epoch, sock, max_txns, max_events, max_bytes, limit)
+            if got < 0:
+                return got
+            if got == NOTHING:
+                if _U64.unpack_from(region, WRITE_SEQ_AT)[0] >= self.expected_seq or doorbell < 0:
+                    return self.txns  # the next frame is the general path's, or nothing to wait on
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return self.txns
+                _sleep(region, doorbell, self.expected_seq, int(left * 1000) + 1)
+            elif time.monotonic() >= deadline:
+                return self.txns
+
+    def _group(self, region, epoch: int, sock, max_txns: int, max_events: int, max_bytes: int, limit: int) -> int:
+        """One group from ``self.tail``: its frame count, NOTHING, FAILED or LOST."""
         size = _U32.unpack_from(region, SIZE_AT)[0]
         published = _U64.unpack_from(region, WRITE_SEQ_AT)[0]
         saved = (self.seq, list(self.domains))
         datas, stamps, n, events, total, beats, heartbeat, last_gtid = [], [], 0, 0, 0, 0, None, ""
         room = min(limit, MAX_QUERY - 1) - self.position_bytes_max
-        at, expected = tail, expected_seq
+        at, expected = self.tail, self.expected_seq
         while n < max_txns and events < max_events and total < max_bytes and published >= expected:
             got = None
             for _ in range(2):  # at most one PAD before a frame
@@ -172,17 +199,22 @@ class Lane:
         if not n:
             self.seq, self.domains = saved
             return NOTHING
-        self.picked_ns, self.txns = time.time_ns(), n
+        self.picked_ns = time.time_ns()
         status = self._round_trip(sock, self.query(datas, self.seq + n, self.picked_ns // 1000))
         if status:
             self.seq, self.domains = saved
+            self.given_back = n
             return status
         self.seq += n
         region[ACK_SEQ_AT:ACK_SEQ_AT + 8] = _U64.pack(expected - 1)
         region[TAIL_AT:TAIL_AT + 4] = _U32.pack(at)
         self.tail, self.expected_seq = at, expected
-        self.txns, self.beats, self.events, self.last_gtid, self.heartbeat = n, beats, events, last_gtid, heartbeat
-        self._stamps = stamps
+        self.groups, self.largest = self.groups + 1, max(self.largest, n)
+        self.txns, self.beats, self.events = self.txns + n, self.beats + beats, self.events + events
+        self.last_gtid, done = last_gtid, time.time_ns()
+        if heartbeat is not None:
+            self.heartbeat, self.heartbeat_ns = heartbeat, done
+        self._stamps += [(self.picked_ns, done, read_ns, ship_ns) for read_ns, ship_ns in stamps]
         return n
 
     def _round_trip(self, sock, query: bytes) -> int:
@@ -212,15 +244,29 @@ class Lane:
             return LOST
         return 0
 
-    def record_stages(self, stages, now_ns: int) -> None:
+    def record_stages(self, stages) -> None:
         """The stage times of the transactions the last run committed (as ReplicaNode._record_stages)."""
-        picked = self.picked_ns
-        count = len(self._stamps)
-        stages.record("apply", (now_ns - picked) / 1000, count)
-        for read_ns, ship_ns in self._stamps:
+        for picked, done, read_ns, ship_ns in self._stamps:
+            stages.record("apply", (done - picked) / 1000)
             if ship_ns:
                 stages.record("deliver", (picked - ship_ns) / 1000)
-                stages.record("bridge", (now_ns - read_ns) / 1000)
+                stages.record("bridge", (done - read_ns) / 1000)
+
+
+def _sleep(region, doorbell: int, expected_seq: int, wait_ms: int) -> None:
+    """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting flag up meanwhile)."""
+    region[WAITING_AT:WAITING_AT + 4] = _U32.pack(1)
+    try:
+        if _U64.unpack_from(region, WRITE_SEQ_AT)[0] < expected_seq:
+            waiter = select.poll()
+            waiter.register(doorbell, select.POLLIN)
+            waiter.poll(wait_ms)
+        try:
+            os.read(doorbell, 4096)
+        except BlockingIOError:
+            pass
+    finally:
+        region[WAITING_AT:WAITING_AT + 4] = _U32.pack(0)
 
 
 def query_bytes(events: int) -> int:

@@ -39,37 +39,38 @@ class LaneRunner:
 
     def __init__(self, applier) -> None:
         self.applier = applier
-        self.lane = None
+        self.lane = self.last = None  # last: the lane whose run's results (counts, stages) are the latest
         self._key = None  # (socket, format event) the lane was built for
         self._position = None  # the Position the lane last made (or was set from)
         self._held_until = 0  # the general path applies through this seq first
 
-    def run(self, consumer, max_txns: int, max_events: int, max_bytes: int) -> int:
-        """Apply the next group through the lane: its frame count, or 0 when the
-        general path takes the next frame (nothing in the ring, or not the lane's)."""
+    def run(self, consumer, max_txns: int, max_events: int, max_bytes: int, doorbell: int = -1,
+            wait_ms: int = 0) -> int:
+        """Apply groups through the lane (for up to ``wait_ms``, sleeping on ``doorbell``
+        while the ring is empty): the frames applied, 0 when the general path takes the
+        next frame (or nothing came)."""
         applier = self.applier
         position = applier.position
         if position.applied_seq < self._held_until or not consumer.settled or not self._ready(position):
             return 0
-        lane = self.lane
+        lane = self.last = self.lane
         got = lane.run(consumer.region, consumer.tail, consumer.expected_seq, consumer.epoch, applier.conn._sock,
-                       max_txns, max_events, max_bytes, applier.max_query_bytes)
-        if got > 0:
+                       max_txns, max_events, max_bytes, applier.max_query_bytes, doorbell, wait_ms)
+        if lane.groups:
             consumer.took_and_acked(lane.expected_seq - 1, lane.tail)
             self._position = applier.position = Position(
                 lane.seq, GtidSet(mariadb=tuple(Gtid(str(d), n, s) for d, s, n in lane.gtid_parts())))
+        if got >= 0:
             return got
-        if got == NOTHING:
-            return 0
-        self._held_until = consumer.expected_seq + lane.txns - 1
+        self._held_until = lane.expected_seq + lane.given_back - 1
         self.lane = None
         if got == FAILED:
             applier.rollback()  # the general path applies the same frames again and names the error
         else:
             applier.conn._force_close()  # the general path finds it lost and reconnects
         log.debug("apply lane: %s at seq %d; the general path takes seq %d..%d", "error answer" if got == FAILED
-                  else "connection lost", consumer.expected_seq, consumer.expected_seq, self._held_until)
-        return 0
+                  else "connection lost", lane.expected_seq, lane.expected_seq, self._held_until)
+        return lane.txns
 
     def _ready(self, position) -> bool:
         applier = self.applier

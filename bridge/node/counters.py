@@ -18,14 +18,14 @@ class ReplicaCounts:
     largest_group: int = 0  # the most ring transactions one replica transaction took (not in the document)
     lane_groups: int = 0  # groups the apply lane applied (bridge.apply.lanes; not in the document)
 
-    def lane_group(self, txns: int, beats: int, events: int) -> None:
+    def lane_groups_applied(self, groups: int, txns: int, beats: int, events: int, largest: int) -> None:
         self.transactions_applied += txns - beats
         self.heartbeats_applied += beats
         self.row_events_applied += events
-        self.groups_applied += 1
-        self.lane_groups += 1
-        if txns > self.largest_group:
-            self.largest_group = txns
+        self.groups_applied += groups
+        self.lane_groups += groups
+        if largest > self.largest_group:
+            self.largest_group = largest
 
     def status(self) -> dict:
         out = asdict(self)

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 
 HALTED_WAIT_S = 0.5  # how often a stopped apply loop looks at its stop flag
+LANE_WAIT_MS = 50  # the apply lane returns this often at most (stop, a new session, progress, status)
 
 
 class ReplicaNode:
@@ -265,19 +266,22 @@ class ReplicaNode:
             return True
 
     def _lane_step(self) -> bool:
-        """The common case in one call (bridge.apply.lanes): True when it applied a group."""
+        """The common case in compiled calls (bridge.apply.lanes), for up to LANE_WAIT_MS,
+        sleeping on the doorbell while the ring is empty: True when it applied anything."""
         cfg, session = self.cfg, self.current
         if session.apply_mode != "binlog" or self._until is not None or not self.replicated.everything:
             return False
-        lane = self._lane
-        if not lane.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes):
+        runner = self._lane
+        doorbell = self.host.doorbell_fd if session.rung and self.host.doorbell_fd is not None else -1
+        if not runner.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes, doorbell,
+                          LANE_WAIT_MS):
             return False
-        done, now = lane.lane, time.time_ns()
-        self.counts.lane_group(done.txns, done.beats, done.events)
+        done = runner.last
+        self.counts.lane_groups_applied(done.groups, done.txns, done.beats, done.events, done.largest)
         self.last_gtid_applied = done.last_gtid
-        done.record_stages(self.stages, now)
+        done.record_stages(self.stages)
         if done.heartbeat is not None:
-            self._heartbeat_lag(RowEvents(done.heartbeat, (HEARTBEAT_TABLE,), 1), now)
+            self._heartbeat_lag(RowEvents(done.heartbeat, (HEARTBEAT_TABLE,), 1), done.heartbeat_ns)
         return True
 
     def _reached_until(self) -> bool:
