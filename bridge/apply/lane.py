@@ -179,7 +179,7 @@ class Lane:
                 break
             try:
                 gtid, read_ns, ship_ns, fmt, count, tables, data = hotpath.decode_compact(got[2])
-            except Exception:  # malformed: the general path names it
+            except (IndexError, ValueError, struct.error, UnicodeDecodeError):  # malformed: the general path names it
                 break
             parsed = _mariadb_gtid(gtid)
             if fmt or parsed is None or not data or query_bytes(total + len(data)) > room:
