@@ -462,6 +462,7 @@ cdef class Lane:
         cdef char *packet
         cdef uint32_t carry = 0
         cdef int held = 0
+        __atomic_thread_fence(2)  # acquire: the frames published are read after their seq
         memcpy(saved_dom, self.dom, sizeof(saved_dom))
         memcpy(saved_srv, self.srv, sizeof(saved_srv))
         memcpy(saved_dseq, self.dseq, sizeof(saved_dseq))
