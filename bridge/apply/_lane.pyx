@@ -16,13 +16,8 @@ import socket as _socket
 
 from bridge.apply import lane as _twin
 
-cdef extern from "bridge_native.h":
-    void bridge_crc_init()
-    void bridge_crc32_init()
-    uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) nogil
-    uint32_t bridge_crc32(const uint8_t *p, size_t n) nogil
-    char *bridge_b64_into(char *o, const uint8_t *p, size_t n, uint32_t *carry, int *held) nogil
-    char *bridge_b64_end(char *o, uint32_t carry, int held) nogil
+from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc32, bridge_crc32_init, bridge_crc_feed,
+                                   bridge_crc_init, rd32, rd64, wr32, wr64)
 
 cdef extern from "<time.h>" nogil:
     struct timespec:
@@ -78,26 +73,6 @@ cdef enum:
     ANSWERS_WAIT_MS = 10
     MAX_QUERY = 0xFFFFFF - 1
     POSITION_MAX = 4096  # the position's UPDATE event, its GTID set at DOMAINS domains included
-
-
-cdef inline uint32_t rd32(const uint8_t *p) noexcept nogil:
-    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
-
-
-cdef inline uint64_t rd64(const uint8_t *p) noexcept nogil:
-    return rd32(p) | (<uint64_t>rd32(p + 4) << 32)
-
-
-cdef inline void wr32(uint8_t *p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>v
-    p[1] = <uint8_t>(v >> 8)
-    p[2] = <uint8_t>(v >> 16)
-    p[3] = <uint8_t>(v >> 24)
-
-
-cdef inline void wr64(uint8_t *p, uint64_t v) noexcept nogil:
-    wr32(p, <uint32_t>v)
-    wr32(p + 4, <uint32_t>(v >> 32))
 
 
 cdef inline Py_ssize_t query_bytes(Py_ssize_t events) noexcept nogil:

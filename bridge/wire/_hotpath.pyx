@@ -16,11 +16,8 @@ from libc.string cimport memcpy, memset
 from bridge.errors import RemoteProtocolError
 from bridge.wire import hotpath as _twin
 
-cdef extern from "bridge_native.h":
-    void bridge_crc_init()
-    uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) nogil
-    char *bridge_b64_into(char *o, const uint8_t *p, size_t n, uint32_t *carry, int *held) nogil
-    char *bridge_b64_end(char *o, uint32_t carry, int held) nogil
+from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc32, bridge_crc32_init, bridge_crc_feed,
+                                   bridge_crc_init, rd32, rd64, wr32, wr64)
 
 bridge_crc_init()
 
@@ -28,26 +25,6 @@ cdef enum:
     HEADER_BYTES = 24  # bridge.wire.frame.HEADER: kind u8 flags u8 reserved u16 length u32 seq u64 crc u32 epoch u32
     BINLOG_HEADER = 19  # bridge.wire.binlog.HEADER_BYTES
     MARIADB_GTID = 162
-
-
-cdef inline uint32_t rd32(const uint8_t *p) noexcept nogil:
-    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
-
-
-cdef inline uint64_t rd64(const uint8_t *p) noexcept nogil:
-    return rd32(p) | (<uint64_t>rd32(p + 4) << 32)
-
-
-cdef inline void wr32(uint8_t *p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>v
-    p[1] = <uint8_t>(v >> 8)
-    p[2] = <uint8_t>(v >> 16)
-    p[3] = <uint8_t>(v >> 24)
-
-
-cdef inline void wr64(uint8_t *p, uint64_t v) noexcept nogil:
-    wr32(p, <uint32_t>v)
-    wr32(p + 4, <uint32_t>(v >> 32))
 
 
 cdef inline bint fits(object v, uint64_t limit):

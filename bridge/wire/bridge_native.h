@@ -1,5 +1,6 @@
 /* C shared by the compiled modules (bridge/wire/_hotpath.pyx, bridge/apply/_lane.pyx):
-   crc32c for ring frames, zlib's crc32 for binlog events, base64 fed in pieces. */
+   crc32c for ring frames, zlib's crc32 for binlog events, base64 fed in pieces,
+   little-endian integers. */
 #ifndef BRIDGE_NATIVE_H
 #define BRIDGE_NATIVE_H
 
@@ -8,14 +9,18 @@
    has it (checked once), else a table. */
 #include <stdint.h>
 #include <stddef.h>
+/* the byte table of a reflected crc of polynomial ``poly`` */
+static inline void bridge_crc_table_of(uint32_t *table, uint32_t poly) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (poly & (0u - (c & 1u)));
+        table[i] = c;
+    }
+}
 static uint32_t bridge_crc_table[256];
 static int bridge_crc_hw = -1;
 static inline void bridge_crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-        bridge_crc_table[i] = c;
-    }
+    bridge_crc_table_of(bridge_crc_table, 0x82F63B78u);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     bridge_crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
@@ -47,13 +52,7 @@ static inline uint32_t bridge_crc_feed(uint32_t c, const void *p, size_t n) {
 
 /* crc32 (zlib's, reflected 0xEDB88320), as a binlog event's checksum */
 static uint32_t bridge_crc32_table[256];
-static inline void bridge_crc32_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-        bridge_crc32_table[i] = c;
-    }
-}
+static inline void bridge_crc32_init(void) { bridge_crc_table_of(bridge_crc32_table, 0xEDB88320u); }
 static inline uint32_t bridge_crc32(const unsigned char *p, size_t n) {
     uint32_t c = 0xFFFFFFFFu;
     while (n--) c = bridge_crc32_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
@@ -89,4 +88,13 @@ static inline char *bridge_b64_end(char *o, uint32_t carry, int held) {
     }
     return o;
 }
+/* little-endian integers read and written in place (ring headers, frames, binlog events) */
+static inline uint32_t bridge_rd32(const uint8_t *p) {
+    return p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t bridge_rd64(const uint8_t *p) { return bridge_rd32(p) | ((uint64_t)bridge_rd32(p + 4) << 32); }
+static inline void bridge_wr32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+static inline void bridge_wr64(uint8_t *p, uint64_t v) { bridge_wr32(p, (uint32_t)v); bridge_wr32(p + 4, (uint32_t)(v >> 32)); }
 #endif
