@@ -6,7 +6,9 @@ UPDATEs of 3 rows; the bridge (into the sandbox replica) and the native MariaDB
 replica (the third sandbox server) replicate the same stream at the same time. CPU
 is user+system time from /proc/<pid>/stat before and after (every thread of the
 process), divided by the transactions the primary committed in between (the load
-and the heartbeat rows, which both replicas apply).
+and the heartbeat rows, which both replicas apply); so are the voluntary context
+switches of all the process's threads (/proc/<pid>/task/*/status), each a sleep and
+a wakeup.
 
     python -m bench.cpu [--rate 1000] [--seconds 10] [--transports shm,tcp,tcp+tls] [--modes binlog,sql]
                         [--pure binlog/shm]
@@ -45,6 +47,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
+def context_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of ``pid`` so far (each one a sleep and a
+    wakeup: the kernel's part of the CPU per transaction)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+    return total
+
+
 def server_pid(bench: Bench, role: str) -> int:
     return int((bench.box.dir / role / "mysqld.pid").read_text())
 
@@ -71,14 +87,16 @@ def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int) 
     pids = {"primary side": bench.bridge_primary.proc.pid, "replica side": bench.bridge_replica.proc.pid,
             "replica server": server_pid(bench, "replica"), "native replica server": server_pid(bench, "native")}
     before, start_seq = {k: cpu_seconds(p) for k, p in pids.items()}, seq(bench)
+    switches = {k: context_switches(p) for k, p in pids.items()}
     paced(MysqlUrl.parse(bench.info["primary_admin"]), WORKLOADS[workload], rate, seconds, first)
     target = bench.primary_pos()
     bench.wait(bench.native_pos, target)
     bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
     txns = seq(bench) - start_seq
     us = {k: round((cpu_seconds(p) - before[k]) / txns * 1e6, 1) for k, p in pids.items()}
+    switched = {k: round((context_switches(p) - switches[k]) / txns, 2) for k, p in pids.items()}
     bridge_total = us["primary side"] + us["replica side"] + us["replica server"]
-    return {"workload": workload, "transactions": txns, "cpu_us_per_txn": us,
+    return {"workload": workload, "transactions": txns, "cpu_us_per_txn": us, "context_switches_per_txn": switched,
             "bridge_processes_us": round(us["primary side"] + us["replica side"], 1),
             "bridge_total_us": round(bridge_total, 1),
             "ratio_bridge_total_over_native_server": round(bridge_total / us["native replica server"], 2)}
@@ -103,7 +121,8 @@ def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tc
                 rows.append({"apply_mode": mode, "transport": transport, "hot_path": hot_path, **row})
                 log(f"{mode}/{transport}/{hot_path}/{workload}: {row['cpu_us_per_txn']} "
                     f"(bridge total {row['bridge_total_us']} us, "
-                    f"{row['ratio_bridge_total_over_native_server']}x native)")
+                    f"{row['ratio_bridge_total_over_native_server']}x native); "
+                    f"context switches per txn {row['context_switches_per_txn']}")
         finally:
             bench.stop()
             os.environ.pop(native.PURE_ENV, None)
