@@ -15,6 +15,7 @@ from libc.string cimport memcmp, memcpy, memset
 import socket as _socket
 
 from bridge.apply import lane as _twin
+from bridge.wire import frame as _frame
 
 from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc32, bridge_crc32_init, bridge_crc_feed,
                                    bridge_crc_init, rd32, rd64, wr32, wr64)
@@ -73,6 +74,24 @@ cdef enum:
     ANSWERS_WAIT_MS = 10
     MAX_QUERY = 0xFFFFFF - 1
     POSITION_MAX = 4096  # the position's UPDATE event, its GTID set at DOMAINS domains included
+
+
+def _check_constants():
+    """The layouts this module copies, against their sources (through the twin): a
+    mismatch is an ImportError, and bridge.apply.lanes runs the twin, saying why."""
+    copied = {"HEADER_BYTES": HEADER_BYTES, "DATA_OFFSET": DATA_OFFSET, "WRITE_SEQ_AT": WRITE_SEQ_AT,
+              "ACK_SEQ_AT": ACK_SEQ_AT, "TAIL_AT": TAIL_AT, "SIZE_AT": SIZE_AT, "WAITING_AT": WAITING_AT,
+              "TXN": KIND_TXN, "PAD": KIND_PAD, "COMPACT": COMPACT, "UPDATE_ROWS_V1": UPDATE_ROWS_V1,
+              "MAX_DOMAINS": DOMAINS, "OK_BYTES_MIN": OK_BYTES_MIN, "ANSWERS_WAIT_MS": ANSWERS_WAIT_MS}
+    sources = {name: getattr(_twin, name) for name in copied if name != "HEADER_BYTES"}
+    sources["HEADER_BYTES"] = _frame.HEADER_BYTES
+    wrong = sorted(name for name in copied if copied[name] != sources[name])
+    if wrong:
+        raise ImportError("bridge.apply._lane: built with other " + ", ".join(wrong) + " than bridge's sources "
+                          "(rebuild it)")
+
+
+_check_constants()
 
 
 cdef inline Py_ssize_t query_bytes(Py_ssize_t events) noexcept nogil:
@@ -263,8 +282,8 @@ cdef class Lane:
         if not twin.set_position(seq, gtids):
             self.ndom = 0
             return False
-        self.ndom = len(twin.domains)
-        for i, (d, s, n) in enumerate(twin.domains):
+        self.ndom = len(twin._domains)
+        for i, (d, s, n) in enumerate(twin._domains):
             self.dom[i], self.srv[i], self.dseq[i] = d, s, n
         self.seq = seq
         return True

@@ -27,20 +27,22 @@ import struct
 import time
 import zlib
 
+from bridge import sqlnames
+from bridge.apply.connection import ANSWERS_WAIT_MS, OK_BYTES_MIN
+from bridge.model import HEARTBEAT_TABLE
+from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
 from bridge.wire import hotpath
+from bridge.wire.binlog import UPDATE_ROWS_V1
+from bridge.wire.frame import FrameKind
 
 NOTHING = 0  # nothing the lane can apply: the ring is empty, or its next frame is for the general path
 FAILED = -1  # the replica answered an error: rolled back by the caller, the frames left in the ring
 LOST = -2  # the connection broke: the frames left in the ring
 
-DATA_OFFSET, WRITE_SEQ_AT, ACK_SEQ_AT, TAIL_AT, SIZE_AT, WAITING_AT = 64, 8, 16, 28, 32, 36  # bridge.ring.layout
-TXN, PAD = 1, 4  # bridge.wire.frame.FrameKind
-COMPACT = 0x45  # bridge.wire.hotpath.COMPACT_TAG
-BRIDGE_SCHEMA, HEARTBEAT = "rdma_bridge", ("rdma_bridge", "heartbeat")
-UPDATE_ROWS_V1 = 24
+TXN, PAD = int(FrameKind.TXN), int(FrameKind.PAD)
+COMPACT = hotpath.COMPACT_TAG
+BRIDGE_SCHEMA, HEARTBEAT = sqlnames.SCHEMA, HEARTBEAT_TABLE
 MAX_DOMAINS = 64
-OK_BYTES_MIN = 11  # bridge.apply.connection
-ANSWERS_WAIT_MS = 10
 MAX_QUERY = 0xFFFFFF - 1  # one protocol packet (the command byte included)
 _U64, _U32 = struct.Struct("<Q"), struct.Struct("<I")
 
@@ -54,7 +56,7 @@ class Lane:
     def __init__(self, channel_key: bytes, position_map: bytes, digits: int, checksum: bool, server_id: int) -> None:
         self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)
         self.digits, self.checksum, self.server_id = digits, checksum, server_id
-        self.domains: list[tuple[int, int, int]] = []  # (domain, server, seq), by domain
+        self._domains: list[tuple[int, int, int]] = []  # (domain, server, seq), by domain
         self.seq = 0
         self.tail = self.expected_seq = 0
         self.txns = self.beats = self.events = 0  # of the last run, over its groups
@@ -78,35 +80,35 @@ class Lane:
         for part in filter(None, gtids.split(",")):
             got = _mariadb_gtid(part)
             if got is None:
-                self.domains = []
+                self._domains = []
                 return False
             domains[got[0]] = got
         if len(domains) > MAX_DOMAINS:
             return False
-        self.seq, self.domains = seq, sorted(domains.values())
+        self.seq, self._domains = seq, sorted(domains.values())
         return True
 
     def gtid_parts(self) -> list[tuple[int, int, int]]:
         """The set as (domain, server, seq), by domain."""
-        return list(self.domains)
+        return list(self._domains)
 
     @property
     def gtids(self) -> str:
-        return ",".join(f"{d}-{s}-{n}" for d, s, n in self.domains)
+        return ",".join(f"{d}-{s}-{n}" for d, s, n in self._domains)
 
     def _add(self, gtid: tuple[int, int, int]) -> bool:
-        for i, (domain, _, _) in enumerate(self.domains):
+        for i, (domain, _, _) in enumerate(self._domains):
             if domain == gtid[0]:
-                self.domains[i] = gtid
+                self._domains[i] = gtid
                 return True
             if domain > gtid[0]:
-                if len(self.domains) >= MAX_DOMAINS:
+                if len(self._domains) >= MAX_DOMAINS:
                     return False
-                self.domains.insert(i, gtid)
+                self._domains.insert(i, gtid)
                 return True
-        if len(self.domains) >= MAX_DOMAINS:
+        if len(self._domains) >= MAX_DOMAINS:
             return False
-        self.domains.append(gtid)
+        self._domains.append(gtid)
         return True
 
     # --- the round trip -------------------------------------------------------------
@@ -162,7 +164,7 @@ class Lane:
         """One group from ``self.tail``: its frame count, NOTHING, FAILED or LOST."""
         size = _U32.unpack_from(region, SIZE_AT)[0]
         published = _U64.unpack_from(region, WRITE_SEQ_AT)[0]
-        saved = (self.seq, list(self.domains))
+        saved = (self.seq, list(self._domains))
         datas, stamps, n, events, total, beats, heartbeat, last_gtid = [], [], 0, 0, 0, 0, None, ""
         room = min(limit, MAX_QUERY - 1) - self.position_bytes_max
         at, expected = self.tail, self.expected_seq
@@ -197,12 +199,12 @@ class Lane:
             last_gtid = gtid
             at, expected = (at + got[3]) % size, expected + 1
         if not n:
-            self.seq, self.domains = saved
+            self.seq, self._domains = saved
             return NOTHING
         self.picked_ns = time.time_ns()
         status = self._round_trip(sock, self.query(datas, self.seq + n, self.picked_ns // 1000))
         if status:
-            self.seq, self.domains = saved
+            self.seq, self._domains = saved
             self.given_back = n
             return status
         self.seq += n

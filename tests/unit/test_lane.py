@@ -163,3 +163,12 @@ def test_an_empty_ring_is_nothing(cls):
     client, server = socket.socketpair()
     with client, server:
         assert lane.run(ring([]), 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.NOTHING
+
+
+@pytest.mark.skipif(not lanes.COMPILED, reason="the compiled lane is not built")
+def test_the_compiled_lane_is_the_one_that_runs_and_has_the_twins_names():
+    compiled, twin = make(lanes.Lane, binlog_sql.PositionTable(255, 6), fmt(False)), \
+        make(twin_lane.Lane, binlog_sql.PositionTable(255, 6), fmt(False))
+    assert type(compiled).__module__ == "bridge.apply._lane"
+    public = lambda obj: {n for n in dir(obj) if not n.startswith("_")}  # noqa: E731
+    assert public(compiled) == public(twin)
