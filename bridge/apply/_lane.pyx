@@ -277,13 +277,12 @@ cdef class Lane:
     # --- the position the lane carries ----------------------------------------
 
     def set_position(self, seq, gtids):
-        cdef uint64_t parts[3]
-        twin = _twin.Lane(b"", b"", 0, False, 0)
-        if not twin.set_position(seq, gtids):
+        parts = _twin.mariadb_parts(gtids)
+        if parts is None:
             self.ndom = 0
             return False
-        self.ndom = len(twin._domains)
-        for i, (d, s, n) in enumerate(twin._domains):
+        self.ndom = len(parts)
+        for i, (d, s, n) in enumerate(parts):
             self.dom[i], self.srv[i], self.dseq[i] = d, s, n
         self.seq = seq
         return True

@@ -97,9 +97,14 @@ def probe_events(fmt: binlog.FormatDescription) -> bytes:
 
 def _event(kind: int, body: bytes, fmt: binlog.FormatDescription) -> bytes:
     """An event as the primary (``fmt``'s server) would have logged it."""
-    size = binlog.HEADER_BYTES + len(body) + fmt.checksum_bytes
-    event = struct.pack("<IBIIIH", 0, kind, fmt.server_id, size, 0, 0) + body
-    if fmt.checksum_bytes:
+    return event_bytes(kind, body, fmt.server_id, fmt.checksum_bytes == 4)
+
+
+def event_bytes(kind: int, body: bytes, server_id: int, checksum: bool) -> bytes:
+    """An event of ``server_id`` with ``body``, a CRC32 after it where the stream has them."""
+    size = binlog.HEADER_BYTES + len(body) + 4 * checksum
+    event = struct.pack("<IBIIIH", 0, kind, server_id, size, 0, 0) + body
+    if checksum:
         event += struct.pack("<I", zlib.crc32(event) & 0xFFFFFFFF)
     return event
 
@@ -136,13 +141,19 @@ class PositionTable:
         """The row of ``channel`` found by its key, then applied_seq, gtid_set,
         pending_ddl_seq (0) and updated_at set (once per applied group: the parts that
         never change are made once per channel)."""
-        seconds, micros = divmod(now_us, 1_000_000)
-        digits, width = self.updated_at_digits, (self.updated_at_digits + 1) // 2
-        fraction = (micros - micros % 10 ** (6 - digits)) // 10 ** (6 - 2 * width)  # my_timestamp_to_binary
-        body = (position_key(channel, self.channel_bytes)
-                + _POSITION_VALUES.pack(seq, len(gtids)) + gtids + _POSITION_PENDING + _SECONDS.pack(seconds)
-                + fraction.to_bytes(width, "big"))
+        body = position_update_body(position_key(channel, self.channel_bytes), self.updated_at_digits, seq, gtids,
+                                    now_us)
         return _event(binlog.UPDATE_ROWS_V1, body, fmt)
+
+
+def position_update_body(key: bytes, digits: int, seq: int, gtids: bytes, now_us: int) -> bytes:
+    """The UPDATE_ROWS body after ``key`` (``position_key``): applied_seq, gtid_set,
+    pending_ddl_seq (0) and updated_at (TIMESTAMP2 of ``digits`` fractional digits)."""
+    seconds, micros = divmod(now_us, 1_000_000)
+    width = (digits + 1) // 2
+    fraction = (micros - micros % 10 ** (6 - digits)) // 10 ** (6 - 2 * width)  # my_timestamp_to_binary
+    return (key + _POSITION_VALUES.pack(seq, len(gtids)) + gtids + _POSITION_PENDING + _SECONDS.pack(seconds)
+            + fraction.to_bytes(width, "big"))
 
 
 _POSITION_VALUES = struct.Struct("<xQH")  # NULL bitmap of the after image, applied_seq, gtid_set length

@@ -25,9 +25,9 @@ import select
 import socket
 import struct
 import time
-import zlib
 
 from bridge import sqlnames
+from bridge.apply import binlog_sql
 from bridge.apply.connection import ANSWERS_WAIT_MS, OK_BYTES_MIN
 from bridge.model import HEARTBEAT_TABLE
 from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
@@ -73,19 +73,14 @@ class Lane:
 
     # --- the position the lane carries ----------------------------------------
 
-    def set_position(self, seq: int, gtids: str) -> bool:
-        """Start from this position; False (and the lane unusable) when ``gtids`` is not
-        a MariaDB set of at most MAX_DOMAINS domains."""
-        domains = {}
-        for part in filter(None, gtids.split(",")):
-            got = _mariadb_gtid(part)
-            if got is None:
-                self._domains = []
-                return False
-            domains[got[0]] = got
-        if len(domains) > MAX_DOMAINS:
+    def set_position(self, seq: int, gtids) -> bool:
+        """Start from this position (``gtids``: a bridge.model.GtidSet); False, and the
+        lane unusable, when it is not a MariaDB set of at most MAX_DOMAINS domains."""
+        parts = mariadb_parts(gtids)
+        if parts is None:
+            self._domains = []
             return False
-        self.seq, self._domains = seq, sorted(domains.values())
+        self.seq, self._domains = seq, parts
         return True
 
     def gtid_parts(self) -> list[tuple[int, int, int]]:
@@ -115,17 +110,8 @@ class Lane:
 
     def position_events(self, seq: int, now_us: int) -> bytes:
         """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable)."""
-        gtids = self.gtids.encode()
-        seconds, micros = divmod(now_us, 1_000_000)
-        width = (self.digits + 1) // 2
-        fraction = (micros - micros % 10 ** (6 - self.digits)) // 10 ** (6 - 2 * width)
-        body = (self.channel_key + b"\x00" + _U64.pack(seq) + struct.pack("<H", len(gtids)) + gtids + bytes(8)
-                + struct.pack(">I", seconds) + fraction.to_bytes(width, "big"))
-        size = 19 + len(body) + 4 * self.checksum
-        event = struct.pack("<IBIIIH", 0, UPDATE_ROWS_V1, self.server_id, size, 0, 0) + body
-        if self.checksum:
-            event += _U32.pack(zlib.crc32(event) & 0xFFFFFFFF)
-        return self.position_map + event
+        body = binlog_sql.position_update_body(self.channel_key, self.digits, seq, self.gtids.encode(), now_us)
+        return self.position_map + binlog_sql.event_bytes(UPDATE_ROWS_V1, body, self.server_id, self.checksum)
 
     def query(self, datas: list, seq: int, now_us: int) -> bytes:
         """``BINLOG '<the row events, then the position's>';COMMIT``."""
@@ -284,6 +270,16 @@ def _read(sock, n: int) -> bytes:
             raise ConnectionResetError("the replica closed the connection")
         out += got
     return out
+
+
+def mariadb_parts(gtids) -> list[tuple[int, int, int]] | None:
+    """A GtidSet's (domain, server, seq) by domain, or None when the lane cannot carry it
+    (MySQL's, more than MAX_DOMAINS domains, ids beyond their binlog widths)."""
+    parts = sorted((int(g.domain), g.server, g.seq) for g in gtids.mariadb)
+    if gtids.mysql or len(parts) > MAX_DOMAINS or \
+            any(d > 0xFFFFFFFF or s > 0xFFFFFFFF or n > 0xFFFFFFFFFFFFFFFF for d, s, n in parts):
+        return None
+    return parts
 
 
 def _mariadb_gtid(text: str) -> tuple[int, int, int] | None:

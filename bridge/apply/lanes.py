@@ -85,7 +85,7 @@ class LaneRunner:
                              rows.position_map, table.updated_at_digits, fmt.checksum_bytes == 4, fmt.server_id)
             self._key, self._position = key, None
         if position is not self._position:  # the general path moved it
-            if not self.lane.set_position(position.applied_seq, str(position.gtid_set)):
+            if not self.lane.set_position(position.applied_seq, position.gtid_set):
                 self.lane = None
                 return False
             self._position = position

@@ -39,7 +39,7 @@ def test_position_events_are_the_general_paths(digits, checksum, gtids):
     expected = table.table_map(f) + table.update(b"chan", 42, gtids.encode(), now_us, f)
     for cls in CLASSES:
         lane = make(cls, table, f)
-        assert lane.set_position(41, gtids)
+        assert lane.set_position(41, GtidSet.parse(gtids))
         assert lane.gtids == str(GtidSet.parse(gtids))
         assert lane.position_events(42, now_us) == expected, cls
 
@@ -50,7 +50,7 @@ def test_query_is_one_binlog_statement_and_commit_byte_for_byte():
     queries = set()
     for cls in CLASSES:
         lane = make(cls, table, f)
-        lane.set_position(9, "0-1-9")
+        lane.set_position(9, GtidSet.parse("0-1-9"))
         query = lane.query(datas, 10, 1_700_000_000_000_001)
         assert query == hotpath.one_trip(datas + [lane.position_events(10, 1_700_000_000_000_001)], [b"COMMIT"],
                                          1 << 30)
@@ -61,8 +61,8 @@ def test_query_is_one_binlog_statement_and_commit_byte_for_byte():
 def test_a_mysql_gtid_set_is_not_the_lanes():
     for cls in CLASSES:
         lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
-        assert not lane.set_position(3, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
-        assert lane.set_position(3, "0-1-3")
+        assert not lane.set_position(3, GtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"))
+        assert lane.set_position(3, GtidSet.parse("0-1-3"))
 
 
 def ring(frames):
@@ -98,7 +98,7 @@ def test_run_sends_one_query_acks_the_ring_and_counts(cls):
     region = ring(txns)
     table, f = binlog_sql.PositionTable(255, 6), fmt(True)
     lane = make(cls, table, f)
-    lane.set_position(0, "0-1-5")
+    lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = socket.socketpair()
     with client, server:
         server.settimeout(5)
@@ -123,7 +123,7 @@ def test_run_sends_one_query_acks_the_ring_and_counts(cls):
 def test_error_and_nonsense_answers_leave_the_ring_and_position_as_they_were(cls, answers, code):
     region = ring([Transaction("0-1-6", (ROWS,), (1, 2))])
     lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
-    lane.set_position(0, "0-1-5")
+    lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = socket.socketpair()
     with client, server:
         peer = threading.Thread(target=answering, args=(server, answers))
@@ -146,7 +146,7 @@ def test_error_and_nonsense_answers_leave_the_ring_and_position_as_they_were(cls
 def test_what_is_not_the_common_case_is_left_untouched(cls, first):
     region = ring([first, Transaction("0-1-7", (ROWS,), (1, 2))])
     lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
-    lane.set_position(0, "0-1-5")
+    lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = socket.socketpair()
     with client, server:
         assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.NOTHING
@@ -159,7 +159,7 @@ def test_what_is_not_the_common_case_is_left_untouched(cls, first):
 @pytest.mark.parametrize("cls", CLASSES)
 def test_an_empty_ring_is_nothing(cls):
     lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
-    lane.set_position(0, "0-1-5")
+    lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = socket.socketpair()
     with client, server:
         assert lane.run(ring([]), 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.NOTHING
