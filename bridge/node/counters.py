@@ -43,8 +43,10 @@ class PrimaryCounts:
     acks_sent: int = 0  # semi-sync (in the document's semi_sync part)
     acks_skipped: int = 0  # applied mode: the replica did not commit within the primary's timeout
     taken_whole: int = 0  # read in one call (BinlogReader.next_transaction/rest_of_transaction; not in the document)
+    runs: int = 0  # calls that framed transactions straight into the ring (RingProducer.place_run; not either)
+    lane_runs: int = 0  # ship lane calls that placed transactions (bridge.source.ship; not either)
 
     def status(self) -> dict:
         out = asdict(self)
-        del out["acks_sent"], out["acks_skipped"], out["taken_whole"]
+        del out["acks_sent"], out["acks_skipped"], out["taken_whole"], out["runs"], out["lane_runs"]
         return out

@@ -23,6 +23,19 @@ class Placement:
     length: int
 
 
+@dataclass(frozen=True, slots=True)
+class PlacedRun:
+    """What ``RingProducer.place_run`` placed, and what it took of the packets."""
+    taken: int  # bytes of the packets
+    seq_id: int  # the next packet's number
+    frames: int  # transactions placed, one frame each
+    heartbeats: int  # of them, writes of the heartbeat row alone
+    gtid: str  # the last one's
+    commit_position: int  # its XID's next-event position
+    ack: int  # the binlog position the last one's events asked a semi-sync ACK for, or -1
+    placements: list[Placement]  # what the transport copies to the remote ring, in order
+
+
 class RingProducer:
     def __init__(self, size: int, next_seq: int = 1, head: int = 0, epoch: int = 0) -> None:
         self.size = check_ring_bytes(size)
@@ -61,6 +74,34 @@ class RingProducer:
         self.used += gap + need
         self.next_seq += 1
         return [p for p in placements if p is not None]
+
+    def place_run(self, packets, seq_id: int, semi_sync: bool, max_bytes: int, heartbeat: tuple[str, str],
+                  max_txns: int) -> PlacedRun | None:
+        """Common transactions whole in a binlog dump's buffered ``packets`` framed
+        into the mirror in one call (``place_run`` of the hot path: what it takes and
+        where it stops), each a TXN frame of the compact payload, as ``append`` would
+        place them one by one. None: nothing placed (the caller reads event by event)."""
+        run = hot.place_run(packets, seq_id, semi_sync, max_bytes, self.region, DATA_OFFSET, self.head,
+                            self.size - self.used, self.next_seq, self.epoch, heartbeat, max_txns)
+        if run is None:
+            return None
+        taken, seq_id, entries, head, heartbeats, gtid, commit, ack = run
+        first = self.head
+        self.placed(entries, head)
+        # what changed in the mirror, in order: one span, or two where the run wrapped
+        spans = [(DATA_OFFSET + first, head - first)] if head > first else \
+            [(DATA_OFFSET + first, self.size - first), (DATA_OFFSET, head)]
+        return PlacedRun(taken, seq_id, len(entries), heartbeats, gtid, commit, ack,
+                         [Placement(at, n) for at, n in spans if n])
+
+    def placed(self, entries: list, head: int) -> None:
+        """Frames placed into the mirror from ``head`` on by a compiled path (``place_run``,
+        the ship lane): their ring entries, in seq order, and the head after them."""
+        self._inflight.extend(entries)
+        for entry in entries:
+            self.used += entry[1]
+        self.next_seq += len(entries)
+        self.head = head
 
     def _pad(self, gap: int, seq: int) -> Placement | None:
         """Fill the end of the data area; the PAD carries the seq of the frame after it.

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
+from typing import Protocol
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -44,6 +46,16 @@ from bridge.wire import binlog
 from bridge.wire.native import hot
 
 log = logging.getLogger(__name__)
+
+
+class Taken(Protocol):
+    """What a ``take_run`` placer used of the packets it was given."""
+    taken: int  # bytes
+    seq_id: int  # the next packet's number
+    ack: int  # the binlog position an event asked a semi-sync ACK for, or -1
+    commit_position: int  # the last transaction's XID's next-event position
+
+
 MARIADB_FL_STANDALONE = 0x01
 _EPOCH = dt.datetime(1970, 1, 1)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
@@ -57,13 +69,14 @@ class BinlogReader:
                  mariadb: bool = True, report_as: str = "rdma-bridge", fast_rows: bool = True,
                  semi_sync: bool = False, raw_rows: bool = False) -> None:
         self.url = url
+        self._heartbeat_s = heartbeat_s
         wrapper = type("_Stream", (StreamConnection,), {"semi_sync": semi_sync,
                                                          "fast_path": staticmethod(self._fast_event)})
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
             # heartbeats arrive every heartbeat_s, so silence past a few of them is a stalled link
             connection_settings={**url.connect_args(), "connect_timeout": 10,
-                                 "read_timeout": max(2.0, 4 * heartbeat_s)},
+                                 "read_timeout": max(2.0, 4 * heartbeat_s)},  # read_timeout_s
             server_id=server_id, blocking=True, is_mariadb=mariadb, slave_heartbeat=heartbeat_s,
             only_events=[MariadbGtidEvent, GtidEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent,
                          HeartbeatLogEvent],
@@ -119,6 +132,44 @@ class BinlogReader:
         TABLE_MAP and row events, XID, under ``max_bytes``); else None and nothing is
         read (``next_event`` goes on). Waits like a read when nothing is buffered."""
         return self._take_whole(max_bytes, None)
+
+    def take_run(self, place: Callable[[bytes, int, bool], Taken | None]) -> Taken | None:
+        """Binlog apply mode, between transactions: ``place(packets, next packet's
+        number, semi-sync headers)`` is given the buffered packets (waiting like a read
+        when none are) and returns what it used of them (a run of whole transactions,
+        ``RingProducer.place_run``) or None; what it used is taken off the stream."""
+        conn = _compat.stream_connection(self._stream)
+        if not self.raw_rows or conn is None:
+            return None
+        run = conn.place_buffered(place)
+        if run is not None:
+            self.commit_pos = run.commit_position
+        return run
+
+    @property
+    def dump_reader(self):
+        """The dump's reader a ship lane shares, or None (see ``StreamConnection.dump_reader``)."""
+        conn = _compat.stream_connection(self._stream)
+        return conn.dump_reader if self.raw_rows and conn is not None and conn.stashed is None else None
+
+    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None) -> int:
+        """The ship lane over this stream (bridge.source.ship): transactions placed and
+        published; ``lane.why`` says why it returned; ``ack_file``: see ``ShipLane.run``."""
+        got = _compat.stream_connection(self._stream).run_lane(lane, wait_ms, ack_file)
+        if got:
+            self.commit_pos = lane.commit_position
+        return got
+
+    @property
+    def read_timeout_s(self) -> float:
+        """How long the dump may send nothing (not even a heartbeat) before it counts as lost."""
+        conn = _compat.stream_connection(self._stream)
+        return conn._stall_s if conn is not None and conn._stall_s else max(2.0, 4 * self._heartbeat_s)
+
+    def stalled(self) -> SourceConnectionLost:
+        """The error of a dump that sent nothing for the read timeout (its connection closed),
+        as a read that waited so long raises it."""
+        return _compat.stream_connection(self._stream).stalled()
 
     def _take_whole(self, max_bytes: int, gtid: str | None) -> Transaction | None:
         conn = _compat.stream_connection(self._stream)

@@ -17,6 +17,7 @@ import struct
 import pymysql
 
 from bridge.errors import SourceConnectionLost
+from bridge.source import lanes
 from bridge.wire.hotpath import MAX_PACKET, SEMI_SYNC_ACK_REQUESTED, SEMI_SYNC_MAGIC
 from bridge.wire.native import hot
 
@@ -54,6 +55,8 @@ class StreamConnection(pymysql.connections.Connection):
                 self.query("SET @rpl_semi_sync_slave=1")  # before the dump, or the server sends no header
                 self._next_seq_id = 0
             self.dumping = True
+            if not isinstance(self._sock, ssl.SSLSocket):  # every answer before it was read whole: nothing is buffered
+                self._rfile = lanes.DumpReader(self._sock)  # whose buffer the ship lane reads too
         super()._write_bytes(data)
 
     def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):
@@ -114,6 +117,34 @@ class StreamConnection(pymysql.connections.Connection):
         request noted as read_stream_packet does). None: nothing taken. With nothing
         buffered this waits for the next packet as a read does, with the same
         timeout and the same errors."""
+        buffered = self.buffered_packets()
+        if buffered is None:
+            return None
+        scanned = hot.scan_transaction(buffered, self._next_seq_id, self.semi_sync, max_bytes, gtid_first)
+        if scanned is None:
+            return None
+        taken, seq_id, gtid, data, tables, events, commit_position, ack = scanned
+        self.take(taken, seq_id, ack)
+        return gtid, data, tables, events, commit_position
+
+    def place_buffered(self, place):
+        """``place(buffered packets, next packet's number, semi-sync headers)``; what
+        it says it used (``.taken``, ``.seq_id``, ``.ack``) is taken. See
+        ``BinlogReader.take_run``."""
+        packets = self.buffered_packets()
+        if packets is None:
+            return None
+        run = place(packets, self._next_seq_id, self.semi_sync)
+        if run is not None:
+            self.take(run.taken, run.seq_id, run.ack)
+        return run
+
+    def buffered_packets(self) -> bytes | None:
+        """The packets buffered now, for a one-call path to scan (``take`` then takes
+        what it used), after waiting for the next one as a read does (same timeout,
+        same errors) when none is; None where only the per-event path may read (the
+        dump not started, a packet stashed for the library) or when the wait ended
+        just as a packet arrived."""
         if not self.dumping or self.stashed is not None or self._stall_s is None:
             return None
         try:
@@ -125,14 +156,32 @@ class StreamConnection(pymysql.connections.Connection):
             if lost is not None:
                 raise lost
             return None
-        scanned = hot.scan_transaction(buffered, self._next_seq_id, self.semi_sync, max_bytes, gtid_first)
-        if scanned is None:
-            return None
-        taken, self._next_seq_id, gtid, data, tables, events, commit_position, ack = scanned
+        return buffered
+
+    @property
+    def dump_reader(self):
+        """The dump's reader the ship lane shares (``lanes.DumpReader``), or None: the
+        dump not started, or over TLS (PyMySQL's file reads the TLS socket)."""
+        rfile = self._rfile
+        return rfile if self.dumping and self._stall_s is not None and isinstance(rfile, lanes.DumpReader) else None
+
+    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None) -> int:
+        """``lane.run`` from this connection's next packet number on (see bridge.source.ship)."""
+        got = lane.run(self._next_seq_id, wait_ms, ack_file)
+        self._next_seq_id = lane.seq_id
+        return got
+
+    def stalled(self) -> SourceConnectionLost:
+        """The error of a read that found nothing for the read timeout (the connection closed)."""
+        return self._stream_lost(None)
+
+    def take(self, taken: int, seq_id: int, ack: int) -> None:
+        """``taken`` bytes of ``buffered_packets`` used: read them off, note the next
+        packet's number and the ACK position asked for (-1: none)."""
         self._rfile.read(taken)
+        self._next_seq_id = seq_id
         if ack >= 0:
             self.ack_wanted = ack
-        return gtid, data, tables, events, commit_position
 
     def readable_now(self) -> bool:
         """Whether the next read finds bytes at once, buffered here or in the kernel (a

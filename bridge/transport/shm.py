@@ -111,6 +111,15 @@ class ShmRemoteRing:
         if self._bell is not None:
             self._bell.ring(self._view)
 
+    def lane_target(self) -> dict:
+        """What a ship lane (bridge.source.ship) writes and rings itself: the shared ring,
+        and the doorbell's fd (-1: none); its stores are their own confirmation (the lane
+        may send semi-sync `received` ACKs itself)."""
+        return {"remote": self._view, "doorbell": self._bell.fd if self._bell is not None else -1, "confirms": True}
+
+    def lane_published(self, write_seq: int) -> None:
+        """A ship lane published up to ``write_seq`` (in the shared ring: nothing to note)."""
+
     def held(self, wanted: int = 0) -> int:
         """What the replica's ring holds: its header's write_seq, read in the shared mapping;
         a ring the replica side retired (a new session fenced this one off) holds nothing."""

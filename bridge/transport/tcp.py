@@ -111,6 +111,17 @@ class TcpRemoteRing:
             self._asked_through = write_seq
         self._send()
 
+    def lane_target(self) -> dict | None:
+        """What a ship lane (bridge.source.ship) sends its WRITE and PUBLISH messages on:
+        the data socket; None over TLS (the lane writes the plain socket)."""
+        if isinstance(self._sock, ssl.SSLSocket) or self._out:
+            return None
+        return {"sock": self._sock}
+
+    def lane_published(self, write_seq: int) -> None:
+        """A ship lane sent a PUBLISH of ``write_seq`` on the data socket."""
+        self._published = write_seq
+
     def held(self, wanted: int) -> int:
         """The highest seq the replica side said its ring holds, from the answers already
         here (no wait); asks for one covering ``wanted`` unless one is on its way."""

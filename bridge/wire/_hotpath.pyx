@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of ``bridge.wire.hotpath`` (read its docstring): the same six
+"""Compiled twin of ``bridge.wire.hotpath`` (read its docstring): the same
 functions, the same results. Each does the common, well-formed case in C; any input
 it would have to refuse goes to the pure-Python twin, so errors (type and message)
 are the twin's own. Built by the normal install (setup.py, Cython); when it is
@@ -11,35 +11,26 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndS
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.stdio cimport snprintf
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+from libc.string cimport memcmp, memcpy, memset
 
 from bridge.errors import RemoteProtocolError
 from bridge.wire import hotpath as _twin
+from bridge.wire.frame import FrameKind
 
 from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc32, bridge_crc32_init, bridge_crc_feed,
                                    bridge_crc_init, rd32, rd64, wr32, wr64)
 
 bridge_crc_init()
 
-cdef enum:
-    HEADER_BYTES = 24  # bridge.wire.frame.HEADER: kind u8 flags u8 reserved u16 length u32 seq u64 crc u32 epoch u32
-    BINLOG_HEADER = 19  # bridge.wire.binlog.HEADER_BYTES
-    MARIADB_GTID = 162
+
+include "_frames.pxi"
 
 
 cdef inline bint fits(object v, uint64_t limit):
     """v is an int (an IntEnum too) in [0, limit]."""
     return isinstance(v, int) and 0 <= v <= limit
-
-
-cdef uint32_t frame_crc(const uint8_t *head, const void *payload, size_t n) noexcept nogil:
-    """crc32c of a header (its reserved and crc fields zeroed, as the twin packs it)
-    followed by the payload."""
-    cdef uint8_t h[HEADER_BYTES]
-    memcpy(h, head, HEADER_BYTES)
-    memset(h + 2, 0, 2)
-    memset(h + 16, 0, 4)
-    return ~bridge_crc_feed(bridge_crc_feed(0xFFFFFFFFu, h, HEADER_BYTES), payload, n)
 
 
 def crc32c(data, uint32_t value=0):
@@ -254,16 +245,6 @@ cdef object _names(const uint8_t *p, Py_ssize_t size):
         return None
 
 
-cdef enum:
-    MAX_PACKET = 0xFFFFFF
-    XID_EVENT = 16
-    TABLE_MAP_EVENT = 19
-
-
-cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:
-    return 23 <= etype <= 25 or 30 <= etype <= 32  # WRITE/UPDATE/DELETE_ROWS v1 and v2
-
-
 def scan_transaction(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, bint gtid_first=False):
     cdef Py_buffer view
     if not fits(seq_id, 255):
@@ -347,6 +328,72 @@ cdef bytes _joined(const uint8_t *b, list spans, Py_ssize_t total):
         memcpy(o, b + start, size)
         o += size
     return out
+
+
+def place_run(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, region, Py_ssize_t base, Py_ssize_t head,
+              Py_ssize_t free, next_seq, epoch, heartbeat, Py_ssize_t max_txns):
+    if not (fits(seq_id, 255) and fits(next_seq, 0x7FFFFFFFFFFFFFFF) and isinstance(epoch, int)
+            and type(heartbeat) is tuple and len(heartbeat) == 2 and type(heartbeat[0]) is str
+            and type(heartbeat[1]) is str):
+        return _twin.place_run(buf, seq_id, semi_sync, max_bytes, region, base, head, free, next_seq, epoch,
+                               heartbeat, max_txns)
+    cdef bytes hb_schema = PyUnicode_AsUTF8String(heartbeat[0]), hb_table = PyUnicode_AsUTF8String(heartbeat[1])
+    cdef Py_buffer v, r
+    cdef Scanned s
+    cdef Py_ssize_t at = 0, size, used, n_heartbeats = 0, count = 0
+    cdef uint64_t seq = next_seq
+    cdef uint32_t ep = epoch & 0xFFFFFFFF, commit = 0
+    cdef long long ack = -1
+    cdef uint8_t sid = seq_id
+    cdef uint8_t *o
+    cdef const uint8_t *b
+    cdef char last[GTID_TEXT]
+    cdef int last_len = 0
+    entries = []
+    PyObject_GetBuffer(region, &r, PyBUF_WRITABLE)
+    try:
+        size = r.len - base
+        if base < 0 or size <= 0 or head < 0 or head >= size or free < 0 or free > size:
+            return _twin.place_run(buf, seq_id, semi_sync, max_bytes, region, base, head, free, next_seq, epoch,
+                                   heartbeat, max_txns)
+        PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+        try:
+            b = <const uint8_t *>v.buf
+            o = <uint8_t *>r.buf + base
+            while count < max_txns and ack < 0:
+                if _scan_one(b + at, v.len - at, sid, semi_sync, max_bytes, &s) != SCAN_WHOLE:
+                    break
+                used = _place_scanned(o, size, &head, free, seq, ep, b + at, &s)
+                if not used:
+                    break
+                entries.append((seq, used, base + head, _payload_len(&s), FrameKind.TXN, 0))
+                if _is_heartbeat(b + at, &s, hb_schema, hb_table):
+                    n_heartbeats += 1
+                head = (head + ((HEADER_BYTES + _payload_len(&s) + 7) & ~7)) % size
+                free, seq = free - used, seq + 1
+                at, sid, commit, ack = at + s.taken, s.seq_id, s.position, s.ack
+                memcpy(last, s.gtid, s.gtid_len)
+                last_len = s.gtid_len
+                count += 1
+        finally:
+            PyBuffer_Release(&v)
+    finally:
+        PyBuffer_Release(&r)
+    if not count:
+        return None
+    return at, sid, entries, head, n_heartbeats, PyUnicode_DecodeUTF8(last, last_len, NULL), commit, ack
+
+
+def scan_wants_more(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes):
+    cdef Py_buffer view
+    cdef Scanned s
+    if not fits(seq_id, 255):
+        return _twin.scan_wants_more(buf, seq_id, semi_sync, max_bytes)
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return _scan_one(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, &s) == SCAN_MORE
+    finally:
+        PyBuffer_Release(&view)
 
 
 def one_trip(datas, tail, Py_ssize_t limit):

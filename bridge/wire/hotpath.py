@@ -20,14 +20,15 @@ query text (``one_trip``). Pure: bytes in, values out; nothing here does I/O.
 from __future__ import annotations
 
 import struct
+import time
 
 from bridge.errors import RemoteProtocolError
 from bridge.wire import binlog
 from bridge.wire.binlog import parse_gtid, table_map_names
-from bridge.wire.frame import EPOCH_MASK, HEADER, HEADER_BYTES, frame_bytes, frame_crc
+from bridge.wire.frame import EPOCH_MASK, HEADER, HEADER_BYTES, FrameKind, frame_bytes, frame_crc
 
 __all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse_gtid", "table_map_names",
-           "scan_transaction", "one_trip"]
+           "scan_transaction", "scan_wants_more", "place_run", "one_trip"]
 
 # Compact payload (tag b"E"; the tagged layout starts with b"l"), one RowEvents change:
 #   E | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
@@ -123,6 +124,7 @@ def frame_at(region, at: int, room: int, expected_seq: int, epoch: int):
 
 
 # --- the rest of a simple transaction, straight from the buffered packets ----------
+RUN_EVENTS = 64  # a transaction of more events than this goes the per-transaction way (place_run)
 MAX_PACKET = 0xFFFFFF  # a packet this long continues in the next one (the dump's reader shares these)
 SEMI_SYNC_MAGIC, SEMI_SYNC_ACK_REQUESTED = 0xEF, 0x01  # after the OK marker: 0xEF, a flag byte, the event
 SCANNED_ROW_EVENTS = frozenset({binlog.WRITE_ROWS_V1, binlog.UPDATE_ROWS_V1, binlog.DELETE_ROWS_V1,
@@ -139,57 +141,125 @@ def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_fir
     TABLE_MAP, row events, the XID's next-event position, the position of the last
     event that asked for a semi-sync ACK or -1); None for anything else, which the
     per-event path then reads (nothing is taken)."""
+    return _scan(buf, seq_id, semi_sync, max_bytes, gtid_first, False)[0]
+
+
+def scan_wants_more(buf, seq_id: int, semi_sync: bool, max_bytes: int) -> bool:
+    """Whether ``buf`` ends inside a transaction ``place_run`` would take once the rest
+    arrives: every packet so far whole and of that kind (a MariaDB GTID that is not
+    standalone first), the buffer ending before the XID's packet is whole. An empty
+    buffer wants more too."""
+    return _scan(buf, seq_id, semi_sync, max_bytes, True, True)[1]
+
+
+def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, run_rules: bool):
+    """(scan_transaction's answer, whether the buffer ran out before it could decide);
+    ``run_rules``: names and event counts as ``place_run`` takes them."""
     at, end = 0, len(buf)
     data, tables, rows, ack, gtid = bytearray(), [], 0, -1, None
     while True:
         if end - at < 4:
-            return None
+            return None, True
         length = int.from_bytes(buf[at:at + 3], "little")
-        if length >= MAX_PACKET or buf[at + 3] != seq_id or end - at - 4 < length:
-            return None
+        if length >= MAX_PACKET or buf[at + 3] != seq_id:
+            return None, False
+        if end - at - 4 < length:
+            return None, True
         p, stop = at + 4, at + 4 + length
         at, seq_id = stop, (seq_id + 1) % 256
         if length < 1 or buf[p] != 0:
-            return None  # an error packet, or not an event
+            return None, False  # an error packet, or not an event
         p += 1
         ack_requested = False
         if semi_sync and stop - p >= 2 and buf[p] == SEMI_SYNC_MAGIC:
             ack_requested = bool(buf[p + 1] & SEMI_SYNC_ACK_REQUESTED)
             p += 2
         if stop - p < binlog.HEADER_BYTES:
-            return None
+            return None, False
         size = int.from_bytes(buf[p + 9:p + 13], "little")
         if size < binlog.HEADER_BYTES or p + size > stop:
-            return None
+            return None, False
         event, etype = bytes(buf[p:p + size]), buf[p + 4]
         next_position = int.from_bytes(event[13:17], "little")
         if ack_requested:
             ack, seq_id = next_position, 1  # the server numbers afresh after an event that wants an ACK
         if gtid_first:
             if etype != binlog.MARIADB_GTID:
-                return None
+                return None, False
             try:
                 gtid, standalone = parse_gtid(event)
             except RemoteProtocolError:
-                return None
+                return None, False
             if standalone:
-                return None  # DDL: the event path
+                return None, False  # DDL: the event path
             gtid_first = False
             continue
         if etype == binlog.XID:
-            return (at, seq_id, gtid, bytes(data), tuple(tables), rows, next_position, ack) if rows else None
+            return ((at, seq_id, gtid, bytes(data), tuple(tables), rows, next_position, ack) if rows else None), False
+        if run_rules and len(tables) + rows >= RUN_EVENTS:
+            return None, False
         if etype == binlog.TABLE_MAP:
             try:
                 tables.append(table_map_names(event))
             except RemoteProtocolError:
-                return None
+                return None, False
+            if run_rules and not all(name.isascii() for name in tables[-1]):
+                return None, False
         elif etype in SCANNED_ROW_EVENTS:
             rows += 1
         else:
-            return None
+            return None, False
         data += event
         if len(data) >= max_bytes:
-            return None  # a transaction to chunk
+            return None, False  # a transaction to chunk
+
+
+# --- a run of common transactions, framed straight into the producer's mirror --------
+_TXN_ENTRY = FrameKind.TXN  # the kind a placed frame's ring entry names
+
+
+def place_run(buf, seq_id: int, semi_sync: bool, max_bytes: int, region: bytearray, base: int, head: int, free: int,
+              next_seq: int, epoch: int, heartbeat: tuple[str, str], max_txns: int):
+    """Common transactions whole in ``buf`` (``scan_transaction``'s kind, from their
+    GTID event on) framed one after another into ``region``, a ring producer's mirror
+    whose data area starts at ``base`` (a TXN frame of the compact payload each, no
+    FORMAT_DESCRIPTION; a PAD frame, or an implicit wrap, where the ring's end comes
+    first), from ``head`` with ``free`` bytes free, seqs from ``next_seq``. Stops
+    before the first transaction that is not the common kind, does not fit the free
+    space or half the ring, has a GTID or a table name over 255 bytes or a non-ASCII
+    name, has more than ``RUN_EVENTS`` events, or is past ``max_txns``; and after one
+    whose events asked for a semi-sync ACK. Returns None when it placed nothing, else
+    (bytes of ``buf`` taken, the next packet's seq id, the ring entries of the placed
+    frames as ``RingProducer`` keeps them: (seq, bytes incl. the gap before it,
+    region offset, payload length, FrameKind.TXN, flags 0), the head after them, how
+    many were writes of ``heartbeat`` (schema, table) alone, the last GTID, its
+    XID's next-event position, the ACK position or -1)."""
+    size = len(region) - base
+    view = memoryview(buf)
+    at, entries, heartbeats, gtid, commit, ack = 0, [], 0, "", 0, -1
+    while len(entries) < max_txns and ack < 0:
+        scanned = _scan(view[at:], seq_id, semi_sync, max_bytes, True, True)[0]
+        if scanned is None:
+            break
+        taken, next_id, txn_gtid, data, tables, events, position, txn_ack = scanned
+        payload = encode_compact(txn_gtid, time.time_ns(), time.time_ns(), b"", events, tables, data)
+        need = frame_bytes(len(payload))
+        gap = size - head if head + need > size else 0
+        if need > size // 2 or gap + need > free:
+            break
+        seq = next_seq
+        if gap >= HEADER_BYTES:  # the PAD carries the seq of the frame after it
+            place_frame(region, base + head, FrameKind.PAD, 0, seq, epoch, bytes(gap - HEADER_BYTES))
+        if gap:
+            head = 0
+        place_frame(region, base + head, FrameKind.TXN, 0, seq, epoch, payload)
+        entries.append((seq, gap + need, base + head, len(payload), _TXN_ENTRY, 0))
+        head, free, next_seq = (head + need) % size, free - gap - need, next_seq + 1
+        at, seq_id, gtid, commit, ack = at + taken, next_id, txn_gtid, position, txn_ack
+        heartbeats += tables == (heartbeat,)
+    if not entries:
+        return None
+    return at, seq_id, entries, head, heartbeats, gtid, commit, ack
 
 
 # --- a group's row events and the statements after them, as one COM_QUERY ---------

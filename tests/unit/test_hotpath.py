@@ -322,3 +322,134 @@ def test_one_trip_is_the_binlog_statement_and_the_tail_joined(datas, tail, limit
     assert query == (b";".join([binlog_statement(b"".join(datas)), *tail]) if fits else None)
     same("one_trip", tuple(datas), tail, limit)  # not lists: the twin's way
     same("one_trip", [bytearray(d) for d in datas], tail, limit)
+
+
+# --- place_run: common transactions framed straight into a producer's mirror ---------
+BASE = 64  # where the mirror's data area starts in these tests' regions
+
+
+def _txn(seq: int, schema: bytes = b"db", table: bytes = b"t", rows: int = 1, body: bytes = b"r") -> list[bytes]:
+    events = [_gtid_event(seq, 0, 1, 0), _table_map(schema, table)]
+    events += [_event(30, bytes(8) + body) for _ in range(rows)]
+    return events + [_event(16, bytes(8), 1000 + seq)]
+
+
+def _stamps_zeroed(region: bytearray, entries) -> bytes:
+    """The region with what differs between two runs at different times zeroed: each TXN
+    frame's two stamps and so its crc."""
+    out = bytearray(region)
+    for _, _, offset, _, _, _ in entries:
+        stamps = offset + HEADER_BYTES + 2 + out[offset + HEADER_BYTES + 1]
+        out[stamps:stamps + 16] = bytes(16)
+        out[offset + 16:offset + 20] = bytes(4)
+    return bytes(out)
+
+
+def run_both(buf, seq_id, semi_sync, max_bytes, size, head, free, next_seq, epoch, heartbeat, max_txns):
+    """place_run of both twins on fresh regions: the same result and the same region (stamps
+    aside); each placed frame reads back (crc right) as the scanned transaction."""
+    outcomes = []
+    for impl in (hotpath, compiled):
+        region = bytearray(b"\xaa" * (BASE + size))
+        got = impl.place_run(buf, seq_id, semi_sync, max_bytes, region, BASE, head, free, next_seq, epoch,
+                             heartbeat, max_txns)
+        outcomes.append((got, _stamps_zeroed(region, got[2] if got else ())))
+        for entry in got[2] if got else ():
+            seq, _, offset, length, kind, flags = entry
+            assert (kind, flags) == (1, 0) and type(kind) is type(hotpath.FrameKind.TXN)
+            read = impl.frame_at(region, offset, BASE + size - offset, seq, epoch & 0xFFFFFFFF)
+            assert read is not None and read[0] == 1 and len(read[2]) == length
+    assert outcomes[0] == outcomes[1]
+    return outcomes[0][0]
+
+
+@built
+@settings(max_examples=300, deadline=None)
+@given(st.lists(transactions(), min_size=1, max_size=5), st.integers(0, 255), st.booleans(), st.data())
+def test_place_run_agrees_and_frames_what_scan_transaction_finds(txns, seq_id, semi_sync, data):
+    heartbeat = ("rdma_bridge", "heartbeat")
+    events, acks = [], []
+    for i, txn in enumerate(txns):
+        if data.draw(st.booleans()):
+            txn = [_table_map(b"rdma_bridge", b"heartbeat"), txn[-2], txn[-1]]
+        events.append([_gtid_event(i + 1, 0, 1, 0), *txn])
+        acks.append(semi_sync and data.draw(st.booleans()))
+    buf, number = bytearray(), seq_id
+    for txn, ack in zip(events, acks):
+        buf += _packets(txn, number, semi_sync, ack)
+        number = 1 if ack else (number + len(txn)) % 256
+    size = data.draw(st.integers(64, 4096)) * 8
+    head = data.draw(st.integers(0, size // 8 - 1)) * 8
+    free = data.draw(st.integers(0, size // 8)) * 8
+    max_txns = data.draw(st.integers(1, 6))
+    got = run_both(bytes(buf), seq_id, semi_sync, 1 << 20, size, head, free, 7, 1 << 33 | 5, heartbeat, max_txns)
+    # what it placed is what scan_transaction takes one by one, stopping where it says
+    at, number, placed, hb = 0, seq_id, 0, 0
+    for txn, ack in zip(events, acks):
+        scanned = hotpath.scan_transaction(memoryview(buf)[at:], number, semi_sync, 1 << 20, True)
+        assert scanned is not None
+        if got is None or placed == len(got[2]):
+            break
+        at, number, scanned_commit = at + scanned[0], scanned[1], scanned[6]
+        hb += scanned[4] == (heartbeat,)
+        placed += 1
+        if ack:
+            break
+    if got is None:
+        assert placed == 0
+        return
+    taken, next_number, entries, new_head, heartbeats, gtid, commit, ack = got
+    assert (taken, next_number, heartbeats, gtid) == (at, number, hb, f"0-1-{placed}")
+    assert [e[0] for e in entries] == list(range(7, 7 + placed)) and commit == scanned_commit
+    assert ack == (scanned[7] if acks[placed - 1] else -1)
+    used = sum(e[1] for e in entries)
+    assert used <= free and new_head == (head + used) % size or new_head < head
+
+
+@built
+def test_place_run_stops_where_the_per_transaction_path_must_take_over():
+    heartbeat = ("rdma_bridge", "heartbeat")
+
+    def placed(txns, size=4096, head=0, free=4096, max_txns=64, max_bytes=1 << 20, semi_sync=False, ack=()):
+        buf, number = bytearray(), 3
+        for i, txn in enumerate(txns):
+            buf += _packets(txn, number, semi_sync, i in ack)
+            number = 1 if i in ack else (number + len(txn)) % 256
+        got = run_both(bytes(buf), 3, semi_sync, max_bytes, size, head, free, 1, 9, heartbeat, max_txns)
+        return 0 if got is None else len(got[2])
+
+    common = [_txn(i) for i in range(1, 4)]
+    assert placed(common) == 3
+    assert placed(common, max_txns=2) == 2
+    ddl = [_gtid_event(9, 0, 1, 1), _event(2, bytes(13) + b"\x00db\x00CREATE TABLE x (i INT)")]
+    assert placed([common[0], ddl, common[1]]) == 1  # a standalone GTID (DDL): the event path
+    assert placed([common[0], _txn(2, schema="é".encode())]) == 1  # a non-ASCII name
+    assert placed([common[0], _txn(2, rows=64)], size=16384, free=16384) == 1  # more events than a run takes
+    assert placed([common[0], _txn(2, rows=63)], size=16384, free=16384) == 2
+    assert placed([common[0], _txn(2, body=bytes(300))], max_bytes=300) == 1  # a transaction to chunk
+    assert placed(common, semi_sync=True, ack=(1,)) == 2  # stops after the one that asked for an ACK
+    assert placed(common, free=8) == 0  # the ring is full: the per-transaction path waits for space
+    assert placed(common, free=300) == 2  # the third no longer fits the free space (frames of 136 bytes)
+    assert placed([_txn(1, body=bytes(300))], size=512, free=512) == 0  # over half the ring
+    assert placed(common, head=4096 - 16, free=4096) == 3  # an implicit wrap (no room for a PAD header)
+    assert placed(common, head=4096 - 64, free=4096) == 3  # a PAD, then the frame at the start
+    assert placed([common[0]], head=4096 - 64, free=40) == 0  # the PAD's gap counts against the free space
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(transactions(), st.integers(0, 255), st.booleans(), st.data())
+def test_scan_wants_more_on_every_cut_of_a_transaction_a_run_takes_and_nothing_else(txn, seq_id, semi_sync, data):
+    events = [_gtid_event(5, 0, 1, 0), *txn]
+    buf = _packets(events, seq_id, semi_sync, False)
+    placed = run_both(buf, seq_id, semi_sync, 1 << 20, 1 << 16, 0, 1 << 16, 1, 0, ("a", "b"), 1)
+    cut = data.draw(st.integers(0, len(buf) - 1))
+    wants = same("scan_wants_more", buf[:cut], seq_id, semi_sync, 1 << 20)[1]
+    # a cut of one a run takes wants more; of one it does not, only while its first packets say nothing yet
+    assert wants or placed is None
+    assert same("scan_wants_more", buf, seq_id, semi_sync, 1 << 20)[1] is False  # whole: nothing more wanted
+    damaged = bytearray(buf)
+    damaged[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    same("scan_wants_more", bytes(damaged[:cut]), seq_id, semi_sync, 1 << 20)
+    ddl = _packets([_gtid_event(5, 0, 1, 1)], seq_id, semi_sync, False)
+    assert same("scan_wants_more", ddl, seq_id, semi_sync, 1 << 20)[1] is False

@@ -142,3 +142,64 @@ def test_unacked_frames_can_be_resent_only_when_contiguous():
     assert link.producer.unacked(1) is None  # frame 2 is gone from the ring: re-read the binlog
     assert link.producer.unacked(5) == []
     assert link.producer.unacked(9) is None  # a replica ahead of us: another history
+
+
+def _run_packets(count: int, first: int, rows: int = 1) -> bytes:
+    """``count`` common transactions as a binlog dump sends them (packets numbered from 0)."""
+    import struct
+    import zlib
+
+    def event(kind, body, next_position=0, server=1):
+        head = struct.pack("<IBIIIH", 0, kind, server, 19 + len(body) + 4, next_position, 0)
+        return head + body + struct.pack("<I", zlib.crc32(head + body))
+
+    out, number = bytearray(), 0
+    for seq in range(first, first + count):
+        table_map = event(19, bytes(8) + b"\x02db\x00\x01t\x00\x01\x03\x00\x00")
+        events = [event(162, struct.pack("<QIB", seq, 0, 0) + bytes(6)), table_map,
+                  *[event(30, bytes(8) + seq.to_bytes(4, "little")) for _ in range(rows)],
+                  event(16, bytes(8), 500 + seq)]
+        for e in events:
+            out += (len(e) + 1).to_bytes(3, "little") + bytes([number]) + b"\0" + e
+            number = (number + 1) % 256
+    return bytes(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 12)), min_size=1, max_size=12))
+def test_a_run_places_what_appends_would_and_the_consumer_takes_it_across_wraps(runs):
+    """place_run against append one frame at a time: the same frames (payloads decode to
+    the scanned transactions), the same ring bookkeeping, every frame taken once, in order,
+    through the placements a transport copies; unacked() resends them."""
+    from bridge.wire.codec import decode_transaction
+    from bridge.wire.hotpath import scan_transaction
+
+    link, by_append, first = Link(), RingProducer(SIZE), 1  # drained after each run: the next one fits
+    for count, rows in runs:
+        packets = _run_packets(count, first, rows)
+        run = link.producer.place_run(packets, 0, False, 1 << 20, ("rdma_bridge", "heartbeat"), 64)
+        at = number = 0
+        while True:  # the same transactions appended one by one
+            scanned = scan_transaction(packets[at:], number, False, 1 << 20, True)
+            if scanned is None or at >= run.taken:
+                break
+            taken, number, gtid, data, tables, events, _, _ = scanned
+            by_append.append(FrameKind.TXN, hot.encode_compact(gtid, 0, 0, b"", events, tables, data))
+            at += taken
+        assert run is not None and run.frames >= 1 and run.taken == at and run.gtid == f"0-1-{first + run.frames - 1}"
+        assert run.commit_position == 500 + first + run.frames - 1 and run.ack == -1
+        for p in run.placements:  # as a transport copies them
+            link.remote[p.offset:p.offset + p.length] = link.producer.region[p.offset:p.offset + p.length]
+        write_publish(link.remote, link.producer.write_seq, link.producer.head)
+        assert (link.producer.head, link.producer.used, link.producer.next_seq) == \
+            (by_append.head, by_append.used, by_append.next_seq)
+        assert [e[:4] for e in link.producer._inflight] == [e[:4] for e in by_append._inflight]
+        resent = link.producer.unacked(link.producer._acked_through())
+        assert resent is not None and [f.seq for f in resent] == [e[0] for e in link.producer._inflight]
+        got = link.drain()
+        by_append.acknowledge(got[-1].seq)
+        assert [f.seq for f in got] == list(range(got[0].seq, got[0].seq + run.frames))
+        for frame, seq in zip(got, range(first, first + run.frames)):
+            txn = decode_transaction(frame.payload)
+            assert txn.gtid == f"0-1-{seq}" and txn.changes[0].tables == (("db", "t"),)
+        first += run.frames

@@ -1,0 +1,444 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twin of ``bridge.source.ship`` (read its docstring): the dump's reader and
+the ship lane, the same names, the same results. The lane's loop (scan the buffered
+packets, frame into the mirror, copy into the replica's ring, publish, ring the
+doorbell, wait for the dump socket) runs in C; it waits with the GIL released.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdio cimport snprintf
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memmove, memset
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+from bridge.errors import TransportError
+import os
+
+from bridge.ring.layout import DATA_OFFSET as _DATA_OFFSET, HEAD_AT as _HEAD_AT, WAITING_AT as _WAITING_AT, \
+    WRITE_SEQ_AT as _WRITE_SEQ_AT
+from bridge.source import ship as _twin
+from bridge.wire import placement as _placement
+from bridge.wire.frame import FrameKind
+
+from bridge.wire.native_c cimport bridge_crc_feed, bridge_crc_init, rd32, rd64, wr32, wr64
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t write(int fd, const void *buf, size_t n)
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd *fds, unsigned long nfds, int timeout)
+    enum: POLLIN, POLLOUT
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t recv(int fd, void *buf, size_t n, int flags)
+    ssize_t send(int fd, const void *buf, size_t n, int flags)
+    enum: MSG_DONTWAIT, MSG_NOSIGNAL
+
+cdef extern from * nogil:
+    void __atomic_thread_fence(int order)
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    enum: EINTR, EAGAIN, ETIMEDOUT, EINVAL
+
+cdef extern from "<time.h>" nogil:
+    enum: CLOCK_MONOTONIC
+
+include "../wire/_frames.pxi"
+
+bridge_crc_init()
+
+DUMP_BUFFER, RUN_TXNS, IDLE, NOT_MINE = _twin.DUMP_BUFFER, _twin.RUN_TXNS, _twin.IDLE, _twin.NOT_MINE
+
+cdef enum:
+    C_RUN_TXNS = 64  # bridge.source.ship.RUN_TXNS
+    C_PEEK_BYTES = 65536  # bridge.source.ship.PEEK_BYTES
+    C_BATCHES = 256  # bridge.source.ship.BATCHES
+    C_IDLE = 0
+    C_NOT_MINE = 1
+    HEAD_AT = 24  # bridge.ring.layout
+    WRITE_SEQ_AT = 8
+    WAITING_AT = 36
+    DATA_OFFSET = 64
+    OP_WRITE = 1  # bridge.wire.placement.Op
+    OP_PUBLISH = 2
+    OP_HEAD = 9  # placement.HEAD: op u8, offset u32, length u32
+
+if (C_RUN_TXNS, C_PEEK_BYTES, C_BATCHES, C_IDLE, C_NOT_MINE, HEAD_AT, WRITE_SEQ_AT, WAITING_AT, DATA_OFFSET, OP_WRITE,
+        OP_PUBLISH, OP_HEAD) != (RUN_TXNS, _twin.PEEK_BYTES, _twin.BATCHES, IDLE, NOT_MINE, _HEAD_AT, _WRITE_SEQ_AT, _WAITING_AT,
+                                 _DATA_OFFSET, _placement.Op.WRITE, _placement.Op.PUBLISH, _placement.HEAD.size):
+    raise ImportError("bridge.source._ship was built from constants its sources no longer have; rebuild it")
+
+
+cdef inline uint64_t _mono_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return <uint64_t>t.tv_sec * 1000000000 + t.tv_nsec
+
+
+cdef class DumpReader:
+    cdef readonly object sock
+    cdef readonly int fd
+    cdef uint8_t *buf
+    cdef Py_ssize_t cap
+    cdef public Py_ssize_t start, end
+    cdef public long long data_ns  # when the socket last gave bytes (to this reader or its lane)
+
+    def __cinit__(self, sock, Py_ssize_t capacity=DUMP_BUFFER):
+        self.sock, self.fd, self.cap = sock, sock.fileno(), capacity
+        self.buf = <uint8_t *>malloc(capacity)
+        if self.buf is NULL:
+            raise MemoryError()
+        self.start = self.end = 0
+        self.data_ns = _mono_ns()
+
+    def __dealloc__(self):
+        free(self.buf)
+
+    @property
+    def buffered(self):
+        return self.end - self.start
+
+    cdef void _make_room(self) noexcept nogil:
+        if self.start == self.end:
+            self.start = self.end = 0
+        elif self.start > self.cap // 2:
+            memmove(self.buf, self.buf + self.start, self.end - self.start)
+            self.end -= self.start
+            self.start = 0
+
+    cpdef object fill(self):
+        cdef ssize_t got
+        cdef int err
+        self._make_room()
+        if self.end == self.cap:
+            return None if self.start == self.end else self.cap
+        while True:
+            with nogil:
+                got = recv(self.fd, self.buf + self.end, self.cap - self.end, 0)
+                err = errno
+            if got >= 0:
+                self.end += got
+                if got:
+                    self.data_ns = _mono_ns()
+                return got
+            if err == EINTR:
+                PyErr_CheckSignals()
+                continue
+            if err == EAGAIN:  # EWOULDBLOCK too (the same on Linux)
+                return None
+            raise OSError(err, os.strerror(err))
+
+    def read(self, Py_ssize_t n):
+        cdef Py_ssize_t have = 0, take
+        out = PyBytes_FromStringAndSize(NULL, n)
+        cdef char *o = PyBytes_AS_STRING(out)
+        while have < n:
+            if self.start == self.end:
+                got = self.fill()
+                if got is None:
+                    return out[:have] if have else None
+                if got == 0:
+                    return out[:have]
+            take = min(n - have, self.end - self.start)
+            memcpy(o + have, self.buf + self.start, take)
+            self.start += take
+            have += take
+        return out
+
+    def peek(self, Py_ssize_t n=1):
+        if self.start == self.end and not self.fill():
+            return b""
+        return PyBytes_FromStringAndSize(<char *>self.buf + self.start, min(self.end - self.start, C_PEEK_BYTES))
+
+    def close(self):
+        pass
+
+
+cdef class ShipLane:
+    cdef readonly DumpReader reader
+    cdef readonly object producer, remote, heartbeat, counts
+    cdef readonly int doorbell
+    cdef readonly Py_ssize_t max_bytes
+    cdef bytes hb_schema, hb_table
+    cdef readonly object sock
+    cdef int sock_fd, send_timeout_ms
+    cdef uint8_t *out  # tcp: the messages of what is placed, not yet sent
+    cdef Py_ssize_t out_len, out_cap
+    cdef public int seq_id, why, ack_error
+    cdef public Py_ssize_t frames, heartbeats, commit_position, acks
+    cdef public object gtid
+    cdef uint32_t batch_us[C_BATCHES]  # per publish: its first transaction's time from placed to published
+    cdef uint32_t batch_n[C_BATCHES]  # ... and how many it published
+    cdef int batches
+
+    def __init__(self, DumpReader reader, producer, remote, int doorbell, heartbeat, Py_ssize_t max_bytes,
+                 sock=None, counts=None):
+        self.reader, self.producer, self.remote, self.doorbell = reader, producer, remote, doorbell
+        self.counts = counts
+        self.sock = sock
+        self.sock_fd = sock.fileno() if sock is not None else -1
+        timeout = sock.gettimeout() if sock is not None else None
+        self.send_timeout_ms = -1 if timeout is None else int(timeout * 1000)
+        self.out, self.out_len, self.out_cap = NULL, 0, 0
+        self.heartbeat, self.max_bytes = heartbeat, max_bytes
+        self.hb_schema, self.hb_table = PyUnicode_AsUTF8String(heartbeat[0]), PyUnicode_AsUTF8String(heartbeat[1])
+        self.seq_id = 0
+        self.frames = self.heartbeats = self.commit_position = 0
+        self.gtid = ""
+        self.batches = 0
+        self.acks = self.ack_error = 0
+        self.why = C_IDLE
+
+    def __dealloc__(self):
+        free(self.out)
+
+    cdef void _count(self, Py_ssize_t n, Py_ssize_t heartbeats, bint ack):
+        counts = self.counts
+        counts.transactions_shipped += n - heartbeats
+        counts.heartbeats_shipped += heartbeats
+        counts.taken_whole += n
+        if ack:
+            counts.acks_sent += 1  # before the ACK goes: once it is out, the primary's commit may return
+
+    def record_stages(self, stages):
+        """The last run's "place" stage: per publish, its transactions at its first one's time."""
+        cdef int i
+        for i in range(self.batches):
+            stages.record("place", self.batch_us[i], self.batch_n[i])
+
+    cdef void _batch(self, uint64_t elapsed_ns, Py_ssize_t n) noexcept nogil:
+        cdef uint64_t micros = elapsed_ns // 1000
+        cdef uint32_t us = 0xFFFFFFFFu
+        if micros < us:
+            us = <uint32_t>micros
+        if self.batches == C_BATCHES:  # more than a run keeps apart: the last one takes the rest
+            if us > self.batch_us[C_BATCHES - 1]:
+                self.batch_us[C_BATCHES - 1] = us
+            self.batch_n[C_BATCHES - 1] += n
+            return
+        self.batch_us[self.batches], self.batch_n[self.batches] = us, n
+        self.batches += 1
+
+    cdef int _send_ack(self, uint64_t position, const char *log_file, Py_ssize_t n) noexcept nogil:
+        """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno."""
+        cdef uint8_t packet[4 + 9 + 512]
+        cdef Py_ssize_t size = 9 + n, at = 0
+        cdef ssize_t sent
+        if n > 512:
+            return EINVAL
+        packet[0], packet[1], packet[2], packet[3] = size & 0xFF, (size >> 8) & 0xFF, size >> 16, 0
+        packet[4] = 0xEF
+        wr64(packet + 5, position)
+        memcpy(packet + 13, log_file, n)
+        while at < 4 + size:
+            sent = send(self.reader.fd, packet + at, 4 + size - at, MSG_NOSIGNAL)
+            if sent < 0:
+                if errno == EINTR:
+                    continue
+                return errno
+            at += sent
+        return 0
+
+    cdef int _queue(self, uint8_t op, uint32_t offset, const uint8_t *body, uint32_t n) except -1:
+        """A placement message (op, offset, length, body) after those not sent yet."""
+        cdef Py_ssize_t want = self.out_len + OP_HEAD + n
+        cdef uint8_t *grown
+        if want > self.out_cap:
+            grown = <uint8_t *>realloc(self.out, want * 2)
+            if grown is NULL:
+                raise MemoryError()
+            self.out, self.out_cap = grown, want * 2
+        self.out[self.out_len] = op
+        wr32(self.out + self.out_len + 1, offset)
+        wr32(self.out + self.out_len + 5, n)
+        memcpy(self.out + self.out_len + OP_HEAD, body, n)
+        self.out_len = want
+        return 0
+
+    cdef int _send_queued(self) noexcept nogil:
+        """Everything queued, sent (waiting for room as ``sendall`` does, up to the
+        socket's timeout): 0, or the errno that stopped it."""
+        cdef Py_ssize_t at = 0
+        cdef ssize_t sent
+        cdef pollfd waiter
+        cdef int ready
+        while at < self.out_len:
+            sent = send(self.sock_fd, self.out + at, self.out_len - at, MSG_NOSIGNAL | MSG_DONTWAIT)
+            if sent >= 0:
+                at += sent
+                continue
+            if errno == EINTR:
+                continue
+            if errno != EAGAIN:
+                return errno
+            waiter.fd, waiter.events, waiter.revents = self.sock_fd, POLLOUT, 0
+            ready = poll(&waiter, 1, self.send_timeout_ms)
+            if ready == 0:
+                return ETIMEDOUT
+            if ready < 0 and errno != EINTR:
+                return errno
+        self.out_len = 0
+        return 0
+
+    def run(self, int seq_id, int wait_ms, ack_file=None):
+        cdef Py_buffer mirror, ring
+        cdef DumpReader rd = self.reader
+        cdef Scanned s
+        cdef Py_ssize_t size = self.producer.size, head = self.producer.head
+        cdef Py_ssize_t free = size - self.producer.used, used, frame_at, last_len = 0
+        cdef uint64_t seq = self.producer.next_seq, whole_ns = 0, deadline = _mono_ns() + <uint64_t>wait_ms * 1000000
+        cdef uint32_t epoch = self.producer.epoch & 0xFFFFFFFF
+        cdef uint8_t sid = seq_id
+        cdef uint8_t *o
+        cdef uint8_t *r
+        cdef int scan, left_ms, bell_err = 0, send_err = 0, got_poll
+        cdef bint tcp = self.sock_fd >= 0
+        cdef bint semi_sync = ack_file is not None
+        cdef const char *ack_name = NULL
+        cdef Py_ssize_t ack_name_len = 0, batch_n = 0, batch_hb = 0
+        cdef long long ack_pos = -1
+        cdef bint pending = False
+        cdef ssize_t got
+        cdef pollfd waiter
+        cdef char last[GTID_TEXT]
+        cdef uint8_t published[8]
+        entries = []
+        if semi_sync:
+            ack_name, ack_name_len = PyBytes_AS_STRING(ack_file), len(ack_file)
+        self.frames = self.heartbeats = self.batches = self.acks = self.ack_error = 0
+        PyObject_GetBuffer(self.producer.region, &mirror, PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(self.remote if not tcp else self.producer.region, &ring, PyBUF_WRITABLE)
+            try:
+                if mirror.len != ring.len or mirror.len != DATA_OFFSET + size:
+                    raise ValueError(f"ship lane: a mirror of {mirror.len} bytes and a ring of {ring.len} for "
+                                     f"a {size}-byte data area")
+                o = <uint8_t *>mirror.buf + DATA_OFFSET
+                r = <uint8_t *>ring.buf
+                while True:
+                    scan = _scan_one(rd.buf + rd.start, rd.end - rd.start, sid, semi_sync, self.max_bytes, &s) \
+                        if rd.end > rd.start else SCAN_MORE
+                    if scan == SCAN_WHOLE:
+                        frame_at = head
+                        used = _place_scanned(o, size, &frame_at, free, seq, epoch, rd.buf + rd.start, &s)
+                        if used:
+                            if not whole_ns:
+                                whole_ns = _mono_ns()
+                            if tcp:  # the same spans as WRITE messages (the ring's end first where it wrapped)
+                                if frame_at < head:
+                                    self._queue(OP_WRITE, DATA_OFFSET + head, o + head, size - head)
+                                    self._queue(OP_WRITE, DATA_OFFSET, o, used - (size - head))
+                                else:
+                                    self._queue(OP_WRITE, DATA_OFFSET + head, o + head, used)
+                            elif frame_at < head:  # wrapped: the ring's end (a PAD or implicit wrap), the frame
+                                memcpy(r + DATA_OFFSET + head, o + head, size - head)
+                                memcpy(r + DATA_OFFSET, o, used - (size - head))
+                            else:
+                                memcpy(r + DATA_OFFSET + head, o + head, used)
+                            entries.append((seq, used, DATA_OFFSET + frame_at, _payload_len(&s), FrameKind.TXN, 0))
+                            if _is_heartbeat(rd.buf + rd.start, &s, self.hb_schema, self.hb_table):
+                                self.heartbeats += 1
+                                batch_hb += 1
+                            head = (frame_at + ((HEADER_BYTES + _payload_len(&s) + 7) & ~7)) % size
+                            free -= used
+                            seq += 1
+                            rd.start += s.taken
+                            sid = s.seq_id
+                            self.commit_position = s.position
+                            memcpy(last, s.gtid, s.gtid_len)
+                            last_len = s.gtid_len
+                            self.frames += 1
+                            batch_n += 1
+                            pending = True
+                            if s.ack >= 0:
+                                ack_pos = s.ack  # published at once, then acknowledged
+                            elif self.frames % C_RUN_TXNS:
+                                continue
+                        else:
+                            scan = SCAN_NO  # a full ring or over half of it: the general path waits for space
+                    if pending and tcp:
+                        wr64(published, seq - 1)  # the PUBLISH body: write_seq u64
+                        self._queue(OP_PUBLISH, <uint32_t>head, published, 8)
+                        with nogil:
+                            send_err = self._send_queued()
+                        if send_err:
+                            self.out_len = 0
+                            break
+                    elif pending:
+                        wr32(r + HEAD_AT, <uint32_t>head)
+                        __atomic_thread_fence(3)  # release: the frames before the seq that publishes them
+                        wr64(r + WRITE_SEQ_AT, seq - 1)
+                        __atomic_thread_fence(5)  # the seq out before the waiting flag is read (the consumer:
+                        if self.doorbell >= 0 and rd32(r + WAITING_AT):  # the other way round)
+                            if write(self.doorbell, b"\x01", 1) < 0 and errno != EAGAIN:
+                                bell_err = errno
+                    if pending:
+                        self._batch(_mono_ns() - whole_ns, batch_n)
+                        if self.counts is not None:  # live: status and metrics see them as they happen
+                            self._count(batch_n, batch_hb, ack_pos >= 0)
+                        pending, whole_ns, batch_n, batch_hb = False, 0, 0, 0
+                        if bell_err:
+                            break
+                        if ack_pos >= 0:  # the replica's ring holds it: what semi-sync `received` promises
+                            self.ack_error = self._send_ack(<uint64_t>ack_pos, ack_name, ack_name_len)
+                            ack_pos = -1
+                            if self.ack_error:
+                                if self.counts is not None:
+                                    self.counts.acks_sent -= 1  # counted before the send: it did not go
+                                self.why = C_NOT_MINE  # the general path meets the broken dump connection
+                                break
+                            self.acks += 1
+                    if scan == SCAN_WHOLE:
+                        if _mono_ns() >= deadline:  # a steady stream: back to the node every wait_ms all the same
+                            self.why = C_IDLE
+                            break
+                        continue
+                    if scan == SCAN_NO or rd.end - rd.start == rd.cap:
+                        self.why = C_NOT_MINE
+                        break
+                    rd._make_room()
+                    left_ms = <int>((deadline - _mono_ns()) // 1000000) if _mono_ns() < deadline else 0
+                    if left_ms <= 0:
+                        self.why = C_IDLE
+                        break
+                    waiter.fd, waiter.events, waiter.revents = rd.fd, POLLIN, 0
+                    with nogil:
+                        got_poll = poll(&waiter, 1, left_ms)
+                    if got_poll == 0:
+                        self.why = C_IDLE
+                        break
+                    if got_poll < 0:
+                        if errno == EINTR:
+                            PyErr_CheckSignals()
+                            continue
+                        self.why = C_NOT_MINE
+                        break
+                    got = recv(rd.fd, rd.buf + rd.end, rd.cap - rd.end, MSG_DONTWAIT)
+                    if got > 0:
+                        rd.end += got
+                        rd.data_ns = _mono_ns()
+                    elif got == 0 or (errno != EAGAIN and errno != EINTR):
+                        self.why = C_NOT_MINE  # the end of the stream or an error: the general path meets it
+                        break
+            finally:
+                PyBuffer_Release(&ring)
+        finally:
+            PyBuffer_Release(&mirror)
+            if entries:
+                self.producer.placed(entries, head)
+                self.gtid = PyUnicode_DecodeUTF8(last, last_len, NULL)
+            self.seq_id = sid
+        if bell_err:
+            raise TransportError(f"ring the replica's doorbell: {os.strerror(bell_err)}")
+        if send_err:
+            raise TransportError(f"tcp transport: send: {os.strerror(send_err)}")
+        return self.frames

@@ -1,0 +1,272 @@
+"""The ship lane: the primary side's common case in one call (pure-Python twin of ``_ship.pyx``).
+
+Once the binlog dump runs, its packets are read through a ``DumpReader`` (PyMySQL's
+buffered file replaced: the same ``read``/``peek``, and a buffer the lane reads too).
+``ShipLane.run`` then loops without returning to the node: the common transactions
+whole in that buffer (``hotpath.place_run``'s kind: a MariaDB GTID that is not
+standalone, TABLE_MAP and row events, the XID) are framed into the producer's mirror,
+copied into the replica's ring and published: over shm stored into the shared ring (the
+doorbell rung when the replica side sleeps on it), over tcp sent as the transport's WRITE
+and PUBLISH messages (bridge.wire.placement) in one send; while the buffer ends inside such a transaction, or is
+empty, it waits for the dump socket (poll, the GIL released in the compiled lane). It
+returns after ``wait_ms`` with nothing to read, or at the first bytes that are not its
+kind (the general path reads them: DDL, a statement, a transaction to chunk, the
+server's heartbeat or rotate events, a full ring, the end of the stream or an error,
+which the general path meets and names), having published what it placed.
+
+It runs over shm and tcp (not TLS), in binlog apply mode, without semi-sync, over a dump
+connection without TLS (``bridge.node.primary`` decides). Both twins keep the
+producer's bookkeeping (head, used, next seq, the entries ``unacked`` resends) as
+``RingProducer.place_run`` does, so a lost link resends from the ring as always.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import time
+
+from bridge.errors import TransportError
+from bridge.ring.layout import HEAD_AT, WAITING_AT, WRITE_SEQ_AT
+from bridge.wire import hotpath, placement
+
+DUMP_BUFFER = 1 << 18  # bytes the dump's reader holds; a transaction longer than this is never whole in it
+PEEK_BYTES = 1 << 16  # a peek copies at most this much (the general path's one-call scan looks no further)
+BATCHES = 256  # publishes a run keeps apart for the "place" stage (the last one takes the rest)
+RUN_TXNS = 64  # transactions placed between two publishes at most
+# why run() returned: nothing to read for wait_ms; bytes that are not the lane's (the general path reads them)
+IDLE, NOT_MINE = 0, 1
+_BLOCKED = (BlockingIOError, InterruptedError)
+
+
+class DumpReader:
+    """The dump connection's reads once the dump runs: ``read`` and ``peek`` as PyMySQL's
+    buffered socket file answers them (``read`` returns None when the socket's receive
+    timeout passed with nothing read, fewer bytes at the end of the stream), over a
+    buffer of ``DUMP_BUFFER`` bytes the ship lane takes packets from directly."""
+
+    def __init__(self, sock: socket.socket, capacity: int = DUMP_BUFFER) -> None:
+        self.sock, self.fd = sock, sock.fileno()
+        self.buf = bytearray(capacity)
+        self.start = self.end = 0  # the unread bytes are buf[start:end]
+        self.data_ns = time.monotonic_ns()  # when the socket last gave bytes (to this reader or its lane)
+
+    @property
+    def buffered(self) -> int:
+        return self.end - self.start
+
+    def fill(self) -> int | None:
+        """One receive into the free end of the buffer (moved to the front first when
+        it is past the middle): the bytes received, 0 at the end of the stream, None
+        when the receive timeout passed. Other socket errors raise."""
+        if self.start == self.end:
+            self.start = self.end = 0
+        elif self.start > len(self.buf) // 2:
+            self.buf[:self.end - self.start] = self.buf[self.start:self.end]
+            self.start, self.end = 0, self.end - self.start
+        if self.end == len(self.buf):
+            return None if not self.buffered else len(self.buf)  # full: nothing to add
+        try:
+            with memoryview(self.buf) as view:
+                got = self.sock.recv_into(view[self.end:])
+        except _BLOCKED:
+            return None
+        self.end += got
+        if got:
+            self.data_ns = time.monotonic_ns()
+        return got
+
+    def read(self, n: int) -> bytes | None:
+        out = bytearray()
+        while len(out) < n:
+            if self.start == self.end:
+                got = self.fill()
+                if got is None:
+                    return bytes(out) if out else None
+                if got == 0:
+                    return bytes(out)
+            take = min(n - len(out), self.end - self.start)
+            out += self.buf[self.start:self.start + take]
+            self.start += take
+        return bytes(out)
+
+    def peek(self, n: int = 1) -> bytes:
+        """The bytes buffered, up to ``PEEK_BYTES`` (receiving once when none are): b""
+        after a timeout or at the end of the stream."""
+        if self.start == self.end and not self.fill():
+            return b""
+        return bytes(self.buf[self.start:min(self.end, self.start + PEEK_BYTES)])
+
+    def close(self) -> None:
+        """PyMySQL closes its file so; the socket is PyMySQL's to close."""
+
+
+class ShipLane:
+    """The common case of one session: the dump's reader, the ring producer, and where
+    the frames go: the replica's shared-memory ring (``remote``, a writable view) and its
+    doorbell (-1: none), or the tcp transport's data socket (``sock``, each send bounded by
+    its timeout as ``sendall``'s). ``counts`` (the node's PrimaryCounts) learns each publish
+    as it happens: transactions and heartbeats shipped, taken whole, ACKs sent."""
+
+    def __init__(self, reader: DumpReader, producer, remote, doorbell: int, heartbeat: tuple[str, str],
+                 max_bytes: int, sock: socket.socket | None = None, counts=None) -> None:
+        self.reader, self.producer, self.remote, self.doorbell = reader, producer, remote, doorbell
+        self.sock, self.counts = sock, counts
+        self._out = bytearray()  # tcp: the WRITE messages of what is placed, not yet sent
+        self.heartbeat, self.max_bytes = heartbeat, max_bytes
+        self.seq_id = 0  # the next packet's number, after a run
+        self.frames = self.heartbeats = self.commit_position = 0  # of the last run
+        self.gtid = ""  # the last transaction placed
+        self.acks = 0  # semi-sync ACKs the last run sent
+        self.ack_error = 0  # the errno that stopped an ACK's send, or 0
+        self._batches: list[list[int]] = []  # per publish: [µs from its first transaction placed, transactions]
+        self.why = IDLE
+
+    def run(self, seq_id: int, wait_ms: int, ack_file: bytes | None = None) -> int:
+        """Transactions placed and published (see the module's docstring); ``why``
+        says why it returned. ``ack_file``: the binlog file being read, where the
+        dump's packets carry semi-sync headers and the placement itself is what an ACK
+        may claim (shm, ``received``): a transaction whose event asked for an ACK is
+        published at once and acknowledged on the dump connection."""
+        reader, producer, semi_sync = self.reader, self.producer, ack_file is not None
+        self.frames = self.heartbeats = self.acks = self.ack_error = 0
+        self._batches = []
+        deadline = time.monotonic_ns() + wait_ms * 1_000_000
+        pending, whole_ns, batch_n, batch_hb, ack = False, 0, 0, 0, -1
+        while True:
+            with memoryview(reader.buf) as view:
+                buffered = view[reader.start:reader.end]
+                run = producer.place_run(buffered, seq_id, semi_sync, self.max_bytes, self.heartbeat, 1) \
+                    if buffered else None
+                if run is None:
+                    more = hotpath.scan_wants_more(buffered, seq_id, semi_sync, self.max_bytes)
+                del buffered
+            if run is not None:
+                whole_ns = whole_ns or time.monotonic_ns()
+                for p in run.placements:
+                    if self.sock is None:
+                        self.remote[p.offset:p.offset + p.length] = producer.region[p.offset:p.offset + p.length]
+                    else:
+                        self._out += placement.encode_write(p.offset, producer.region[p.offset:p.offset + p.length])
+                reader.start += run.taken
+                seq_id = run.seq_id
+                self.frames += 1
+                batch_n += 1
+                batch_hb += run.heartbeats
+                self.heartbeats += run.heartbeats
+                self.gtid, self.commit_position, ack = run.gtid, run.commit_position, run.ack
+                pending = True
+                if ack < 0 and self.frames % RUN_TXNS:
+                    continue
+            if pending:
+                self._publish(producer.write_seq, producer.head)
+                self._batch(time.monotonic_ns() - whole_ns, batch_n)
+                if self.counts is not None:  # live: status and metrics see them as they happen
+                    self._count(batch_n, batch_hb, ack >= 0)
+                pending, whole_ns, batch_n, batch_hb = False, 0, 0, 0
+                if ack >= 0:  # the replica's ring holds it: what semi-sync `received` promises
+                    self.ack_error = self._send_ack(ack, ack_file)
+                    ack = -1
+                    if self.ack_error:
+                        if self.counts is not None:
+                            self.counts.acks_sent -= 1  # counted before the send: it did not go
+                        self.why = NOT_MINE  # the general path meets the broken dump connection
+                        break
+                    self.acks += 1
+            if run is not None:
+                if time.monotonic_ns() >= deadline:  # a steady stream: back to the node every wait_ms all the same
+                    self.why = IDLE
+                    break
+                continue
+            if not more or reader.buffered == len(reader.buf):
+                self.why = NOT_MINE  # not the lane's kind, a full ring, or longer than the buffer
+                break
+            left_ms = (deadline - time.monotonic_ns()) // 1_000_000
+            if left_ms <= 0 or not select.select([reader.fd], [], [], left_ms / 1000)[0]:
+                self.why = IDLE
+                break
+            if not self._receive():
+                self.why = NOT_MINE  # the end of the stream or an error: the general path meets it
+                break
+        self.seq_id = seq_id
+        return self.frames
+
+    def _count(self, n: int, heartbeats: int, ack: bool) -> None:
+        counts = self.counts
+        counts.transactions_shipped += n - heartbeats
+        counts.heartbeats_shipped += heartbeats
+        counts.taken_whole += n
+        if ack:
+            counts.acks_sent += 1  # before the ACK goes: once it is out, the primary's commit may return
+
+    def record_stages(self, stages) -> None:
+        """The last run's "place" stage: per publish, its transactions at its first one's time."""
+        for micros, n in self._batches:
+            stages.record("place", micros, n)
+
+    def _batch(self, elapsed_ns: int, n: int) -> None:
+        micros = min(elapsed_ns // 1000, 0xFFFFFFFF)
+        if len(self._batches) == BATCHES:  # more than a run keeps apart: the last one takes the rest
+            last = self._batches[-1]
+            last[0], last[1] = max(last[0], micros), last[1] + n
+        else:
+            self._batches.append([micros, n])
+
+    def _send_ack(self, position: int, log_file: bytes) -> int:
+        """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno."""
+        if len(log_file) > 512:
+            return errno.EINVAL
+        payload = b"\xef" + position.to_bytes(8, "little") + log_file
+        try:
+            self.reader.sock.sendall(len(payload).to_bytes(3, "little") + b"\0" + payload)
+        except OSError as exc:
+            return exc.errno or errno.EIO
+        return 0
+
+    def _receive(self) -> bool:
+        """Bytes the dump socket holds into the buffer, without waiting; False at the end of the
+        stream or on an error."""
+        reader = self.reader
+        if reader.start == reader.end:
+            reader.start = reader.end = 0
+        elif reader.start > len(reader.buf) // 2:
+            reader.buf[:reader.end - reader.start] = reader.buf[reader.start:reader.end]
+            reader.start, reader.end = 0, reader.end - reader.start
+        try:
+            with memoryview(reader.buf) as view:
+                got = reader.sock.recv_into(view[reader.end:], 0, socket.MSG_DONTWAIT)
+        except _BLOCKED:
+            return True
+        except OSError:
+            return False
+        if not got:
+            return False
+        reader.end += got
+        reader.data_ns = time.monotonic_ns()
+        return True
+
+    def _publish(self, write_seq: int, head: int) -> None:
+        """shm: the new head and write_seq in the replica's ring header (after the frames),
+        then the doorbell when the replica side sleeps on it (ShmRemoteRing.publish). tcp:
+        the WRITE messages and a PUBLISH in one send (TcpRemoteRing.publish)."""
+        if self.sock is not None:
+            self._out += placement.encode_publish(write_seq, head)
+            try:
+                self.sock.sendall(self._out)
+            except OSError as exc:
+                raise TransportError(f"tcp transport: send: {exc.strerror or exc}") from exc
+            finally:
+                self._out.clear()
+            return
+        remote = self.remote
+        remote[HEAD_AT:HEAD_AT + 4] = head.to_bytes(4, "little")
+        remote[WRITE_SEQ_AT:WRITE_SEQ_AT + 8] = write_seq.to_bytes(8, "little")
+        if self.doorbell >= 0 and remote[WAITING_AT:WAITING_AT + 4] != b"\0\0\0\0":
+            try:
+                os.write(self.doorbell, b"\x01")
+            except BlockingIOError:
+                pass  # a full FIFO already holds wakeups the replica side has not read
+            except OSError as exc:  # EPIPE: the replica process is gone
+                raise TransportError(f"ring the replica's doorbell: {exc.strerror or exc}") from exc

@@ -1,0 +1,224 @@
+# The C both compiled binlog-to-ring paths share (included by _hotpath.pyx and
+# bridge/source/_ship.pyx): a common transaction scanned in the dump's packets into
+# spans (no Python object), its compact payload and frame written into a ring mirror.
+# Needs: uint8_t.. from libc.stdint, memcpy/memset, snprintf, clock_gettime, and
+# rd32/rd64/wr32/wr64/bridge_crc_feed from bridge.wire.native_c.
+
+cdef enum:
+    HEADER_BYTES = 24  # bridge.wire.frame.HEADER: kind u8 flags u8 reserved u16 length u32 seq u64 crc u32 epoch u32
+    BINLOG_HEADER = 19  # bridge.wire.binlog.HEADER_BYTES
+    MARIADB_GTID = 162
+
+
+cdef enum:
+    MAX_PACKET = 0xFFFFFF
+    XID_EVENT = 16
+    TABLE_MAP_EVENT = 19
+
+
+cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:
+    return 23 <= etype <= 25 or 30 <= etype <= 32  # WRITE/UPDATE/DELETE_ROWS v1 and v2
+
+
+cdef uint32_t frame_crc(const uint8_t *head, const void *payload, size_t n) noexcept nogil:
+    """crc32c of a header (its reserved and crc fields zeroed, as the twin packs it)
+    followed by the payload."""
+    cdef uint8_t h[HEADER_BYTES]
+    memcpy(h, head, HEADER_BYTES)
+    memset(h + 2, 0, 2)
+    memset(h + 16, 0, 4)
+    return ~bridge_crc_feed(bridge_crc_feed(0xFFFFFFFFu, h, HEADER_BYTES), payload, n)
+
+
+# --- place_run: scan and frame with no Python object per transaction -----------------
+cdef enum:
+    RUN_EVENTS = 64  # bridge.wire.hotpath.RUN_EVENTS
+    TXN_KIND = 1
+    PAD_KIND = 4
+    GTID_TEXT = 64  # "domain-server-seq" of u32, u32, u64 takes at most 52
+
+
+cdef struct Scanned:
+    Py_ssize_t taken  # bytes of the buffer, packet headers included
+    uint8_t seq_id  # the next packet's
+    long long ack  # the ACK position asked for, or -1
+    uint32_t position  # the XID's next-event position
+    uint32_t rows
+    int gtid_len
+    char gtid[GTID_TEXT]
+    int spans  # TABLE_MAP and row events kept, in order
+    Py_ssize_t start[RUN_EVENTS]
+    Py_ssize_t size[RUN_EVENTS]
+    Py_ssize_t data_len
+    int tables
+    Py_ssize_t name_at[2 * RUN_EVENTS]  # schema, table of each TABLE_MAP: offset in the buffer, length
+    Py_ssize_t name_len[2 * RUN_EVENTS]
+    Py_ssize_t names_len  # their compact encoding: a length byte and the name each
+
+
+cdef bint _ascii_name(const uint8_t *b, Py_ssize_t at, Py_ssize_t end, Py_ssize_t *out_len) noexcept nogil:
+    """The name whose length byte is at ``at`` in an event ending at ``end``, cut at the
+    event's end as the twin's slice cuts it; False where it is not ASCII."""
+    cdef Py_ssize_t n = b[at], i
+    if at + 1 + n > end:
+        n = end - at - 1
+    for i in range(n):
+        if b[at + 1 + i] >= 0x80:
+            return False
+    out_len[0] = n
+    return True
+
+
+cdef enum:
+    SCAN_NO = 0  # not a transaction a run takes: the per-transaction path reads it
+    SCAN_WHOLE = 1
+    SCAN_MORE = 2  # the buffer ends inside one a run would take
+
+
+cdef int _scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
+                   Scanned *s) noexcept nogil:
+    """``_scan(gtid_first=True, run_rules=True)`` of the twin: a common transaction whole
+    from ``b`` into ``s`` (spans, not copies), or why not."""
+    cdef Py_ssize_t at = 0, p, stop, length, size, ev_end, n_at
+    cdef uint32_t next_position
+    cdef uint8_t etype
+    cdef bint ack_requested, gtid_first = True
+    s.ack, s.rows, s.spans, s.data_len, s.tables, s.names_len = -1, 0, 0, 0, 0, 0
+    while True:
+        if end - at < 4:
+            return SCAN_MORE
+        length = b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)
+        if length >= MAX_PACKET or b[at + 3] != seq_id:
+            return SCAN_NO
+        if end - at - 4 < length:
+            return SCAN_MORE
+        p, stop = at + 4, at + 4 + length
+        at = stop
+        seq_id = <uint8_t>(seq_id + 1)
+        if length < 1 or b[p] != 0:
+            return SCAN_NO
+        p += 1
+        ack_requested = False
+        if semi_sync and stop - p >= 2 and b[p] == 0xEF:
+            ack_requested = (b[p + 1] & 1) != 0
+            p += 2
+        if stop - p < BINLOG_HEADER:
+            return SCAN_NO
+        size = rd32(b + p + 9)
+        if size < BINLOG_HEADER or p + size > stop:
+            return SCAN_NO
+        etype = b[p + 4]
+        next_position = rd32(b + p + 13)
+        if ack_requested:
+            s.ack, seq_id = next_position, 1
+        if gtid_first:
+            if size < BINLOG_HEADER + 13 or etype != MARIADB_GTID or b[p + BINLOG_HEADER + 12] & 1:
+                return SCAN_NO  # not a MariaDB GTID, or a standalone one (DDL)
+            s.gtid_len = snprintf(s.gtid, GTID_TEXT, "%u-%u-%llu", rd32(b + p + BINLOG_HEADER + 8), rd32(b + p + 5),
+                                  <unsigned long long>rd64(b + p + BINLOG_HEADER))
+            gtid_first = False
+            continue
+        if etype == XID_EVENT:
+            if not s.rows:
+                return SCAN_NO
+            s.taken, s.seq_id, s.position = at, seq_id, next_position
+            return SCAN_WHOLE
+        if s.spans >= RUN_EVENTS:
+            return SCAN_NO
+        if etype == TABLE_MAP_EVENT:
+            ev_end, n_at = p + size, p + BINLOG_HEADER + 8
+            if n_at >= ev_end or not _ascii_name(b, n_at, ev_end, &s.name_len[2 * s.tables]):
+                return SCAN_NO
+            s.name_at[2 * s.tables] = n_at + 1
+            n_at += b[n_at] + 2
+            if n_at >= ev_end or not _ascii_name(b, n_at, ev_end, &s.name_len[2 * s.tables + 1]):
+                return SCAN_NO
+            s.name_at[2 * s.tables + 1] = n_at + 1
+            s.names_len += 2 + s.name_len[2 * s.tables] + s.name_len[2 * s.tables + 1]
+            s.tables += 1
+        elif scanned_row_event(etype):
+            s.rows += 1
+        else:
+            return SCAN_NO
+        s.start[s.spans], s.size[s.spans] = p, size
+        s.spans += 1
+        s.data_len += size
+        if s.data_len >= max_bytes:
+            return SCAN_NO
+
+
+cdef inline uint64_t _now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_REALTIME, &t)
+    return <uint64_t>t.tv_sec * 1000000000 + t.tv_nsec
+
+
+cdef Py_ssize_t _fill_scanned(uint8_t *o, const uint8_t *b, Scanned *s) noexcept nogil:
+    """The compact payload of ``s`` (encode_compact's layout, no format event) at ``o``."""
+    cdef uint8_t *start = o
+    cdef uint64_t now = _now_ns()
+    cdef int i
+    o[0] = 69  # "E"
+    o[1] = <uint8_t>s.gtid_len
+    memcpy(o + 2, s.gtid, s.gtid_len)
+    o += 2 + s.gtid_len
+    wr64(o, now)
+    wr64(o + 8, now)
+    wr32(o + 16, 0)
+    wr32(o + 20, s.rows)
+    o[24] = s.tables & 0xFF
+    o[25] = s.tables >> 8
+    o += 26
+    for i in range(2 * s.tables):
+        o[0] = <uint8_t>s.name_len[i]
+        memcpy(o + 1, b + s.name_at[i], s.name_len[i])
+        o += 1 + s.name_len[i]
+    for i in range(s.spans):
+        memcpy(o, b + s.start[i], s.size[i])
+        o += s.size[i]
+    return o - start
+
+
+cdef Py_ssize_t _put_frame(uint8_t *at, uint8_t kind, uint64_t seq, uint32_t epoch, Py_ssize_t n) noexcept nogil:
+    """The header of the payload already at ``at + HEADER_BYTES`` (place_frame's); its bytes."""
+    at[0], at[1], at[2], at[3] = kind, 0, 0, 0
+    wr32(at + 4, <uint32_t>n)
+    wr64(at + 8, seq)
+    wr32(at + 20, epoch)
+    wr32(at + 16, frame_crc(at, at + HEADER_BYTES, n))
+    return (HEADER_BYTES + n + 7) & ~7
+
+
+cdef bint _is_heartbeat(const uint8_t *b, Scanned *s, bytes schema, bytes table):
+    return s.tables == 1 and s.name_len[0] == len(schema) and s.name_len[1] == len(table) and \
+        memcmp(b + s.name_at[0], PyBytes_AS_STRING(schema), s.name_len[0]) == 0 and \
+        memcmp(b + s.name_at[1], PyBytes_AS_STRING(table), s.name_len[1]) == 0
+
+
+
+
+cdef inline Py_ssize_t _payload_len(Scanned *s) noexcept nogil:
+    return 2 + s.gtid_len + 26 + s.names_len + s.data_len
+
+
+cdef Py_ssize_t _place_scanned(uint8_t *o, Py_ssize_t size, Py_ssize_t *head, Py_ssize_t free, uint64_t seq,
+                               uint32_t epoch, const uint8_t *b, Scanned *s) noexcept nogil:
+    """Frame ``s`` into the ring data area ``o`` of ``size`` bytes at ``*head`` (a PAD, or
+    an implicit wrap, first where the ring's end comes first; ``*head`` then where the
+    TXN frame starts): the bytes it took, the gap included; 0 when it does not fit the
+    ``free`` bytes or is over half the ring (nothing written)."""
+    cdef Py_ssize_t plen = _payload_len(s)
+    cdef Py_ssize_t need = (HEADER_BYTES + plen + 7) & ~7
+    cdef Py_ssize_t at = head[0]
+    cdef Py_ssize_t gap = size - at if at + need > size else 0
+    if need > size // 2 or gap + need > free:
+        return 0
+    if gap >= HEADER_BYTES:  # the PAD carries the seq of the frame after it
+        memset(o + at + HEADER_BYTES, 0, gap - HEADER_BYTES)
+        _put_frame(o + at, PAD_KIND, seq, epoch, gap - HEADER_BYTES)
+    if gap:
+        at = 0
+    _fill_scanned(o + at + HEADER_BYTES, b, s)
+    _put_frame(o + at, TXN_KIND, seq, epoch, plen)
+    head[0] = at
+    return gap + need

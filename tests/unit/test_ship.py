@@ -1,0 +1,293 @@
+"""The ship lane (bridge.source.ship) and its compiled twin (bridge.source._ship) over real
+sockets: the dump's packets written into one end of a socket pair, the frames read back
+from a shared-memory-like ring or from the tcp transport's messages. Both twins must leave
+the same bytes (stamps aside), the same producer bookkeeping, and stop at the same place."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+
+import pytest
+
+from bridge.errors import TransportError
+from bridge.node.counters import PrimaryCounts
+from bridge.ring.consumer import RingConsumer
+from bridge.ring.layout import WAITING_AT, init_region, region_bytes
+from bridge.ring.producer import RingProducer
+from bridge.source import lanes, ship
+from bridge.wire import placement
+from bridge.wire.codec import decode_transaction
+from bridge.wire.frame import HEADER_BYTES
+
+try:
+    from bridge.source import _ship as compiled
+except ImportError:
+    compiled = None
+MODULES = [ship] + ([compiled] if compiled is not None else [])
+HEARTBEAT = ("rdma_bridge", "heartbeat")
+SIZE = 4096
+
+
+def test_the_build_made_the_compiled_lane_with_the_twins_names():
+    assert compiled is not None, "pip install did not build bridge/source/_ship.pyx"
+    assert lanes.COMPILED is not (os.environ.get("RDMA_BRIDGE_PURE_PYTHON", "") not in ("", "0"))
+    for name in ("DumpReader", "ShipLane", "DUMP_BUFFER", "RUN_TXNS", "IDLE", "NOT_MINE"):
+        assert hasattr(compiled, name) and hasattr(ship, name), name
+    assert (compiled.DUMP_BUFFER, compiled.RUN_TXNS, compiled.IDLE, compiled.NOT_MINE) == \
+        (ship.DUMP_BUFFER, ship.RUN_TXNS, ship.IDLE, ship.NOT_MINE)
+
+
+def _event(kind: int, body: bytes, next_position: int = 0, server: int = 1) -> bytes:
+    head = struct.pack("<IBIIIH", 0, kind, server, 19 + len(body) + 4, next_position, 0)
+    return head + body + struct.pack("<I", zlib.crc32(head + body))
+
+
+def _txn(seq: int, table: bytes = b"t", rows: int = 1, flags: int = 0) -> list[bytes]:
+    gtid = _event(162, struct.pack("<QIB", seq, 0, flags) + bytes(6))
+    if flags & 1:  # standalone: a DDL's GTID, then its QUERY
+        return [gtid, _event(2, bytes(13) + b"\x00db\x00CREATE TABLE x (i INT)", 900 + seq)]
+    schema = b"rdma_bridge" if table == b"heartbeat" else b"db"
+    table_map = _event(19, bytes(8) + bytes([len(schema)]) + schema + b"\0" + bytes([len(table)]) + table +
+                       b"\0\x01\x03\x00\x00")
+    return [gtid, table_map, *[_event(30, bytes(8) + seq.to_bytes(4, "little")) for _ in range(rows)],
+            _event(16, bytes(8), 500 + seq)]
+
+
+def _packets(txns: list[list[bytes]], number: int = 0) -> tuple[bytes, int]:
+    out = bytearray()
+    for events in txns:
+        for e in events:
+            out += (len(e) + 1).to_bytes(3, "little") + bytes([number]) + b"\0" + e
+            number = (number + 1) % 256
+    return bytes(out), number
+
+
+class Setup:
+    """One lane of ``module`` over a socket pair: ``feed`` writes dump packets; the ring is
+    a bytearray (shm) or, with ``tcp``, is built from the messages the lane sends."""
+
+    def __init__(self, module, tcp: bool = False, head: int = 0, used: int = 0, doorbell: int = -1):
+        self.dump, self.server = socket.socketpair()
+        self.reader = module.DumpReader(self.dump)
+        self.producer = RingProducer(SIZE, next_seq=10, head=head, epoch=3)
+        self.producer.used = used
+        self.tail = head  # where the consumer starts
+        self.ring = bytearray(region_bytes(SIZE))
+        init_region(self.ring, SIZE)
+        self.data = socket.socketpair() if tcp else None
+        self.counts = PrimaryCounts()
+        self.lane = module.ShipLane(self.reader, self.producer, None if tcp else self.ring, doorbell, HEARTBEAT,
+                                    1 << 20, self.data[0] if tcp else None, self.counts)
+
+    def feed(self, data: bytes) -> None:
+        self.server.sendall(data)
+
+    def run(self, seq_id: int = 0, wait_ms: int = 20) -> int:
+        got = self.lane.run(seq_id, wait_ms)
+        if self.data is not None:
+            self._carry_out()
+        return got
+
+    def _carry_out(self) -> None:
+        """What the tcp receiver does with the messages (bridge.transport.receiver)."""
+        self.data[1].setblocking(False)
+        buf = bytearray()
+        try:
+            while chunk := self.data[1].recv(1 << 16):
+                buf += chunk
+        except BlockingIOError:
+            pass
+        at = 0
+        while at < len(buf):
+            op, offset, length, body = placement.parse_head(bytes(buf[at:at + placement.HEAD.size]), len(self.ring))
+            at += placement.HEAD.size
+            if op == placement.Op.WRITE:
+                self.ring[offset:offset + length] = buf[at:at + length]
+            else:
+                assert op == placement.Op.PUBLISH
+                self.ring[24:28] = offset.to_bytes(4, "little")
+                self.ring[8:16] = buf[at:at + 8]
+            at += body
+
+    def frames(self, first: int = 10):
+        consumer = RingConsumer(memoryview(self.ring), expected_seq=first, tail=self.tail, epoch=3)
+        got = []
+        while (frame := consumer.poll()) is not None:
+            got.append(frame)
+        return got
+
+    def close(self):
+        for s in (self.dump, self.server, *(self.data or ())):
+            s.close()
+
+
+def _stamps_zeroed(ring: bytearray, producer: RingProducer) -> bytes:
+    out = bytearray(ring)
+    for _, _, offset, _, _, _ in producer._inflight:
+        stamps = offset + HEADER_BYTES + 2 + out[offset + HEADER_BYTES + 1]
+        out[stamps:stamps + 16] = bytes(16)
+        out[offset + 16:offset + 20] = bytes(4)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
+@pytest.mark.parametrize("head", [0, SIZE - 200, SIZE - 16], ids=["start", "pad", "implicit-wrap"])
+def test_both_lanes_place_publish_and_stop_alike(tcp, head):
+    """Common transactions (one a heartbeat), then a DDL: both twins place the same frames,
+    publish them, and stop at the DDL's first byte with its packet number."""
+    txns = [_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5), _txn(4, flags=1), _txn(5)]
+    data, _ = _packets(txns)
+    common, number = _packets(txns[:3])
+    results = []
+    for module in MODULES:
+        setup = Setup(module, tcp=tcp, head=head)
+        try:
+            setup.feed(data)
+            time.sleep(0.01)
+            placed = setup.run()
+            frames = setup.frames()
+            assert placed == 3 and setup.lane.why == ship.NOT_MINE
+            assert setup.lane.seq_id == number and setup.reader.start == len(common)
+            assert setup.reader.read(len(data) - len(common)) == data[len(common):]  # the DDL on, for the event path
+            assert [decode_transaction(f.payload).gtid for f in frames] == ["0-1-1", "0-1-2", "0-1-3"]
+            assert (setup.lane.gtid, setup.lane.heartbeats, setup.lane.commit_position) == ("0-1-3", 1, 503)
+            counts = setup.counts  # learnt as each publish happened
+            assert (counts.transactions_shipped, counts.heartbeats_shipped, counts.taken_whole) == (2, 1, 3)
+            assert setup.producer.next_seq == 13 and setup.producer.backlog_frames == 3
+            assert [f.seq for f in setup.producer.unacked(9)] == [10, 11, 12]
+            results.append((_stamps_zeroed(setup.ring, setup.producer), setup.producer.head, setup.producer.used,
+                            [e[:4] for e in setup.producer._inflight]))
+        finally:
+            setup.close()
+    assert all(r == results[0] for r in results)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_a_transaction_cut_between_reads_waits_then_ships_and_a_quiet_dump_returns_idle(module):
+    setup = Setup(module)
+    try:
+        data, number = _packets([_txn(1, rows=3)])
+        assert setup.run(wait_ms=30) == 0 and setup.lane.why == ship.IDLE
+        setup.feed(data[:50])
+        timer = threading.Timer(0.05, setup.feed, (data[50:],))
+        timer.start()
+        assert setup.run(wait_ms=2000) == 1  # waits in the lane for the rest, then returns idle after it
+        timer.join()
+        assert setup.lane.why == ship.IDLE and setup.lane.seq_id == number
+        assert [decode_transaction(f.payload).gtid for f in setup.frames()] == ["0-1-1"]
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_a_full_ring_and_the_end_of_the_stream_are_left_to_the_general_path(module):
+    data, _ = _packets([_txn(1)])
+    setup = Setup(module, used=SIZE - 64)  # no room: the general path waits for space
+    try:
+        setup.feed(data)
+        assert setup.run() == 0 and setup.lane.why == ship.NOT_MINE and setup.reader.start == 0
+    finally:
+        setup.close()
+    setup = Setup(module)
+    try:
+        setup.feed(data[:30])
+        setup.server.close()
+        assert setup.run(wait_ms=500) == 0 and setup.lane.why == ship.NOT_MINE
+        assert setup.reader.read(100) == data[:30]  # what the general path then reads, short: the end
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_the_doorbell_rings_only_for_a_sleeping_replica_and_a_gone_one_is_a_transport_error(module):
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    setup = Setup(module, doorbell=write_end)
+    try:
+        setup.feed(_packets([_txn(1)])[0])
+        assert setup.run() == 1
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 10)  # awake: not rung
+        setup.ring[WAITING_AT:WAITING_AT + 4] = (1).to_bytes(4, "little")
+        setup.feed(_packets([_txn(2)], 4)[0])
+        assert setup.run(seq_id=4) == 1 and os.read(read_end, 10) == b"\x01"
+        os.close(read_end)
+        setup.feed(_packets([_txn(3)], 8)[0])
+        with pytest.raises(TransportError, match="doorbell"):
+            setup.run(seq_id=8)
+        assert setup.producer.next_seq == 13  # placed before the bell failed: kept for a resend
+    finally:
+        os.close(write_end)
+        setup.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_dump_reader_reads_as_a_buffered_socket_file(module):
+    a, b = socket.socketpair()
+    try:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 50_000))
+        reader = module.DumpReader(a, 64)
+        quiet_since = reader.data_ns  # what the node's stall check reads: when bytes last came
+        time.sleep(0.01)
+        b.sendall(b"0123456789")
+        assert reader.peek(1) == b"0123456789" and reader.read(4) == b"0123"
+        assert reader.data_ns > quiet_since
+        assert reader.read(3) == b"456" and reader.buffered == 3
+        assert reader.read(5) == b"789"  # the receive timeout passed after these: what there is
+        assert reader.read(5) is None and reader.peek() == b""  # nothing, after the timeout
+        big = bytes(range(256)) * 2
+        threading.Thread(target=b.sendall, args=(big,)).start()
+        assert reader.read(len(big)) == big  # longer than the buffer
+        b.sendall(b"xy")
+        b.close()
+        assert reader.read(5) == b"xy" and reader.read(5) == b""  # the end of the stream
+    finally:
+        a.close()
+
+
+def test_without_the_compiled_lane_the_twin_runs_and_one_line_says_why():
+    import subprocess
+    import sys
+    script = ("import sys, logging\n"
+              "sys.modules['bridge.source._ship'] = None\n"
+              "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+              "from bridge.source import lanes, ship\n"
+              "assert lanes.ShipLane is ship.ShipLane and lanes.DumpReader is ship.DumpReader\n"
+              "lanes.announce(logging.getLogger('t'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "RDMA_BRIDGE_PURE_PYTHON"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("WARNING ship lane: pure Python, slower (the compiled module "
+                                                   "is not built"), out.stderr
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_semi_sync_a_transaction_that_asks_is_published_then_acknowledged_on_the_dump_connection(module):
+    from bridge.metrics import STAGES, Stages
+    txns, asks = [_txn(1), _txn(2), _txn(3)], {1}
+    data, number = bytearray(), 0
+    for i, events in enumerate(txns):
+        for j, e in enumerate(events):
+            flag = 1 if i in asks and j == len(events) - 1 else 0
+            data += (len(e) + 3).to_bytes(3, "little") + bytes([number]) + b"\0\xef" + bytes([flag]) + e
+            number = 1 if flag else (number + 1) % 256
+    setup = Setup(module)
+    try:
+        setup.feed(bytes(data))
+        assert setup.lane.run(0, 20, b"mariadb-bin.000007") == 3
+        assert setup.lane.acks == 1 and setup.lane.ack_error == 0 and setup.lane.seq_id == number
+        assert (setup.counts.acks_sent, setup.counts.transactions_shipped) == (1, 3)
+        payload = b"\xef" + (502).to_bytes(8, "little") + b"mariadb-bin.000007"  # the asking XID's end
+        setup.server.settimeout(2)
+        assert setup.server.recv(100) == len(payload).to_bytes(3, "little") + b"\0" + payload
+        assert [decode_transaction(f.payload).gtid for f in setup.frames()] == ["0-1-1", "0-1-2", "0-1-3"]
+        stages = Stages(STAGES["primary"])
+        setup.lane.record_stages(stages)
+        assert stages.summary(False)["place"]["count"] == 3  # one sample per transaction, by publish
+    finally:
+        setup.close()
