@@ -28,7 +28,7 @@ from bridge import serverinfo
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
-from bridge.model import HEARTBEAT_TABLE, Chunk, GtidSet, Transaction
+from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
@@ -36,7 +36,8 @@ from bridge.node.acking import SemiSyncAcks
 from bridge.node.counters import PrimaryCounts
 from bridge.node.link import Link
 from bridge.node.progress import Progress
-from bridge.ring.producer import PlacedRun, RingProducer
+from bridge.node.shipping import ShipLoop, event_of
+from bridge.ring.producer import RingProducer
 from bridge.source import preflight
 from bridge.source.assembler import TransactionAssembler
 from bridge.source.events import GtidStart
@@ -54,15 +55,9 @@ ACK_POLL_S = 0.0005
 ACK_REFRESH_S = 0.05  # how often the ring backlog (status, metrics) learns the replica's ack
 BACKPRESSURE_LOG_S = 5.0
 APPLY_STOPPED_LOG_S = 30.0  # while the replica side's applying is stopped, a reminder this often
-RUN_TXNS = 64  # transactions framed by one call at most
-LANE_WAIT_MS = 20  # the ship lane returns at least this often (link, acks, progress, stop)
 
 
-def _event_of(fmt: binlog.FormatDescription | None) -> bytes:
-    return fmt.event if fmt is not None else b""
-
-
-class PrimaryNode:
+class PrimaryNode(ShipLoop):
     def __init__(self, cfg: PrimaryConfig) -> None:
         check_available(cfg.transport)
         self.cfg = cfg
@@ -96,9 +91,6 @@ class PrimaryNode:
         self.behind = BehindMonitor(cfg.source, self._reading, cfg.behind_poll_s)
         self.apply_mode = ""  # the replica's choice for this session: binlog (raw row events) or sql
         self._format_sent: binlog.FormatDescription | None = None  # the last one that went into the ring
-        self._run_ns = 0  # when the last run's packets were read
-        self._lane = self._lane_remote = None  # the ship lane, and the ring it was built for
-        self._stall_ns = 0
         self._collation_names: dict[str, str] = {}  # the primary's collations by id, for the replica side's messages
 
     @property
@@ -350,8 +342,8 @@ class PrimaryNode:
                 return None
         item = self._read(reader)
         if item is not None and (isinstance(item, Transaction) or item.index == 0) and \
-                _event_of(reader.format) != _event_of(self._format_sent):
-            item = dataclasses.replace(item, format_event=_event_of(reader.format))
+                event_of(reader.format) != event_of(self._format_sent):
+            item = dataclasses.replace(item, format_event=event_of(reader.format))
             self._format_sent = reader.format
         confirm = self.acks.confirm and item is not None and reader.ack_wanted  # ask the replica at once
         if isinstance(item, Chunk):
@@ -371,76 +363,6 @@ class PrimaryNode:
     def _note_ack(self, reader: BinlogReader, link: Link) -> None:
         if self.semi_sync is not None and not self.assembler.in_transaction:
             self.acks.note(reader, link, self.producer.write_seq)
-
-    def _runs(self, reader: BinlogReader) -> bool:
-        """Whether the next transactions may go as a run (``RingProducer.place_run``):
-        between transactions, in binlog apply mode, with the binlog's FORMAT_DESCRIPTION
-        already in the ring (a run's frames name none)."""
-        return self.apply_mode == "binlog" and not self.assembler.in_transaction and \
-            (reader.format is self._format_sent or _event_of(reader.format) == _event_of(self._format_sent))
-
-    def _ship_lane(self, reader: BinlogReader) -> bool:
-        """The ship lane (bridge.source.ship), where it runs: True when this step is done
-        (it placed transactions, or the dump was quiet for its wait), False when the
-        general path reads what comes next (not the lane's kind, or no lane here)."""
-        lane = self._lane_for(reader)
-        if lane is None:
-            return False
-        ack_file = reader.log_file.encode() if self.cfg.semi_sync != "off" else None
-        placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file)
-        if placed:  # the lane counted them as it published (lanes.ShipLane's ``counts``)
-            self._lane_remote.lane_published(self.producer.write_seq)
-            self.last_gtid = lane.gtid
-            self.counts.lane_runs += 1
-            lane.record_stages(self.stages)
-        if lane.ack_error:
-            raise SourceConnectionLost(f"binlog stream from {self.cfg.source}: semi-sync ACK: "
-                                       f"{os.strerror(lane.ack_error)}")
-        if placed == 0 and lane.why == lanes.IDLE and time.monotonic_ns() - lane.reader.data_ns >= self._stall_ns:
-            raise reader.stalled()  # quiet past the read timeout, not even the server's heartbeat
-        return placed > 0 or lane.why == lanes.IDLE
-
-    def _lane_for(self, reader: BinlogReader):
-        """The ship lane of this reader, producer and ring: over shm (semi-sync `received`
-        too: its stores are the confirmation) or plain tcp without semi-sync, while no
-        ACK waits, where the dump's reader is the lane's; else None."""
-        remote = self.remote
-        if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received"):
-            return None
-        dump = reader.dump_reader
-        if dump is None:
-            return None
-        lane = self._lane
-        if lane is None or lane.reader is not dump or lane.producer is not self.producer or \
-                self._lane_remote is not remote:
-            target = remote.lane_target()
-            if target is None or self.cfg.semi_sync != "off" and not target.get("confirms"):
-                return None
-            lane = self._lane = lanes.ShipLane(dump, self.producer, target.get("remote"), target.get("doorbell", -1),
-                                               HEARTBEAT_TABLE, self.assembler.chunk_bytes, target.get("sock"),
-                                               self.counts)
-            self._lane_remote = remote
-            self._stall_ns = int(reader.read_timeout_s * 1e9)
-        return lane
-
-    def _place_run(self, packets: bytes, seq_id: int, semi_sync: bool) -> PlacedRun | None:
-        self._run_ns = time.time_ns()  # the packets are read: the "place" stage starts
-        return self.producer.place_run(packets, seq_id, semi_sync, self.assembler.chunk_bytes, HEARTBEAT_TABLE,
-                                       RUN_TXNS)
-
-    def _ship_run(self, run: PlacedRun, reader: BinlogReader) -> None:
-        """Common transactions the binlog held whole, framed into the mirror by one call:
-        copied to the replica's ring and published together (one wakeup there)."""
-        with memoryview(self.producer.region) as region:
-            for p in run.placements:
-                self.remote.write(p.offset, region[p.offset:p.offset + p.length])
-        self.remote.publish(self.producer.write_seq, self.producer.head, self.acks.confirm and reader.ack_wanted)
-        self.stages.record("place", (time.time_ns() - self._run_ns) / 1000, run.frames)  # the run's, for each
-        self.last_gtid = run.gtid
-        self.counts.transactions_shipped += run.frames - run.heartbeats
-        self.counts.heartbeats_shipped += run.heartbeats
-        self.counts.taken_whole += run.frames
-        self.counts.runs += 1
 
     def _read(self, reader: BinlogReader) -> Transaction | Chunk | None:
         """What the binlog completes next, if anything: a common transaction whole in

@@ -1,0 +1,107 @@
+"""The primary side's one-call paths, mixed into PrimaryNode (bridge.node.primary):
+between transactions in binlog apply mode, ``step`` first tries the ship lane
+(bridge.source.lanes: the common case, dump socket to the replica's ring, in compiled
+calls), then, where the lane does not run (rdma, TLS on the ring's link, semi-sync over
+tcp or rdma, `applied`, an ACK waiting), a run: the transactions the dump's buffer holds
+whole framed into the ring by one call (``RingProducer.place_run``) and published
+together. Everything else goes the per-transaction way in ``step``. PrimaryNode owns the
+state this works on: the reader, the producer, the link, the counters, the acks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bridge.errors import SourceConnectionLost
+from bridge.model import HEARTBEAT_TABLE
+from bridge.ring.producer import PlacedRun
+from bridge.source import lanes
+from bridge.source.reader import BinlogReader
+from bridge.wire import binlog
+
+RUN_TXNS = 64  # transactions framed by one call at most
+LANE_WAIT_MS = 20  # the ship lane returns at least this often (link, acks, progress, stop)
+
+
+def event_of(fmt: binlog.FormatDescription | None) -> bytes:
+    """A FORMAT_DESCRIPTION's event bytes, b"" for none."""
+    return fmt.event if fmt is not None else b""
+
+
+class ShipLoop:
+    """The one-call paths' methods, mixed into PrimaryNode."""
+
+    _lane = _lane_remote = None  # the ship lane, and the ring it was built for
+    _stall_ns = 0  # the dump's read timeout, for the lane's quiet spells
+    _run_ns = 0  # when the last run's packets were read
+
+    def _runs(self, reader: BinlogReader) -> bool:
+        """Whether the next transactions may go as a run (``RingProducer.place_run``):
+        between transactions, in binlog apply mode, with the binlog's FORMAT_DESCRIPTION
+        already in the ring (a run's frames name none)."""
+        return self.apply_mode == "binlog" and not self.assembler.in_transaction and \
+            (reader.format is self._format_sent or event_of(reader.format) == event_of(self._format_sent))
+
+    def _ship_lane(self, reader: BinlogReader) -> bool:
+        """The ship lane (bridge.source.ship), where it runs: True when this step is done
+        (it placed transactions, or the dump was quiet for its wait), False when the
+        general path reads what comes next (not the lane's kind, or no lane here)."""
+        lane = self._lane_for(reader)
+        if lane is None:
+            return False
+        ack_file = reader.log_file.encode() if self.cfg.semi_sync != "off" else None
+        placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file)
+        if placed:  # the lane counted them as it published (lanes.ShipLane's ``counts``)
+            self._lane_remote.lane_published(self.producer.write_seq)
+            self.last_gtid = lane.gtid
+            self.counts.lane_runs += 1
+            lane.record_stages(self.stages)
+        if lane.ack_error:
+            raise SourceConnectionLost(f"binlog stream from {self.cfg.source}: semi-sync ACK: "
+                                       f"{os.strerror(lane.ack_error)}")
+        if placed == 0 and lane.why == lanes.IDLE and time.monotonic_ns() - lane.reader.data_ns >= self._stall_ns:
+            raise reader.stalled()  # quiet past the read timeout, not even the server's heartbeat
+        return placed > 0 or lane.why == lanes.IDLE
+
+    def _lane_for(self, reader: BinlogReader):
+        """The ship lane of this reader, producer and ring: over shm (semi-sync `received`
+        too: its stores are the confirmation) or plain tcp without semi-sync, while no
+        ACK waits, where the dump's reader is the lane's; else None."""
+        remote = self.remote
+        if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received"):
+            return None
+        dump = reader.dump_reader
+        if dump is None:
+            return None
+        lane = self._lane
+        if lane is None or lane.reader is not dump or lane.producer is not self.producer or \
+                self._lane_remote is not remote:
+            target = remote.lane_target()
+            if target is None or self.cfg.semi_sync != "off" and not target.get("confirms"):
+                return None
+            lane = self._lane = lanes.ShipLane(dump, self.producer, target.get("remote"), target.get("doorbell", -1),
+                                               HEARTBEAT_TABLE, self.assembler.chunk_bytes, target.get("sock"),
+                                               self.counts)
+            self._lane_remote = remote
+            self._stall_ns = int(reader.read_timeout_s * 1e9)
+        return lane
+
+    def _place_run(self, packets: bytes, seq_id: int, semi_sync: bool) -> PlacedRun | None:
+        self._run_ns = time.time_ns()  # the packets are read: the "place" stage starts
+        return self.producer.place_run(packets, seq_id, semi_sync, self.assembler.chunk_bytes, HEARTBEAT_TABLE,
+                                       RUN_TXNS)
+
+    def _ship_run(self, run: PlacedRun, reader: BinlogReader) -> None:
+        """Common transactions the binlog held whole, framed into the mirror by one call:
+        copied to the replica's ring and published together (one wakeup there)."""
+        with memoryview(self.producer.region) as region:
+            for p in run.placements:
+                self.remote.write(p.offset, region[p.offset:p.offset + p.length])
+        self.remote.publish(self.producer.write_seq, self.producer.head, self.acks.confirm and reader.ack_wanted)
+        self.stages.record("place", (time.time_ns() - self._run_ns) / 1000, run.frames)  # the run's, for each
+        self.last_gtid = run.gtid
+        self.counts.transactions_shipped += run.frames - run.heartbeats
+        self.counts.heartbeats_shipped += run.heartbeats
+        self.counts.taken_whole += run.frames
+        self.counts.runs += 1
