@@ -348,7 +348,7 @@ cdef class ShipLane:
                             if _is_heartbeat(rd.buf + rd.start, &s, self.hb_schema, self.hb_table):
                                 self.heartbeats += 1
                                 batch_hb += 1
-                            head = (frame_at + ((HEADER_BYTES + _payload_len(&s) + 7) & ~7)) % size
+                            head = (head + used) % size  # past the gap too, if it wrapped
                             free -= used
                             seq += 1
                             rd.start += s.taken

@@ -295,11 +295,10 @@ class BinlogReader:
         return position, self._stream.log_file
 
     def send_ack(self, position: int, log_file: str) -> None:
-        """The semi-sync ACK: sequence id 0, 0xEF, 8-byte position, file name (no NUL)."""
+        """The semi-sync ACK (``binlog.semi_sync_ack``)."""
         conn = _compat.stream_connection(self._stream)
-        payload = b"\xef" + position.to_bytes(8, "little") + log_file.encode()
         try:
-            conn._write_bytes(len(payload).to_bytes(3, "little") + b"\0" + payload)
+            conn._write_bytes(binlog.semi_sync_ack(position, log_file.encode()))
         except pymysql.MySQLError as exc:
             raise SourceConnectionLost(f"binlog stream from {self.url}: semi-sync ACK: {exc}") from exc
 

@@ -29,8 +29,8 @@ import socket
 import time
 
 from bridge.errors import TransportError
-from bridge.ring.layout import HEAD_AT, WAITING_AT, WRITE_SEQ_AT
-from bridge.wire import hotpath, placement
+from bridge.ring.layout import consumer_waiting, write_publish
+from bridge.wire import binlog, hotpath, placement
 
 DUMP_BUFFER = 1 << 18  # bytes the dump's reader holds; a transaction longer than this is never whole in it
 PEEK_BYTES = 1 << 16  # a peek copies at most this much (the general path's one-call scan looks no further)
@@ -57,10 +57,11 @@ class DumpReader:
     def buffered(self) -> int:
         return self.end - self.start
 
-    def fill(self) -> int | None:
+    def fill(self, wait: bool = True) -> int | None:
         """One receive into the free end of the buffer (moved to the front first when
         it is past the middle): the bytes received, 0 at the end of the stream, None
-        when the receive timeout passed. Other socket errors raise."""
+        when the receive timeout passed (``wait=False``: when nothing was there). Other
+        socket errors raise."""
         if self.start == self.end:
             self.start = self.end = 0
         elif self.start > len(self.buf) // 2:
@@ -70,7 +71,7 @@ class DumpReader:
             return None if not self.buffered else len(self.buf)  # full: nothing to add
         try:
             with memoryview(self.buf) as view:
-                got = self.sock.recv_into(view[self.end:])
+                got = self.sock.recv_into(view[self.end:], 0, 0 if wait else socket.MSG_DONTWAIT)
         except _BLOCKED:
             return None
         self.end += got
@@ -218,9 +219,8 @@ class ShipLane:
         """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno."""
         if len(log_file) > 512:
             return errno.EINVAL
-        payload = b"\xef" + position.to_bytes(8, "little") + log_file
         try:
-            self.reader.sock.sendall(len(payload).to_bytes(3, "little") + b"\0" + payload)
+            self.reader.sock.sendall(binlog.semi_sync_ack(position, log_file))
         except OSError as exc:
             return exc.errno or errno.EIO
         return 0
@@ -228,24 +228,10 @@ class ShipLane:
     def _receive(self) -> bool:
         """Bytes the dump socket holds into the buffer, without waiting; False at the end of the
         stream or on an error."""
-        reader = self.reader
-        if reader.start == reader.end:
-            reader.start = reader.end = 0
-        elif reader.start > len(reader.buf) // 2:
-            reader.buf[:reader.end - reader.start] = reader.buf[reader.start:reader.end]
-            reader.start, reader.end = 0, reader.end - reader.start
         try:
-            with memoryview(reader.buf) as view:
-                got = reader.sock.recv_into(view[reader.end:], 0, socket.MSG_DONTWAIT)
-        except _BLOCKED:
-            return True
+            return self.reader.fill(wait=False) != 0
         except OSError:
             return False
-        if not got:
-            return False
-        reader.end += got
-        reader.data_ns = time.monotonic_ns()
-        return True
 
     def _publish(self, write_seq: int, head: int) -> None:
         """shm: the new head and write_seq in the replica's ring header (after the frames),
@@ -260,10 +246,8 @@ class ShipLane:
             finally:
                 self._out.clear()
             return
-        remote = self.remote
-        remote[HEAD_AT:HEAD_AT + 4] = head.to_bytes(4, "little")
-        remote[WRITE_SEQ_AT:WRITE_SEQ_AT + 8] = write_seq.to_bytes(8, "little")
-        if self.doorbell >= 0 and remote[WAITING_AT:WAITING_AT + 4] != b"\0\0\0\0":
+        write_publish(self.remote, write_seq, head)
+        if self.doorbell >= 0 and consumer_waiting(self.remote):
             try:
                 os.write(self.doorbell, b"\x01")
             except BlockingIOError:

@@ -206,7 +206,8 @@ cdef Py_ssize_t _place_scanned(uint8_t *o, Py_ssize_t size, Py_ssize_t *head, Py
     """Frame ``s`` into the ring data area ``o`` of ``size`` bytes at ``*head`` (a PAD, or
     an implicit wrap, first where the ring's end comes first; ``*head`` then where the
     TXN frame starts): the bytes it took, the gap included; 0 when it does not fit the
-    ``free`` bytes or is over half the ring (nothing written)."""
+    ``free`` bytes or is over half the ring (nothing written). The head after it is
+    ``(*head as given + the bytes it took) % size``."""
     cdef Py_ssize_t plen = _payload_len(s)
     cdef Py_ssize_t need = (HEADER_BYTES + plen + 7) & ~7
     cdef Py_ssize_t at = head[0]

@@ -340,7 +340,7 @@ def place_run(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, region, Py_ssiz
     cdef bytes hb_schema = PyUnicode_AsUTF8String(heartbeat[0]), hb_table = PyUnicode_AsUTF8String(heartbeat[1])
     cdef Py_buffer v, r
     cdef Scanned s
-    cdef Py_ssize_t at = 0, size, used, n_heartbeats = 0, count = 0
+    cdef Py_ssize_t at = 0, size, used, frame_at, n_heartbeats = 0, count = 0
     cdef uint64_t seq = next_seq
     cdef uint32_t ep = epoch & 0xFFFFFFFF, commit = 0
     cdef long long ack = -1
@@ -363,13 +363,14 @@ def place_run(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, region, Py_ssiz
             while count < max_txns and ack < 0:
                 if _scan_one(b + at, v.len - at, sid, semi_sync, max_bytes, &s) != SCAN_WHOLE:
                     break
-                used = _place_scanned(o, size, &head, free, seq, ep, b + at, &s)
+                frame_at = head
+                used = _place_scanned(o, size, &frame_at, free, seq, ep, b + at, &s)
                 if not used:
                     break
-                entries.append((seq, used, base + head, _payload_len(&s), FrameKind.TXN, 0))
+                entries.append((seq, used, base + frame_at, _payload_len(&s), FrameKind.TXN, 0))
                 if _is_heartbeat(b + at, &s, hb_schema, hb_table):
                     n_heartbeats += 1
-                head = (head + ((HEADER_BYTES + _payload_len(&s) + 7) & ~7)) % size
+                head = (head + used) % size  # past the gap too, if it wrapped
                 free, seq = free - used, seq + 1
                 at, sid, commit, ack = at + s.taken, s.seq_id, s.position, s.ack
                 memcpy(last, s.gtid, s.gtid_len)

@@ -145,6 +145,13 @@ def parse_gtid(event) -> tuple[str, bool]:
 BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
 
 
+def semi_sync_ack(position: int, log_file: bytes) -> bytes:
+    """A semi-sync replica's ACK packet on the dump connection: sequence id 0, then 0xEF,
+    the 8-byte binlog position, the file name (no NUL)."""
+    payload = b"\xef" + position.to_bytes(8, "little") + log_file
+    return len(payload).to_bytes(3, "little") + b"\0" + payload
+
+
 def binlog_statement(data) -> bytes:
     return BINLOG_PREFIX + base64.b64encode(data) + BINLOG_SUFFIX
 
