@@ -8,7 +8,8 @@ is user+system time from /proc/<pid>/stat before and after (every thread of the
 process), divided by the transactions the primary committed in between (the load
 and the heartbeat rows, which both replicas apply); so are the voluntary context
 switches of all the process's threads (/proc/<pid>/task/*/status), each a sleep and
-a wakeup.
+a wakeup. The floor of each process's loop as measured here: its context switches per transaction times the
+CPU one wakeup costs on this machine, measured in the same run (bench/wakeup.py).
 
     python -m bench.cpu [--rate 1000] [--seconds 10] [--transports shm,tcp,tcp+tls] [--modes binlog,sql]
                         [--pure binlog/shm]
@@ -23,12 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pymysql
 
+from bench import wakeup
 from bench.common import BENCH_SCHEMA, Bench
 from bridge.config import MysqlUrl
 from bridge.wire import native
@@ -44,21 +47,27 @@ WORKLOADS = {
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (their split is a tick sample: not used)
 
 
-def context_switches(pid: int) -> int:
-    """Voluntary context switches of every thread of ``pid`` so far (each one a sleep and a
-    wakeup: the kernel's part of the CPU per transaction)."""
-    total = 0
+def context_switches(pid: int) -> dict[int, int]:
+    """Voluntary context switches of every thread of ``pid`` so far, by thread id (each
+    one a sleep and a wakeup: the kernel's part of the CPU per transaction)."""
+    counts = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             for line in (task / "status").read_text().splitlines():
                 if line.startswith("voluntary_ctxt_switches:"):
-                    total += int(line.split()[1])
+                    counts[int(task.name)] = int(line.split()[1])
         except FileNotFoundError:
             continue  # a thread that ended meanwhile
-    return total
+    return counts
+
+
+def switched_since(pid: int, before: dict[int, int]) -> int:
+    """Context switches since ``before`` of the threads alive now (a thread started
+    meanwhile counts whole; one that ended meanwhile is lost, never negative)."""
+    return sum(n - before.get(tid, 0) for tid, n in context_switches(pid).items())
 
 
 def server_pid(bench: Bench, role: str) -> int:
@@ -83,7 +92,8 @@ def seq(bench: Bench) -> int:
     return bench.primary_pos().mariadb[0].seq
 
 
-def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int) -> dict:
+def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int, wakeup_us: float | None = None) -> dict:
+    """``wakeup_us``: what one wakeup costs here (bench.wakeup), for each process's floor."""
     pids = {"primary side": bench.bridge_primary.proc.pid, "replica side": bench.bridge_replica.proc.pid,
             "replica server": server_pid(bench, "replica"), "native replica server": server_pid(bench, "native")}
     before, start_seq = {k: cpu_seconds(p) for k, p in pids.items()}, seq(bench)
@@ -94,9 +104,12 @@ def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int) 
     bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
     txns = seq(bench) - start_seq
     us = {k: round((cpu_seconds(p) - before[k]) / txns * 1e6, 1) for k, p in pids.items()}
-    switched = {k: round((context_switches(p) - switches[k]) / txns, 2) for k, p in pids.items()}
+    switched = {k: round(switched_since(p, switches[k]) / txns, 2) for k, p in pids.items()}
     bridge_total = us["primary side"] + us["replica side"] + us["replica server"]
-    return {"workload": workload, "transactions": txns, "cpu_us_per_txn": us, "context_switches_per_txn": switched,
+    floor = {} if wakeup_us is None else {"wakeup_floor_us_per_txn": {k: round(n * wakeup_us, 1)
+                                                                      for k, n in switched.items()}}
+    return {"workload": workload, "transactions": txns, "cpu_us_per_txn": us,
+            "context_switches_per_txn": switched, **floor,
             "bridge_processes_us": round(us["primary side"] + us["replica side"], 1),
             "bridge_total_us": round(bridge_total, 1),
             "ratio_bridge_total_over_native_server": round(bridge_total / us["native replica server"], 2)}
@@ -107,6 +120,12 @@ def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tc
     """``pure``: the (mode, transport) setups measured once more with the bridge on
     its pure-Python hot path (RDMA_BRIDGE_PURE_PYTHON=1), for the compiled one's gain."""
     rows, first = [], 1
+    try:
+        wakeup_us = wakeup.measure()
+        log(f"one wakeup costs {wakeup_us} us of CPU here (bench.wakeup, paced at 1 ms)")
+    except (OSError, subprocess.CalledProcessError) as exc:
+        wakeup_us = None
+        log(f"no wakeup floor in this run: bench.wakeup failed: {exc}")
     setups = [(m, t, "compiled") for m in modes for t in transports] + [(m, t, "pure") for m, t in pure]
     for mode, transport, hot_path in setups:
         if hot_path == "pure":
@@ -116,18 +135,17 @@ def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tc
             bench.start_bridge()
             _tables(bench)
             for workload in WORKLOADS:
-                row = measure(bench, workload, rate, seconds, first)
+                row = measure(bench, workload, rate, seconds, first, wakeup_us)
                 first += int(rate * seconds)
                 rows.append({"apply_mode": mode, "transport": transport, "hot_path": hot_path, **row})
                 log(f"{mode}/{transport}/{hot_path}/{workload}: {row['cpu_us_per_txn']} "
                     f"(bridge total {row['bridge_total_us']} us, "
-                    f"{row['ratio_bridge_total_over_native_server']}x native); "
-                    f"context switches per txn {row['context_switches_per_txn']}")
+                    f"{row['ratio_bridge_total_over_native_server']}x native); context switches per txn {row['context_switches_per_txn']}")
         finally:
             bench.stop()
             os.environ.pop(native.PURE_ENV, None)
     return {"benchmark": "CPU per transaction, bridge (both processes + replica server) vs native replica server",
-            "rate": rate, "seconds": seconds, "rows": rows}
+            "rate": rate, "seconds": seconds, "us_per_wakeup": wakeup_us, "rows": rows}
 
 
 def hot_path_ratios(result: dict) -> dict:

@@ -42,14 +42,14 @@ cdef extern from "<sys/socket.h>" nogil:
     ssize_t send(int fd, const void *buf, size_t n, int flags)
     ssize_t recv(int fd, void *buf, size_t n, int flags)
     int setsockopt(int fd, int level, int name, const void *value, unsigned int size)
-    enum: SOL_SOCKET, SO_RCVLOWAT, MSG_NOSIGNAL
+    enum: SOL_SOCKET, SO_RCVLOWAT, MSG_NOSIGNAL, MSG_DONTWAIT
 
 cdef extern from * nogil:
     void __atomic_thread_fence(int order)
 
 cdef extern from "<errno.h>" nogil:
     int errno
-    enum: EINTR
+    enum: EINTR, EAGAIN
 
 bridge_crc_init()
 bridge_crc32_init()
@@ -72,6 +72,7 @@ cdef enum:
     DOMAINS = 64
     OK_BYTES_MIN = 11
     ANSWERS_WAIT_MS = 10
+    ANSWER_ROOM = 512  # both answers of a round trip fit, but for a long error message
     MAX_QUERY = 0xFFFFFF - 1
     POSITION_MAX = 4096  # the position's UPDATE event, its GTID set at DOMAINS domains included
 
@@ -180,63 +181,93 @@ cdef int send_all(int fd, const char *p, Py_ssize_t n) noexcept nogil:
     return 0
 
 
-cdef int recv_all(int fd, uint8_t *p, Py_ssize_t n) noexcept nogil:
-    cdef ssize_t got
-    while n > 0:
-        got = recv(fd, p, n, 0)
-        if got < 0 and errno == EINTR:
-            continue
-        if got <= 0:
-            return -1
-        p += got
-        n -= got
-    return 0
+cdef int recv_more(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t room, bint tcp) noexcept nogil:
+    """Bytes after ``have`` in ``buf``: what has arrived (one recv), waiting for some when
+    none has; the new count, or -1 (closed, error). Over tcp the run keeps SO_RCVLOWAT
+    at both answers' size, so a wait for the rest of a split answer drops it to one byte
+    for that wait."""
+    cdef ssize_t got = -1
+    cdef int one = 1, lowat = 2 * OK_BYTES_MIN
+    cdef pollfd waiter
+    if tcp:  # after the poll: the answers are in, but for a slow server or a split one
+        got = recv(fd, buf + have, room - have, MSG_DONTWAIT)
+    if got < 0 and (not tcp or errno == EAGAIN or errno == EINTR):
+        if tcp:
+            setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(int))
+        got = recv(fd, buf + have, room - have, 0)
+        while got < 0 and (errno == EINTR or errno == EAGAIN):  # EAGAIN: a socket with a timeout
+            if errno == EAGAIN:
+                waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
+                poll(&waiter, 1, -1)
+            got = recv(fd, buf + have, room - have, 0)
+        if tcp:
+            setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(int))
+    if got <= 0:
+        return -1
+    return have + got
 
 
 cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t **error, Py_ssize_t *error_len) \
         noexcept nogil:
     """Send the COM_QUERY ``packet``, read its two answers: 0, FAILED (``error``: the
-    ERR packet, malloc'd) or LOST."""
-    cdef int lowat = 2 * OK_BYTES_MIN, one = 1, seq_id
+    ERR packet, malloc'd) or LOST. Over tcp the caller (``Lane.run``) has set SO_RCVLOWAT
+    to both answers' size, so the poll wakes once for both (bridge.apply.connection) and
+    one recv takes them: no other bytes come on this connection meanwhile."""
     cdef pollfd waiter
-    cdef uint8_t header[4]
-    cdef uint8_t small[64]
-    cdef uint8_t *body
+    cdef uint8_t small[ANSWER_ROOM]
+    cdef uint8_t *buf = small
+    cdef uint8_t *grown
+    cdef Py_ssize_t have = 0, at = 0, room = ANSWER_ROOM, need
     cdef uint32_t length
-    if tcp:  # one wakeup for both answers (bridge.apply.connection)
-        setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(int))
+    cdef int seq_id, status = 0
     if send_all(fd, packet, n):
         return -2
     if tcp:
         waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
         poll(&waiter, 1, ANSWERS_WAIT_MS)
-        setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(int))
     for seq_id in range(1, 3):
-        if recv_all(fd, header, 4):
-            return -2
-        length = header[0] | (<uint32_t>header[1] << 8) | (<uint32_t>header[2] << 16)
-        if header[3] != seq_id or length == 0xFFFFFF or length == 0:
-            return -2
-        body = &small[0] if length <= sizeof(small) else <uint8_t *>malloc(length)
-        if body == NULL or recv_all(fd, body, length):
-            if body != &small[0]:
-                free(body)
-            return -2
-        if body[0] == 0xFF:
+        while have - at < 4:
+            have = recv_more(fd, buf, have, room, tcp)
+            if have < 0:
+                status = -2
+                break
+        if status:
+            break
+        length = buf[at] | (<uint32_t>buf[at + 1] << 8) | (<uint32_t>buf[at + 2] << 16)
+        if buf[at + 3] != seq_id or length == 0xFFFFFF or length == 0:
+            status = -2
+            break
+        need = at + 4 + length
+        if need > room:  # a long error message: room for it
+            grown = <uint8_t *>malloc(need)
+            if grown == NULL:
+                status = -2
+                break
+            memcpy(grown, buf, have)
+            if buf != small:
+                free(buf)
+            buf, room = grown, need
+        while have < need:
+            have = recv_more(fd, buf, have, room, tcp)
+            if have < 0:
+                status = -2
+                break
+        if status:
+            break
+        if buf[at + 4] == 0xFF:
             error[0] = <uint8_t *>malloc(4 + length)
             if error[0] != NULL:
-                memcpy(error[0], header, 4)
-                memcpy(error[0] + 4, body, length)
+                memcpy(error[0], buf + at, 4 + length)
                 error_len[0] = 4 + length
-            if body != &small[0]:
-                free(body)
-            return -1
-        seq_id = body[0]  # 0: OK
-        if body != &small[0]:
-            free(body)
-        if seq_id != 0:
-            return -2
-    return 0
+            status = -1
+            break
+        if buf[at + 4] != 0:  # not OK
+            status = -2
+            break
+        at = need
+    if buf != small:
+        free(buf)
+    return status
 
 
 cdef class Lane:
@@ -408,10 +439,13 @@ cdef class Lane:
         cdef int got, fd = sock.fileno()
         cdef bint tcp = sock.family != _socket.AF_UNIX
         cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>wait_ms * 1000000, now
+        cdef int lowat = 2 * OK_BYTES_MIN, one = 1
         self.tail, self.expected_seq = tail, expected_seq
         self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0
         self.heartbeat, self.heartbeat_ns = None, 0
         PyObject_GetBuffer(region, &r, PyBUF_WRITABLE)
+        if tcp:  # for this run's round trips (round_trip); PyMySQL's reads need it at one byte
+            setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(int))
         try:
             b = <uint8_t *>r.buf
             if r.len < DATA_OFFSET or DATA_OFFSET + <Py_ssize_t>rd32(b + SIZE_AT) > r.len:
@@ -429,6 +463,8 @@ cdef class Lane:
                 elif now >= deadline:
                     return self.txns
         finally:
+            if tcp:
+                setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(int))
             PyBuffer_Release(&r)
 
     cdef int group(self, uint8_t *b, uint32_t epoch, int fd, bint tcp, long max_txns, long max_events,

@@ -5,6 +5,7 @@ lane leaves to the general path, it leaves untouched: no byte sent, no frame tak
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -87,6 +88,28 @@ def answering(server, answers):
     return got
 
 
+def tcp_pair():
+    """A connected loopback TCP pair (the lane waits differently over TCP: SO_RCVLOWAT)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    return client, server
+
+
+def answering_split(server, answers):
+    """``answering``, but the answers' bytes go out a few at a time, with pauses between."""
+    header = server.recv(4)
+    length = int.from_bytes(header[:3], "little")
+    got = b""
+    while len(got) < length:
+        got += server.recv(length - len(got))
+    data = b"".join(len(a).to_bytes(3, "little") + bytes([i + 1]) + a for i, a in enumerate(answers))
+    for at in range(0, len(data), 3):
+        server.sendall(data[at:at + 3])
+        time.sleep(0.002)
+    return got
+
+
 OK = b"\x00\x00\x00\x02\x00\x00\x00"
 ROWS = RowEvents(b"\x01" * 40, (("app", "t"),), 1)
 
@@ -133,6 +156,38 @@ def test_error_and_nonsense_answers_leave_the_ring_and_position_as_they_were(cls
     assert lane.seq == 0 and lane.gtids == "0-1-5" and read_u64(region, ACK_SEQ_AT) == 0
     if code == twin_lane.FAILED:
         assert lane.error.endswith(answers[-1])
+
+
+LONG_ERROR = b"\xff\x26\x04#23000Duplicate entry '" + b"x" * 700 + b"' for key 'PRIMARY'"
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("pair", [socket.socketpair, tcp_pair])
+@pytest.mark.parametrize("peer_fn", [answering, answering_split])
+@pytest.mark.parametrize("answers,code", [([OK, OK], 1), ([LONG_ERROR], twin_lane.FAILED),
+                                          ([OK, LONG_ERROR], twin_lane.FAILED)])
+def test_answers_split_or_long_are_read_whole_and_the_socket_is_left_for_pymysql(cls, pair, peer_fn, answers, code):
+    """Answers that arrive a few bytes at a time, an error message longer than any
+    buffer a round trip starts with, over a Unix socket and over TCP: the same result,
+    and a TCP socket's low-water mark back at one byte (PyMySQL reads it next)."""
+    region = ring([Transaction("0-1-6", (ROWS,), (1, 2))])
+    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane.set_position(0, GtidSet.parse("0-1-5"))
+    client, server = pair()
+    with client, server:
+        client.settimeout(5)
+        peer = threading.Thread(target=peer_fn, args=(server, answers))
+        peer.start()
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == code
+        peer.join(5)
+        if client.family == socket.AF_INET:
+            assert client.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+        server.sendall(b"next")  # nothing of the answers was left unread, nothing read ahead
+        assert client.recv(16) == b"next"
+    if code == twin_lane.FAILED:
+        assert lane.error.endswith(answers[-1])
+    else:
+        assert lane.seq == 1 and read_u64(region, ACK_SEQ_AT) == 1
 
 
 @pytest.mark.parametrize("cls", CLASSES)
