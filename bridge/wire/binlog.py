@@ -240,7 +240,7 @@ def parse_query(event, checksum_bytes: int) -> QueryEvent:
         at += status_len
         schema = bytes(event[at:at + db_len]).decode("utf-8")
         sql = bytes(event[at + db_len + 1:len(event) - checksum_bytes])
-    except (struct.error, UnicodeDecodeError) as exc:
+    except (struct.error, UnicodeDecodeError, IndexError) as exc:  # IndexError: a status variable cut short
         raise RemoteProtocolError(f"query event: unreadable ({exc})") from exc
     micro = status.pop(Q_HRNOW, None)
     micro = status.pop(Q_MICROSECONDS, micro)
