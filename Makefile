@@ -22,7 +22,8 @@ SEMI_SYNC ?= received
 # setup.py builds the compiled hot path, tcp receiver and apply lane (Cython, fetched by pip for the build) with
 # the C compiler and Python headers `compiler` installs.
 $(STAMP): setup.cfg setup.py pyproject.toml bridge/wire/_hotpath.pyx bridge/transport/_receiver.pyx \
-  bridge/apply/_lane.pyx bridge/source/_ship.pyx bridge/wire/_frames.pxi bridge/wire/bridge_native.h \
+  bridge/apply/_lane.pyx bridge/source/_ship.pyx bridge/wire/_frames.pxi bridge/transport/_placements.pxi \
+  bridge/wire/bridge_native.h \
   bridge/wire/native_c.pxd | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

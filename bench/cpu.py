@@ -140,7 +140,8 @@ def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tc
                 rows.append({"apply_mode": mode, "transport": transport, "hot_path": hot_path, **row})
                 log(f"{mode}/{transport}/{hot_path}/{workload}: {row['cpu_us_per_txn']} "
                     f"(bridge total {row['bridge_total_us']} us, "
-                    f"{row['ratio_bridge_total_over_native_server']}x native); context switches per txn {row['context_switches_per_txn']}")
+                    f"{row['ratio_bridge_total_over_native_server']}x native); "
+                    f"context switches per txn {row['context_switches_per_txn']}")
         finally:
             bench.stop()
             os.environ.pop(native.PURE_ENV, None)

@@ -8,7 +8,7 @@ install (setup.py, Cython); when it is missing bridge.apply.lanes uses the twin.
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeASCII
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -47,9 +47,7 @@ cdef extern from "<sys/socket.h>" nogil:
 cdef extern from * nogil:
     void __atomic_thread_fence(int order)
 
-cdef extern from "<errno.h>" nogil:
-    int errno
-    enum: EINTR, EAGAIN
+include "../transport/_placements.pxi"  # the tcp data connection, read while a run holds it (pl_take)
 
 bridge_crc_init()
 bridge_crc32_init()
@@ -155,17 +153,58 @@ cdef inline uint64_t now_ns(int clock) noexcept nogil:
     return <uint64_t>t.tv_sec * 1000000000 + t.tv_nsec
 
 
-cdef void sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms) noexcept nogil:
-    """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting flag up meanwhile)."""
-    cdef pollfd waiter
+cdef void sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms, Placements *pl) noexcept nogil:
+    """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting
+    flag up meanwhile), or, where the run holds the tcp data connection (``pl``), until
+    placements arrive on it: carried out here, no other thread woken."""
+    cdef pollfd waiters[2]
     cdef uint8_t drained[4096]
+    cdef int n = 0
     wr32(b + WAITING_AT, 1)
     __atomic_thread_fence(5)  # the flag up before the seq is read again (the producer: the other way round)
     if rd64(b + WRITE_SEQ_AT) < expected_seq:
-        waiter.fd, waiter.events, waiter.revents = doorbell, POLLIN, 0
-        poll(&waiter, 1, wait_ms)
-    read(doorbell, drained, sizeof(drained))  # non-blocking: every byte rung, or the eventfd's counter
+        if doorbell >= 0:
+            waiters[n].fd, waiters[n].events, waiters[n].revents = doorbell, POLLIN, 0
+            n += 1
+        if pl != NULL and not pl_load_int(&pl.ended) and not pl.lane_stop:
+            waiters[n].fd, waiters[n].events, waiters[n].revents = pl.fd, POLLIN, 0
+            n += 1
+        if poll(waiters, n, wait_ms) > 0 and pl != NULL and waiters[n - 1].fd == pl.fd and waiters[n - 1].revents:
+            pl_drain_lane(pl)
+    if doorbell >= 0:
+        read(doorbell, drained, sizeof(drained))  # non-blocking: every byte rung, or the eventfd's counter
     wr32(b + WAITING_AT, 0)
+
+
+cdef void wait_answers(int fd, Placements *pl, int timeout_ms) noexcept nogil:
+    """Until ``fd`` is readable (its low-water mark met) or ``timeout_ms`` passed (-1:
+    none), carrying out the placements that arrive meanwhile on the data connection the
+    run holds (``pl``): an ANSWER the primary side waits on is not held up by the replica
+    server."""
+    cdef pollfd waiters[2]
+    cdef int n, ready, left = timeout_ms
+    cdef uint64_t until = now_ns(CLOCK_MONOTONIC) + <uint64_t>(timeout_ms if timeout_ms > 0 else 0) * 1000000
+    cdef uint64_t now
+    while True:
+        waiters[0].fd, waiters[0].events, waiters[0].revents = fd, POLLIN, 0
+        n = 1
+        if pl != NULL and not pl_load_int(&pl.ended) and not pl.lane_stop:
+            waiters[1].fd, waiters[1].events, waiters[1].revents = pl.fd, POLLIN, 0
+            n = 2
+        ready = poll(waiters, n, left)
+        if ready == 0:
+            return
+        if ready < 0 and errno != EINTR:
+            return
+        if n == 2 and waiters[1].revents:
+            pl_drain_lane(pl)
+        if waiters[0].revents:
+            return
+        if timeout_ms >= 0:
+            now = now_ns(CLOCK_MONOTONIC)
+            if now >= until:
+                return
+            left = <int>((until - now) // 1000000) + 1
 
 
 cdef int send_all(int fd, const char *p, Py_ssize_t n) noexcept nogil:
@@ -181,25 +220,33 @@ cdef int send_all(int fd, const char *p, Py_ssize_t n) noexcept nogil:
     return 0
 
 
-cdef int recv_more(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t room, bint tcp) noexcept nogil:
+cdef int recv_more(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t room, bint tcp, Placements *pl) noexcept nogil:
     """Bytes after ``have`` in ``buf``: what has arrived (one recv), waiting for some when
     none has; the new count, or -1 (closed, error). Over tcp the run keeps SO_RCVLOWAT
     at both answers' size, so a wait for the rest of a split answer drops it to one byte
-    for that wait."""
+    for that wait. Where the run holds the data connection (``pl``) it is served while
+    this waits."""
     cdef ssize_t got = -1
     cdef int one = 1, lowat = 2 * OK_BYTES_MIN
-    cdef pollfd waiter
-    if tcp:  # after the poll: the answers are in, but for a slow server or a split one
+    cdef bint polled = tcp or pl != NULL
+    if polled:  # after the poll: the answers are in, but for a slow server or a split one
         got = recv(fd, buf + have, room - have, MSG_DONTWAIT)
-    if got < 0 and (not tcp or errno == EAGAIN or errno == EINTR):
+    if got < 0 and (not polled or errno == EAGAIN or errno == EINTR):
         if tcp:
             setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(int))
-        got = recv(fd, buf + have, room - have, 0)
-        while got < 0 and (errno == EINTR or errno == EAGAIN):  # EAGAIN: a socket with a timeout
-            if errno == EAGAIN:
-                waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
-                poll(&waiter, 1, -1)
+        if pl != NULL:
+            got = -1
+            while got < 0:
+                wait_answers(fd, pl, -1)
+                got = recv(fd, buf + have, room - have, MSG_DONTWAIT)
+                if got < 0 and errno != EAGAIN and errno != EINTR:
+                    break
+        else:
             got = recv(fd, buf + have, room - have, 0)
+            while got < 0 and (errno == EINTR or errno == EAGAIN):  # EAGAIN: a socket with a timeout
+                if errno == EAGAIN:
+                    wait_answers(fd, NULL, -1)
+                got = recv(fd, buf + have, room - have, 0)
         if tcp:
             setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(int))
     if got <= 0:
@@ -207,13 +254,13 @@ cdef int recv_more(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t room, bint 
     return have + got
 
 
-cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t **error, Py_ssize_t *error_len) \
-        noexcept nogil:
+cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t **error, Py_ssize_t *error_len,
+                    Placements *pl) noexcept nogil:
     """Send the COM_QUERY ``packet``, read its two answers: 0, FAILED (``error``: the
     ERR packet, malloc'd) or LOST. Over tcp the caller (``Lane.run``) has set SO_RCVLOWAT
     to both answers' size, so the poll wakes once for both (bridge.apply.connection) and
-    one recv takes them: no other bytes come on this connection meanwhile."""
-    cdef pollfd waiter
+    one recv takes them: no other bytes come on this connection meanwhile. ``pl``: the
+    tcp data connection the run holds, served while this waits."""
     cdef uint8_t small[ANSWER_ROOM]
     cdef uint8_t *buf = small
     cdef uint8_t *grown
@@ -222,12 +269,11 @@ cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t 
     cdef int seq_id, status = 0
     if send_all(fd, packet, n):
         return -2
-    if tcp:
-        waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
-        poll(&waiter, 1, ANSWERS_WAIT_MS)
+    if tcp or pl != NULL:
+        wait_answers(fd, pl, ANSWERS_WAIT_MS if tcp else -1)
     for seq_id in range(1, 3):
         while have - at < 4:
-            have = recv_more(fd, buf, have, room, tcp)
+            have = recv_more(fd, buf, have, room, tcp, pl)
             if have < 0:
                 status = -2
                 break
@@ -248,7 +294,7 @@ cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t 
                 free(buf)
             buf, room = grown, need
         while have < need:
-            have = recv_more(fd, buf, have, room, tcp)
+            have = recv_more(fd, buf, have, room, tcp, pl)
             if have < 0:
                 status = -2
                 break
@@ -433,8 +479,14 @@ cdef class Lane:
         return 0
 
     def run(self, region, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, sock, long max_txns,
-            long max_events, Py_ssize_t max_bytes, Py_ssize_t limit, int doorbell=-1, int wait_ms=0):
+            long max_events, Py_ssize_t max_bytes, Py_ssize_t limit, int doorbell=-1, int wait_ms=0,
+            receiver=None):
+        """``receiver``: the tcp data connection's compiled receiver (bridge.transport._receiver)
+        of this ring: where the run would sleep it holds the connection and carries out
+        the placements itself (one thread woken per transaction, not two), until it returns."""
         cdef Py_buffer r
+        cdef Placements *pl = NULL
+        cdef bint held = False
         cdef uint8_t *b
         cdef int got, fd = sock.fileno()
         cdef bint tcp = sock.family != _socket.AF_UNIX
@@ -451,24 +503,38 @@ cdef class Lane:
             if r.len < DATA_OFFSET or DATA_OFFSET + <Py_ssize_t>rd32(b + SIZE_AT) > r.len:
                 return NOTHING
             while True:
-                got = self.group(b, epoch, fd, tcp, max_txns, max_events, max_bytes, limit)
+                got = self.group(b, epoch, fd, tcp, max_txns, max_events, max_bytes, limit, pl)
                 if got < 0:
                     return got
                 now = now_ns(CLOCK_MONOTONIC)
+                if held and pl.lane_stop:  # a message for the receiver thread: the run gives it back
+                    return self.txns
                 if got == NOTHING:
-                    if rd64(b + WRITE_SEQ_AT) >= self.expected_seq or doorbell < 0 or now >= deadline:
+                    if rd64(b + WRITE_SEQ_AT) >= self.expected_seq or now >= deadline or \
+                            doorbell < 0 and receiver is None:
                         return self.txns  # the next frame is the general path's, or nothing to wait on
+                    if receiver is not None and not held:
+                        pl = <Placements *><uintptr_t>receiver.address
+                        with nogil:
+                            held = pl_take(pl, <int>((deadline - now) // 1000000) + 1)
+                        if not held:
+                            pl, receiver = NULL, None  # the receiver thread serves it this run
+                            if doorbell < 0:
+                                return self.txns
+                        now = now_ns(CLOCK_MONOTONIC)
                     with nogil:
-                        sleep_on(b, doorbell, self.expected_seq, <int>((deadline - now) // 1000000) + 1)
+                        sleep_on(b, doorbell, self.expected_seq, <int>((deadline - now) // 1000000) + 1, pl)
                 elif now >= deadline:
                     return self.txns
         finally:
+            if held:
+                pl_give(pl)
             if tcp:
                 setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(int))
             PyBuffer_Release(&r)
 
     cdef int group(self, uint8_t *b, uint32_t epoch, int fd, bint tcp, long max_txns, long max_events,
-                   Py_ssize_t max_bytes, Py_ssize_t limit) except -100:
+                   Py_ssize_t max_bytes, Py_ssize_t limit, Placements *pl) except -100:
         """One group from ``self.tail``: its frame count, NOTHING, FAILED or LOST."""
         cdef const uint8_t *h
         cdef const uint8_t *p
@@ -576,7 +642,7 @@ cdef class Lane:
             o = bridge_b64_end(o, carry, held)
             memcpy(o, b"';COMMIT", 8)
             with nogil:
-                status = round_trip(fd, tcp, packet, 5 + o_len, &error, &error_len)
+                status = round_trip(fd, tcp, packet, 5 + o_len, &error, &error_len, pl)
         finally:
             free(packet)
         if status:

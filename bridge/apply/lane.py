@@ -121,13 +121,16 @@ class Lane:
     # --- one group ------------------------------------------------------------------
 
     def run(self, region, tail: int, expected_seq: int, epoch: int, sock, max_txns: int, max_events: int,
-            max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0) -> int:
+            max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0, receiver=None) -> int:
         """Apply the frames ready in ``region`` from ``tail`` (seq ``expected_seq``), a
         group at a time (each one replica transaction on ``sock``), until the ring's next
         frame is not the lane's, or for ``wait_ms``: while the ring is empty it sleeps on
         the ``doorbell`` fd (-1: none, return at once). Returns the frames applied, or
         FAILED or LOST for the group it gave back (those applied before it stay applied:
-        ``groups``, ``txns``, ``tail``, ``expected_seq`` and the position say so)."""
+        ``groups``, ``txns``, ``tail``, ``expected_seq`` and the position say so).
+        ``receiver``: the compiled lane reads the tcp data connection itself while it runs
+        (bridge/transport/_placements.pxi); this twin leaves it to the receiver thread,
+        which rings the doorbell: the same frames, the same bytes, one wakeup more."""
         deadline = time.monotonic() + wait_ms / 1000
         self.tail, self.expected_seq = tail, expected_seq
         self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0

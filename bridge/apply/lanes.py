@@ -45,17 +45,17 @@ class LaneRunner:
         self._held_until = 0  # the general path applies through this seq first
 
     def run(self, consumer, max_txns: int, max_events: int, max_bytes: int, doorbell: int = -1,
-            wait_ms: int = 0) -> int:
+            wait_ms: int = 0, receiver=None) -> int:
         """Apply groups through the lane (for up to ``wait_ms``, sleeping on ``doorbell``
-        while the ring is empty): the frames applied, 0 when the general path takes the
-        next frame (or nothing came)."""
+        while the ring is empty, or holding the tcp data connection of ``receiver``): the
+        frames applied, 0 when the general path takes the next frame (or nothing came)."""
         applier = self.applier
         position = applier.position
         if position.applied_seq < self._held_until or not consumer.settled or not self._ready(position):
             return 0
         lane = self.last = self.lane
         got = lane.run(consumer.region, consumer.tail, consumer.expected_seq, consumer.epoch, applier.conn._sock,
-                       max_txns, max_events, max_bytes, applier.max_query_bytes, doorbell, wait_ms)
+                       max_txns, max_events, max_bytes, applier.max_query_bytes, doorbell, wait_ms, receiver)
         if lane.groups:
             consumer.took_and_acked(lane.expected_seq - 1, lane.tail)
             self._position = applier.position = Position(

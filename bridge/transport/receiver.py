@@ -5,7 +5,9 @@ the ring holds, ringing the doorbell after each publish.
 Two twins, one behaviour: ``serve_twin`` in Python, and the compiled loop of
 ``bridge.transport._receiver``, which runs with the interpreter lock released for the
 whole connection, so an answer the primary side waits on (semi-sync ``received``) is
-sent without waiting for the apply thread to let go of the lock. ``serve`` picks the
+sent without waiting for the apply thread to let go of the lock; while the compiled apply
+lane runs, it reads the connection itself (the thread parked), so that a transaction
+wakes one thread, not two. ``serve`` picks the
 compiled one where it is built and the socket is plain TCP (TLS needs Python's ssl),
 unless ``RDMA_BRIDGE_PURE_PYTHON`` asks for the twin, and raises from its result what
 the twin raises. ``announce`` is the one log line a replica side's start says about it.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 
 from bridge.errors import RemoteProtocolError, TransportError
 from bridge.ring.layout import ACK_SEQ_AT, WRITE_SEQ_AT, read_u64, write_publish
@@ -39,12 +42,21 @@ def announce(log: logging.Logger) -> None:
         log.warning("tcp receiver: pure Python, its answers wait for the interpreter lock (%s)", why_pure)
 
 
-def serve(sock: socket.socket, region, doorbell: Doorbell) -> None:
-    """Until the connection ends; raises why (TransportError, OSError, RemoteProtocolError)."""
+def serve(sock: socket.socket, region, doorbell: Doorbell, lend: Callable[[object], None] | None = None) -> None:
+    """Until the connection ends; raises why (TransportError, OSError, RemoteProtocolError).
+    ``lend``: told the compiled loop's Receiver while it serves (None after), which the
+    compiled apply lane may hold the connection through (bridge/transport/_placements.pxi)."""
     if compiled is None or type(sock) is not socket.socket:
         serve_twin(sock, region, doorbell)
         return
-    code, a, b, c = compiled.serve(sock.fileno(), region, doorbell.fd)
+    serving = compiled.Receiver(sock.fileno(), region, doorbell.fd)
+    if lend is not None:
+        lend(serving)
+    try:
+        code, a, b, c = serving.serve()
+    finally:
+        if lend is not None:
+            lend(None)
     raise ended(code, a, b, c, sock, len(region))
 
 

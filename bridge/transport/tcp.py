@@ -32,6 +32,7 @@ class TcpRingHost:
         self.ring_bytes = ring_bytes
         self.doorbell = Doorbell.eventfd()  # rung by our own receiver thread
         self._sockets: set[socket.socket] = set()  # data connections being served
+        self._lent = None  # the newest data connection's compiled receiver (bridge.transport.receiver)
         self.fence()
 
     @property
@@ -63,13 +64,29 @@ class TcpRingHost:
         """Carry out placements from one data connection until it closes (or a new
         session fences it off): into the ring of the session it belongs to."""
         self._sockets.add(sock)
+        mine = []
+
+        def lend(serving) -> None:
+            if serving is not None:
+                mine.append(serving)
+                self._lent = serving
+            elif mine and self._lent is mine[0]:
+                self._lent = None
+
         try:
-            receiver.serve(sock, self.region, self.doorbell)
+            receiver.serve(sock, self.region, self.doorbell, lend)
         except (BridgeError, OSError) as exc:
             log.info("tcp transport: data connection ended: %s", exc)
         finally:
             self._sockets.discard(sock)
             sock.close()
+
+    def lane_receiver(self, region):
+        """The compiled receiver of the data connection that writes into ``region`` (the
+        session's ring), for the apply lane to read the connection itself while it runs;
+        None when there is none (the pure-Python twin, TLS, no connection)."""
+        lent = self._lent
+        return lent if lent is not None and lent.region is region and not lent.ended else None
 
     def close(self) -> None:
         self.fence()

@@ -39,7 +39,7 @@ def test_the_compiled_loop_is_built_and_ends_in_the_same_words():
 def compiled_serve(sock, region, doorbell):
     if compiled is None:
         pytest.skip("the compiled loop is not built (test_the_compiled_loop_is_built says so)")
-    code, a, b, c = compiled.serve(sock.fileno(), region, doorbell.fd)
+    code, a, b, c = compiled.Receiver(sock.fileno(), region, doorbell.fd).serve()
     raise receiver.ended(code, a, b, c, sock, len(region))
 
 
