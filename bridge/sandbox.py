@@ -65,7 +65,25 @@ slave_parallel_mode=optimistic
 ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF),
          "primary2": (4, PRIMARY_CNF + "gtid_domain_id=1\n")}
 _READER = ("rdma_repl", "primary_grants.sql", "repl")  # (user, grants file, password key)
-ACCOUNTS = {"primary": _READER, "primary2": _READER, "replica": ("rdma_apply", "replica_grants.sql", "apply")}
+_APPLIER = ("rdma_apply", "replica_grants.sql", "apply")
+ACCOUNTS = {"primary": _READER, "primary2": _READER, "replica": _APPLIER}
+MAX_REPLICAS = 8  # sandbox up --replicas N: replica, replica2 .. replicaN (server ids 11..)
+
+
+def replica_roles(count: int) -> list[str]:
+    """The replica servers' roles of a sandbox with ``count`` replicas."""
+    return ["replica"] + [f"replica{n}" for n in range(2, count + 1)]
+
+
+def _role(role: str) -> tuple[int, str]:
+    """(server id, extra my.cnf lines) of a role; replicaN: 9 + N, like the replica."""
+    if role in ROLES:
+        return ROLES[role]
+    return 9 + int(role.removeprefix("replica")), ""
+
+
+def _account(role: str) -> tuple[str, str, str]:
+    return ACCOUNTS.get(role) or _APPLIER
 # sandbox up --tls: every server serves TLS with a certificate of the sandbox's own CA, and
 # refuses clients over TCP without it (unix-socket clients, as root here, are let in)
 TLS_CNF = """ssl-ca={tls}/ca.pem
@@ -104,7 +122,7 @@ class Sandbox:
         self.state_file = self.dir / "sandbox.json"
 
     def up(self, native_replica: bool = False, tls: bool = False, flavor: str | None = None,
-           replica_flavor: str | None = None, second_primary: bool = False) -> dict:
+           replica_flavor: str | None = None, second_primary: bool = False, replicas: int = 1) -> dict:
         """Start (creating once) the primary and the replica; with ``native_replica``
         also a third server replicating the primary with MariaDB's own GTID
         replication, the baseline of the benchmarks. ``tls``: the servers take only
@@ -112,11 +130,17 @@ class Sandbox:
         verify them), once asked for it stays so. ``flavor`` (every server) and
         ``replica_flavor`` (the replica): bridge.images, fixed when the sandbox is made
         (None: as it was made, or this host's mariadbd for a new one). ``second_primary``:
-        also a second primary (GTID domain 1), for several primaries into one replica."""
+        also a second primary (GTID domain 1), for several primaries into one replica.
+        ``replicas``: that many replica servers (replica, replica2 .. replicaN, each with the
+        same accounts), for one primary side feeding several; more are added, never removed."""
+        if not 1 <= replicas <= MAX_REPLICAS:
+            raise SandboxError(f"sandbox: --replicas {replicas}: between 1 and {MAX_REPLICAS}")
         state = self._load_or_create(flavor, replica_flavor or flavor)
         if tls and not state.get("tls"):
             self._enable_tls(state)
-        for role, wanted in (("native", native_replica), ("primary2", second_primary)):
+        wanted_roles = [("native", native_replica), ("primary2", second_primary),
+                        *((role, True) for role in replica_roles(replicas)[1:])]
+        for role, wanted in wanted_roles:
             if wanted and role not in state["ports"]:
                 state["ports"][role] = free_port()
                 self._save(state)
@@ -131,6 +155,12 @@ class Sandbox:
         if "primary2" in state["ports"] and not state.get("primary2_bootstrapped"):
             self._bootstrap(state, ("primary2",))
             state["primary2_bootstrapped"] = True
+            self._save(state)
+        done = state.setdefault("replicas_bootstrapped", [])
+        added = [role for role in self._replicas(state)[1:] if role not in done]
+        if added:
+            self._bootstrap(state, tuple(added))
+            state["replicas_bootstrapped"] += added
             self._save(state)
         if "native" in state["ports"] and not state.get("native_configured"):
             self._configure_native(state)
@@ -147,7 +177,15 @@ class Sandbox:
 
     @staticmethod
     def _roles(state: dict) -> list[str]:
-        return [role for role in ROLES if role in state["ports"]]
+        return [role for role in ROLES if role in state["ports"]] + Sandbox._replicas(state)[1:]
+
+    @staticmethod
+    def _replicas(state: dict) -> list[str]:
+        """The replica servers' roles this sandbox has, in order."""
+        count = 1
+        while f"replica{count + 1}" in state["ports"]:
+            count += 1
+        return replica_roles(count)
 
     def down(self) -> list[str]:
         if not self.state_file.exists():
@@ -183,6 +221,10 @@ class Sandbox:
             "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}{tls}",
             "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}{tls}",
         }
+        info["replicas"] = [f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{state['ports'][role]}{tls}"
+                            for role in self._replicas(state)]
+        info["replicas_admin"] = [f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports'][role]}{tls}"
+                                  for role in self._replicas(state)]
         if "primary2" in state["ports"]:
             q = state["ports"]["primary2"]
             info["primary2"] = f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{q}{tls}"
@@ -281,7 +323,10 @@ class Sandbox:
         tmp.replace(self.state_file)
 
     def _server(self, state: dict, role: str) -> ServerState:
-        return ServerState(role, self.dir / role, state["ports"][role], state.get("flavors", {}).get(role, LOCAL))
+        flavors = state.get("flavors", {})
+        flavor = flavors.get(role) or flavors.get("replica", LOCAL) if role.startswith("replica") else \
+            flavors.get(role, LOCAL)
+        return ServerState(role, self.dir / role, state["ports"][role], flavor)
 
     def _servers(self, server: ServerState):
         return servers_for(server.flavor, self.dir)
@@ -293,7 +338,7 @@ class Sandbox:
         return pid is not None and _alive(pid) and server.socket.exists()
 
     def _start(self, server: ServerState, tls: bool = False) -> None:
-        server_id, extra = ROLES[server.role]
+        server_id, extra = _role(server.role)
         cnf = server.dir / "my.cnf"
         server.dir.mkdir(parents=True, exist_ok=True)
         common = COMMON_CNF if server.flavor == LOCAL else COMMON_CNF.replace(LOCAL_CHARSET_CNF, "")  # theirs
@@ -346,7 +391,7 @@ class Sandbox:
     def _bootstrap(self, state: dict, roles: tuple[str, ...]) -> None:
         pw = state["passwords"]
         for role in roles:
-            user, grants, key = ACCOUNTS[role]
+            user, grants, key = _account(role)
             conn = _root(self._server(state, role))
             with conn.cursor() as cur:
                 cur.execute("SET SESSION sql_log_bin=0")  # the sandbox's own accounts are not replicated

@@ -15,7 +15,7 @@ from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
 from bridge.model import GtidSet
 from bridge.images import FLAVORS, LOCAL
-from bridge.sandbox import Sandbox
+from bridge.sandbox import MAX_REPLICAS, Sandbox
 
 log = logging.getLogger("bridge")
 
@@ -50,14 +50,21 @@ def sandbox() -> None:
 @click.option("--replica-flavor", type=click.Choice([LOCAL, *FLAVORS]), default=None,
               help="Another flavor for the replica (e.g. --replica-flavor mariadb-11.8: the upgrade path from "
                    "this host's 10.11 primary); default: --flavor.")
+@click.option("--replicas", type=click.IntRange(1, MAX_REPLICAS), default=1, show_default=True,
+              help="How many replica servers (replica, replica2, ...), each with the same accounts: to feed "
+                   "several replicas from one primary. Servers added earlier are kept.")
 def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool, flavor: str | None,
-               replica_flavor: str | None) -> None:
+               replica_flavor: str | None, replicas: int) -> None:
     """Create (once) and start the servers. Idempotent."""
-    info = Sandbox(state_dir).up(native_replica=native_replica, tls=tls, flavor=flavor, replica_flavor=replica_flavor)
+    info = Sandbox(state_dir).up(native_replica=native_replica, tls=tls, flavor=flavor, replica_flavor=replica_flavor,
+                                 replicas=replicas)
     if as_json:
         click.echo(json.dumps(info))
     else:
-        click.echo(f"primary  {info['primary']}\nreplica  {info['replica']}\nstate    {info['state_dir']}")
+        click.echo(f"primary  {info['primary']}")
+        for n, url in enumerate(info["replicas"], 1):
+            click.echo(f"{'replica' if n == 1 else f'replica{n}':8} {url}")
+        click.echo(f"state    {info['state_dir']}")
         if "tls" in info:
             click.echo(f"tls      --tls-cert {info['tls']['cert']} --tls-key {info['tls']['key']} "
                        f"--tls-ca {info['tls']['ca']}")
@@ -66,7 +73,7 @@ def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool, f
 @sandbox.command("down")
 @STATE_DIR
 def sandbox_down(state_dir: str) -> None:
-    """Stop both servers (data is kept; `up` starts them again)."""
+    """Stop every server of the sandbox (data is kept; `up` starts them again)."""
     stopped = Sandbox(state_dir).down()
     click.echo("stopped: " + (", ".join(stopped) or "nothing was running"))
 
