@@ -75,6 +75,14 @@ def replica_roles(count: int) -> list[str]:
     return ["replica"] + [f"replica{n}" for n in range(2, count + 1)]
 
 
+def replicas_in(info: dict) -> int:
+    """How many replica servers a sandbox's info (``Sandbox.up``) names."""
+    count = 1
+    while f"replica{count + 1}" in info:
+        count += 1
+    return count
+
+
 def _role(role: str) -> tuple[int, str]:
     """(server id, extra my.cnf lines) of a role; replicaN: 9 + N, like the replica."""
     if role in ROLES:
@@ -221,10 +229,9 @@ class Sandbox:
             "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}{tls}",
             "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}{tls}",
         }
-        info["replicas"] = [f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{state['ports'][role]}{tls}"
-                            for role in self._replicas(state)]
-        info["replicas_admin"] = [f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports'][role]}{tls}"
-                                  for role in self._replicas(state)]
+        for role in self._replicas(state)[1:]:  # replica2, replica2_admin, ...: every value stays a URL
+            info[role] = f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{state['ports'][role]}{tls}"
+            info[f"{role}_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports'][role]}{tls}"
         if "primary2" in state["ports"]:
             q = state["ports"]["primary2"]
             info["primary2"] = f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{q}{tls}"

@@ -15,7 +15,7 @@ from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
 from bridge.model import GtidSet
 from bridge.images import FLAVORS, LOCAL
-from bridge.sandbox import MAX_REPLICAS, Sandbox
+from bridge.sandbox import MAX_REPLICAS, Sandbox, replicas_in
 
 log = logging.getLogger("bridge")
 
@@ -62,8 +62,8 @@ def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool, f
         click.echo(json.dumps(info))
     else:
         click.echo(f"primary  {info['primary']}")
-        for n, url in enumerate(info["replicas"], 1):
-            click.echo(f"{'replica' if n == 1 else f'replica{n}':8} {url}")
+        for role in ["replica"] + [f"replica{n}" for n in range(2, replicas_in(info) + 1)]:
+            click.echo(f"{role:8} {info[role]}")
         click.echo(f"state    {info['state_dir']}")
         if "tls" in info:
             click.echo(f"tls      --tls-cert {info['tls']['cert']} --tls-key {info['tls']['key']} "

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from bridge.config import MysqlUrl
+from bridge.sandbox import replicas_in
 from bridge.workload import connect
 
 
@@ -35,16 +36,18 @@ def test_three_replica_servers_with_the_same_accounts_kept_across_ups_and_all_st
     state = str(tmp_path / "box")
     try:
         info = json.loads(cli("up", "--replicas", "3", "--json", "--state-dir", state).stdout)
-        assert info["replicas"][0] == info["replica"] and len(info["replicas"]) == 3
-        seen = [facts(url) for url in info["replicas"]]
+        assert all(isinstance(value, str) for value in info.values())  # scripts read every value as a URL
+        assert replicas_in(info) == 3 and "replica4" not in info
+        urls = [info["replica"], info["replica2"], info["replica3"]]
+        seen = [facts(url) for url in urls]
         assert len({server_id for server_id, _, _ in seen}) == 3
-        assert [port for _, port, _ in seen] == [MysqlUrl.parse(url).port for url in info["replicas"]]
+        assert [port for _, port, _ in seen] == [MysqlUrl.parse(url).port for url in urls]
         assert all(grants == seen[0][2] for _, _, grants in seen)  # the bridge's apply account, on each
-        assert len({facts(url)[0] for url in info["replicas_admin"]}) == 3
+        assert len({facts(info[f"{role}_admin"])[0] for role in ("replica", "replica2", "replica3")}) == 3
         again = json.loads(cli("up", "--json", "--state-dir", state).stdout)  # no --replicas: what it has stays
-        assert again["replicas"] == info["replicas"]
+        assert again == info
         printed = cli("up", "--replicas", "3", "--state-dir", state).stdout
-        assert "replica3" in printed and info["replicas"][2] in printed
+        assert "replica3" in printed and info["replica3"] in printed
         stopped = cli("down", "--state-dir", state).stdout
         assert all(role in stopped for role in ("primary", "replica", "replica2", "replica3"))
     finally:
