@@ -20,6 +20,7 @@ import pymysql
 from bridge.apply import modes
 from bridge.config import MysqlUrl, TlsFiles
 from bridge.errors import BridgeError
+from bridge.grants import global_privileges, holds
 from bridge.source import preflight
 from bridge.sqlnames import SYSTEM_SCHEMAS
 from bridge.transport import tls
@@ -198,8 +199,8 @@ def apply_mode_checks(conn, requested: str, primary_flavor: str, replica_flavor:
         cur.execute("SELECT CURRENT_USER()")
         user, _, host = cur.fetchone()[0].rpartition("@")
         cur.execute("SHOW GRANTS")
-        grants = " ".join(r[0] for r in cur.fetchall())
-    lacking = modes.missing(grants, mode, replica_flavor)
+        privileges = global_privileges(r[0] for r in cur.fetchall())
+    lacking = modes.missing(privileges, mode, replica_flavor)
     out.append(Check("FAIL" if lacking else "PASS", f"apply mode {mode} grants",
                      "missing " + "; ".join(f"{p} ({modes.why(p)})" for p in lacking) if lacking else
                      "BINLOG and DEFINER privileges granted" if mode == "binlog" else "DEFINER privilege granted",
@@ -212,18 +213,17 @@ def grant_checks(conn, role: str, user: str, required: tuple, wanted: tuple) -> 
     ``wanted``: (privilege, alternative, what for) that only warn."""
     with conn.cursor() as cur:
         cur.execute("SHOW GRANTS")
-        grants = " ".join(r[0].upper() for r in cur.fetchall())
+        privileges = global_privileges(r[0] for r in cur.fetchall())
     out = []
-    missing = [" or ".join(alts) for alts in required if not any(a in grants or "ALL PRIVILEGES" in grants
-                                                                  for a in alts)]
+    missing = [" or ".join(alts) for alts in required if not holds(privileges, alts)]
     out.append(Check("FAIL" if missing else "PASS", f"{role} grants of {user}",
                      f"missing {', '.join(missing)}" if missing else "the required privileges are granted",
                      f"apply sql/{role}_grants.sql" if missing else ""))
     for privilege, alternative, why in wanted:
-        if privilege not in grants and alternative not in grants and "ALL PRIVILEGES" not in grants:
+        if not holds(privileges, (privilege, alternative)):
             out.append(Check("WARN", f"{role} grants of {user}", f"no {privilege} ({why})",
                              f"apply sql/{role}_grants.sql"))
-    broad = [b for b in BROAD if b in grants]
+    broad = [b for b in BROAD if b in privileges]
     out.append(Check("WARN" if broad else "PASS", f"{role} least privilege",
                      f"{user} also has {', '.join(broad)}" if broad else "nothing broader than needed",
                      f"use a dedicated user with sql/{role}_grants.sql only" if broad else ""))

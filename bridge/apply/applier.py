@@ -39,6 +39,7 @@ from bridge.config import MysqlUrl
 from bridge.errors import (ApplyError, BridgeError, ChannelLocked, ConfigError, RemoteProtocolError, StartRefused,
                            TargetConnectionLost)
 from bridge.filter import EVERYTHING
+from bridge.grants import holds
 from bridge.model import Chunk, GtidSet, RowEvents, Statement, Transaction
 from bridge.apply.payload import heartbeat_rows
 from bridge.wire import binlog, tablemap
@@ -98,8 +99,8 @@ class Applier:
         USER and GRANT OPTION on the replica, as a native replica's SQL thread replays
         them); True when they are replayed."""
         if choice == "auto":
-            grants = current_grants(self.conn, self.url)[0].upper()
-            may = ("CREATE USER" in grants or "ALL PRIVILEGES ON *.*" in grants) and "WITH GRANT OPTION" in grants
+            privileges = current_grants(self.conn, self.url)[0]
+            may = holds(privileges, ("CREATE USER",)) and "GRANT OPTION" in privileges
             choice = "replay" if may else "leave-out"
         self._statements.accounts = choice == "replay"
         return self._statements.accounts

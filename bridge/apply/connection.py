@@ -23,6 +23,7 @@ from pymysql.constants import CLIENT, COMMAND
 from bridge.apply import sql
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
+from bridge.grants import global_privileges
 from bridge.wire.binlog import flavor_of
 
 log = logging.getLogger(__name__)
@@ -200,14 +201,14 @@ def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
     return ApplyError(f"{context}: {detail}", code)
 
 
-def current_grants(conn: pymysql.Connection, url: MysqlUrl) -> tuple[str, str, str]:
-    """(SHOW GRANTS joined, user, host) of the connected account."""
+def current_grants(conn: pymysql.Connection, url: MysqlUrl) -> tuple[frozenset[str], str, str]:
+    """(privileges on *.*, user, host) of the connected account (bridge.grants)."""
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT CURRENT_USER()")
             user, _, host = cur.fetchone()[0].rpartition("@")
             cur.execute("SHOW GRANTS")
-            grants = " ".join(row[0] for row in cur.fetchall())
+            grants = global_privileges(row[0] for row in cur.fetchall())
     except pymysql.MySQLError as exc:
         raise apply_error(f"read the grants of {url.user} on replica {url}", exc) from exc
     return grants, user, host

@@ -15,9 +15,10 @@ another user as definer (MariaDB ``SET USER``, MySQL ``SET_USER_ID`` /
 from __future__ import annotations
 
 from bridge.errors import ConfigError
+from bridge.grants import holds
 
 MODES = ("auto", "binlog", "sql")
-# privilege -> its alternatives in SHOW GRANTS, per flavor
+# privilege -> its alternatives on *.*, per flavor
 _BINLOG = {"mariadb": ("BINLOG REPLAY", "SUPER"), "mysql": ("REPLICATION_APPLIER", "BINLOG_ADMIN", "SUPER")}
 _DEFINER = {"mariadb": ("SET USER", "SUPER"), "mysql": ("SET_ANY_DEFINER", "SET_USER_ID", "SUPER")}
 
@@ -35,18 +36,14 @@ def choose(requested: str, primary_flavor: str, replica_flavor: str) -> str:
     return "binlog" if same else "sql"
 
 
-def _granted(grants: str, alternatives: tuple[str, ...]) -> bool:
-    text = grants.upper()
-    return "ALL PRIVILEGES ON *.*" in text or any(a in text for a in alternatives)
-
-
-def missing(grants: str, mode: str, flavor: str) -> list[str]:
-    """Privileges the mode needs that ``grants`` (SHOW GRANTS, joined) lacks: the
-    first alternative of each, as a GRANT names it."""
+def missing(privileges: frozenset[str], mode: str, flavor: str) -> list[str]:
+    """Privileges the mode needs that the account's global ``privileges``
+    (bridge.grants.global_privileges) lack: the first alternative of each, as a GRANT
+    names it."""
     out = []
-    if mode == "binlog" and not _granted(grants, _BINLOG[flavor]):
+    if mode == "binlog" and not holds(privileges, _BINLOG[flavor]):
         out.append(_BINLOG[flavor][0])
-    if not _granted(grants, _DEFINER[flavor]):
+    if not holds(privileges, _DEFINER[flavor]):
         out.append(_DEFINER[flavor][0])
     return out
 
