@@ -12,6 +12,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
+import pymysql
 import sqlalchemy as sa
 
 from bridge import sqlnames
@@ -60,9 +61,10 @@ class Comparison:
 
 
 def engine(url: MysqlUrl) -> sa.Engine:
-    return sa.create_engine(sa.URL.create("mysql+pymysql", username=url.user, password=url.password,
-                                          host=url.host, port=url.port, query={"charset": "utf8mb4"}),
-                            poolclass=sa.pool.NullPool)
+    """Connections made from the whole URL (``MysqlUrl.connect_args``: its ssl-*, socket
+    and defaults-file too), as every other connection of the bridge."""
+    args = {**url.connect_args(), "charset": "utf8mb4"}
+    return sa.create_engine("mysql+pymysql://", creator=lambda: pymysql.connect(**args), poolclass=sa.pool.NullPool)
 
 
 def list_tables(eng: sa.Engine, schemas: list[str] | None) -> list[tuple[str, str]]:

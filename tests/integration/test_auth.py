@@ -91,6 +91,11 @@ def test_passwords_from_an_option_file_replicate(urls, fresh_schema, tmp_path):
     try:
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
         pair.assert_same(s)
+        # and the row-by-row comparison (verify, the demo) reads the same option files
+        from bridge.check.compare import compare_databases
+        result = compare_databases(via_file(urls["primary_admin"], "primary_admin"),
+                                   via_file(urls["replica_admin"], "replica_admin"), [s])
+        assert result.ok and [(p.rows, r.rows) for p, r in result.digests.values()] == [(1, 1)]
     finally:
         pair.stop()
 
