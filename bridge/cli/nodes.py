@@ -108,7 +108,8 @@ def sandbox_status(state_dir: str) -> None:
               help="After a frame, keep polling the ring this long with zero sleeps (~70 µs apart: "
                    "Linux's timer slack; about a quarter of a core meanwhile). Then shm and tcp sleep until "
                    f"the primary rings the ring's doorbell, rdma polls every 200 µs. Default: 0 for shm and "
-                   f"tcp (polling only took CPU from the servers in our benchmarks), {RDMA_SPIN_US} for rdma "
+                   "tcp (polling takes CPU from the servers on the same host, and the doorbell wakes the "
+                   f"replica side within tens of microseconds), {RDMA_SPIN_US} for rdma "
                    "(a one-sided write wakes nobody).")
 @PIN_NEAR_NIC
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",

@@ -49,7 +49,9 @@ def _fail(ctx, line: str) -> None:
 
 @click.group(cls=BridgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="How much the log says: info tells every start, session, reconnect and progress line; "
+                   "debug adds each decision of the hot paths; warning only what needs a person.")
 @click.option("--debug", is_flag=True, help="Show the traceback of an error (else one line says what failed).")
 def main(log_level: str, debug: bool) -> None:
     """Replicate a MySQL/MariaDB primary into a replica through a ring buffer in the

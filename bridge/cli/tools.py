@@ -87,7 +87,9 @@ def report(primary_at: str, replica_at: str, source: str | None, out: str) -> No
               help="Also check the primary: binlog settings, server ids, the reader's grants.")
 @click.option("--target", envvar="RDMA_BRIDGE_TARGET", default=None, metavar="URL",
               help="Also check the replica: the applier's grants.")
-@click.option("--server-id", type=int, default=4242, show_default=True)
+@click.option("--server-id", type=int, default=4242, show_default=True,
+              help="The start-primary --server-id to check: it must differ from every server id the primary "
+                   "and its other replicas use.")
 @click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
               help="The start-replica --apply-mode to check the replica user's privileges for.")
 @tls_options
@@ -296,8 +298,10 @@ def skip(gtid: str, replica, secret_file: str | None, tls) -> None:
 # --- verification and demo -------------------------------------------------
 
 @click.command("verify")
-@click.option("--primary", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_PRIMARY")
-@click.option("--replica", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_REPLICA")
+@click.option("--primary", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_PRIMARY",
+              help="The primary server (also $RDMA_BRIDGE_VERIFY_PRIMARY); its account needs SELECT.")
+@click.option("--replica", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_REPLICA",
+              help="The replica server (also $RDMA_BRIDGE_VERIFY_REPLICA); its account needs SELECT.")
 @click.option("--schema", "schemas", multiple=True, help="Schemas to compare (default: all user schemas).")
 @click.option("--channel", default="default", show_default=True,
               help="Compare what this channel replicates (its --include/--exclude/--rename-schema, recorded on "
@@ -332,7 +336,8 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...], channel: str) -
               help="The primary to write to (also $RDMA_BRIDGE_WORKLOAD; password also from "
                    "$RDMA_BRIDGE_WORKLOAD_PASSWORD).")
 @click.option("--schema", default="demo", show_default=True, help="Created (dropped first) on the primary.")
-@click.option("--transactions", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option("--transactions", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="How many transactions to commit, then stop.")
 @click.option("--rate", type=click.FloatRange(min=0), default=0, show_default=True, metavar="TXN_PER_S",
               help="Pace the writes; 0: as fast as the primary takes them.")
 def workload(target: str, schema: str, transactions: int, rate: float) -> None:
@@ -357,8 +362,10 @@ def workload(target: str, schema: str, transactions: int, rate: float) -> None:
 
 @click.command("demo")
 @STATE_DIR
-@click.option("--transactions", type=int, default=5000, show_default=True)
-@click.option("--transport", type=click.Choice(["shm", "tcp"]), default="shm", show_default=True)
+@click.option("--transactions", type=click.IntRange(min=1), default=5000, show_default=True,
+              help="How many transactions of the mixed workload the demo commits on the sandbox primary.")
+@click.option("--transport", type=click.Choice(["shm", "tcp"]), default="shm", show_default=True,
+              help="How the demo's bridge carries the ring: shared memory (one host) or TCP.")
 @click.option("--probes", type=int, default=300, show_default=True, help="Lag samples after the workload.")
 def demo(state_dir: str, transactions: int, transport: str, probes: int) -> None:
     """Sandbox up, both bridges started, a mixed workload, then a verified match."""
