@@ -27,6 +27,7 @@ import logging
 
 import pymysql
 
+from bridge import servererrors
 from bridge.apply import modes, sql
 from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
@@ -45,7 +46,6 @@ from bridge.apply.payload import heartbeat_rows
 from bridge.wire import binlog, tablemap
 
 log = logging.getLogger(__name__)
-ROW_NOT_FOUND = 1032  # a row event's row is not on the replica
 
 
 class Applier:
@@ -375,7 +375,7 @@ class Applier:
                 self._sql.run(context, seq, changes, gtids, beats)
         except BaseException as exc:
             self.rollback()
-            if isinstance(exc, ApplyError) and exc.code == ROW_NOT_FOUND and "'bridge_meta'" in str(exc):
+            if isinstance(exc, ApplyError) and exc.code == servererrors.ROW_NOT_FOUND and "'bridge_meta'" in str(exc):
                 raise self._position_row_gone(context, exc) from exc
             raise
 

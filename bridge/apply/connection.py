@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pymysql
 from pymysql.constants import CLIENT, COMMAND
 
+from bridge import servererrors
 from bridge.apply import sql
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
@@ -27,10 +28,6 @@ from bridge.grants import global_privileges
 from bridge.wire.binlog import flavor_of
 
 log = logging.getLogger(__name__)
-# Can't connect, server gone away, lost connection, server shutdown in progress, killed.
-CONNECTION_LOST = {2003, 2006, 2013, 1053, 1927}
-CANNOT_CONNECT = 2003
-LOCK_CONFLICT = {1205, 1213}  # lock wait timeout, deadlock
 CONNECT_TIMEOUT_S = 10
 OK_BYTES_MIN = 11  # the smallest OK packet: 4-byte header, 0x00, affected rows, insert id, status, warnings
 ANSWERS_WAIT_MS = 10  # how long one wait may hold out for all the answers before reading them as they come
@@ -159,10 +156,11 @@ def _answer(conn: pymysql.Connection) -> int:
         whole = len(rfile.read(4 + length)) == 4 + length and length < 0xFFFFFF
     except OSError as exc:
         conn._force_close()
-        raise pymysql.OperationalError(2013, f"Lost connection to the server during query ({exc})") from exc
+        raise pymysql.OperationalError(servererrors.LOST_DURING_QUERY,
+                                       f"Lost connection to the server during query ({exc})") from exc
     if not whole:
         conn._force_close()
-        raise pymysql.OperationalError(2013, "Lost connection to the server during query")
+        raise pymysql.OperationalError(servererrors.LOST_DURING_QUERY, "Lost connection to the server during query")
     conn._next_seq_id = (conn._next_seq_id + 1) % 256
     return header[4]
 
@@ -187,16 +185,16 @@ def _keepalive(sock: socket.socket, idle_s: int = 30, interval_s: int = 10, prob
 
 def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
     """Our error for a server error: a lost connection is retryable, the rest is not."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    code = servererrors.code_of(exc)
     detail = exc.args[-1] if exc.args else type(exc).__name__
     refused = tls_refusal(exc)
     if refused:  # no retry mends a certificate
         return ApplyError(f"{context}: {refused}", code)
-    if code == CANNOT_CONNECT:
+    if code == servererrors.CANT_CONNECT:
         return TargetConnectionLost(f"{context}: cannot reach the replica: {detail}", code)
-    if code in CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
+    if code in servererrors.CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
         return TargetConnectionLost(f"{context}: connection to the replica lost: {detail}", code)
-    if code in LOCK_CONFLICT:
+    if code in servererrors.LOCK_CONFLICT:
         return LockConflict(f"{context}: {detail}", code)
     return ApplyError(f"{context}: {detail}", code)
 

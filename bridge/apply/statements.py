@@ -17,7 +17,7 @@ import logging
 
 import pymysql
 
-from bridge import serverinfo
+from bridge import servererrors, serverinfo
 from bridge.apply import replay, sql
 from bridge.apply.connection import apply_error, run_script, session_setup
 from bridge.errors import ApplyError, RemoteProtocolError
@@ -27,7 +27,6 @@ from bridge.wire import binlog
 log = logging.getLogger(__name__)
 # Errors that mean a replayed DDL already took effect before a crash.
 DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1176}
-UNKNOWN_DATABASE = 1049
 
 
 class StatementReplayer:
@@ -80,7 +79,7 @@ class StatementReplayer:
             try:
                 cur.execute(f"USE {sql.quote_name(plan.schema)}")
             except pymysql.MySQLError as exc:
-                if exc.args[0] != UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
+                if exc.args[0] != servererrors.UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
                     raise apply_error(f"{context}: USE {plan.schema}", exc) from exc
         try:
             cur.execute(sql.TAG.encode() + plan.sql)

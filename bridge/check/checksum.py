@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge import sqlnames
+from bridge import servererrors, sqlnames
 from bridge.sqlnames import as_str, quote_name, table_name
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, BridgeError, ConfigError
@@ -146,7 +146,7 @@ def channel_filter(conn, channel: str) -> Filter:
             cur.execute(f"SELECT rules FROM {sqlnames.CHANNEL_FILTER} WHERE channel=%s", (channel,))
             row = cur.fetchone()
         except (pymysql.ProgrammingError, pymysql.OperationalError) as exc:
-            if exc.args[0] == NO_SUCH_TABLE:  # no bridge of this version ran against this replica
+            if exc.args[0] == servererrors.NO_SUCH_TABLE:  # no bridge of this version ran against this replica
                 row = None
             elif exc.args[0] in (1142, 1044):
                 log.warning("cannot read what channel %r replicates (%s): every table is compared; grant SELECT on "
@@ -232,7 +232,6 @@ def _text(values: tuple | None) -> str | None:
     return None if values is None else ",".join(str(v) for v in values)
 
 
-NO_SUCH_TABLE = 1146
 
 
 def primary_position(conn) -> GtidSet:
@@ -249,7 +248,7 @@ def replica_position(conn, url: MysqlUrl, channel: str, starting: bool = False) 
             cur.execute(f"SELECT gtid_set FROM {sqlnames.META} WHERE channel=%s", (channel,))
             row = cur.fetchone()
         except pymysql.ProgrammingError as exc:  # 1146: no bridge ever ran against this replica
-            if exc.args[0] != NO_SUCH_TABLE:
+            if exc.args[0] != servererrors.NO_SUCH_TABLE:
                 raise
             row = None
     if row:
@@ -268,7 +267,7 @@ def applying_stopped(conn, channel: str) -> tuple | None:
             cur.execute(f"SELECT seq, gtid, error, until_gtid FROM {sqlnames.APPLY_STOPPED} WHERE channel=%s",
                         (channel,))
         except pymysql.ProgrammingError as exc:  # 1146: a replica side of an older version
-            if exc.args[0] != NO_SUCH_TABLE:
+            if exc.args[0] != servererrors.NO_SUCH_TABLE:
                 raise
             return None
         return cur.fetchone()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pymysql
 import sqlalchemy as sa
 
-from bridge import sqlnames
+from bridge import servererrors, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import CheckError, ConsistencyError
 from bridge.filter import EVERYTHING, Filter
@@ -79,7 +79,6 @@ def table_rows(conn: sa.Connection, schema: str, table: str) -> Counter:
     return Counter(tuple(row) for row in result)
 
 
-NO_SELECT = (1142, 1143, 1044)  # table / column / database access denied
 
 
 def _visible(conn: sa.Connection, schema: str, table: str) -> bool:
@@ -87,7 +86,7 @@ def _visible(conn: sa.Connection, schema: str, table: str) -> bool:
     try:
         conn.exec_driver_sql(f"SELECT 1 FROM `{schema}`.`{table}` LIMIT 0")
     except sa.exc.DBAPIError as exc:
-        if getattr(exc.orig, "args", (0,))[0] in NO_SELECT:
+        if getattr(exc.orig, "args", (0,))[0] in servererrors.NO_SELECT:
             return True
         return False
     return True
@@ -97,8 +96,8 @@ def _fail(what: str, url: MysqlUrl, exc: sa.exc.SQLAlchemyError) -> CheckError:
     orig = getattr(exc, "orig", None)
     detail = orig.args[-1] if orig is not None and getattr(orig, "args", None) else str(exc).splitlines()[0]
     code = orig.args[0] if orig is not None and getattr(orig, "args", None) else 0
-    fix = f"; it needs SELECT on every compared table (GRANT SELECT ON *.* TO {url.user})" if code in NO_SELECT \
-        else ""
+    fix = f"; it needs SELECT on every compared table (GRANT SELECT ON *.* TO {url.user})" \
+        if code in servererrors.NO_SELECT else ""
     return CheckError(f"compare: {what} on {url}: {detail}{fix}")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from bridge import servererrors
 from bridge.apply.connection import apply_error
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
@@ -197,16 +198,15 @@ def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl)
                 if kind == "EVENT":  # as a native replica holds them: the primary runs them
                     _run(conn, f"ALTER EVENT {table_name(db, name)} DISABLE ON SLAVE", f"event {db}.{name}", url)
             except ApplyError as exc:
-                if kind != "VIEW" or exc.code != NO_SUCH_TABLE:
+                if kind != "VIEW" or exc.code != servererrors.NO_SUCH_TABLE:
                     raise
                 failed.append((kind, db, name, create, mode))
         if len(failed) == len(pending):
             raise ApplyError(f"clone: views {', '.join(f'{d}.{n}' for _, d, n, _, _ in failed)} on replica {url} "
-                             "refer to tables or views that do not exist", NO_SUCH_TABLE)
+                             "refer to tables or views that do not exist", servererrors.NO_SUCH_TABLE)
         pending = failed
 
 
-NO_SUCH_TABLE = 1146
 
 
 def drop_objects(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl) -> None:

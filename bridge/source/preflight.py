@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pymysql
 
+from bridge import servererrors
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
 from bridge.model import GtidSet
@@ -20,17 +21,13 @@ REQUIRED = (
 )
 
 
-# Can't connect (2003), server gone away (2006), lost connection (2013): worth a retry.
-UNREACHABLE_CODES = (2003, 2006, 2013)
-
-
 def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
     try:
         return pymysql.connect(**url.connect_args(), connect_timeout=10, read_timeout=30, autocommit=True, **kwargs)
     except pymysql.MySQLError as exc:
-        code = exc.args[0] if exc.args else 0
         refused = tls_refusal(exc)  # no retry mends a certificate
-        error = SourceConnectionLost if code in UNREACHABLE_CODES and not refused else SourceError
+        lost = servererrors.code_of(exc) in servererrors.CONNECTION_LOST  # worth a retry
+        error = SourceConnectionLost if lost and not refused else SourceError
         raise error(f"connect to {what} {url}: {refused or (exc.args[-1] if exc.args else exc)}") from exc
 
 

@@ -35,13 +35,14 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from bridge import servererrors
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.model import BitValue, InvalidTemporal, RowEvents, Transaction
 from bridge.source import _compat, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
                                   SourceEvent)
-from bridge.source.stream import LIBRARY, LOST_CONNECTION_CODES, Handled, StreamConnection
+from bridge.source.stream import LIBRARY, Handled, StreamConnection
 from bridge.wire import binlog
 from bridge.wire.native import hot
 
@@ -114,8 +115,7 @@ class BinlogReader:
         return self._translate(event)
 
     def _stream_error(self, exc: pymysql.MySQLError) -> SourceError:
-        code = exc.args[0] if exc.args else 0
-        error = SourceConnectionLost if code in (2003, *LOST_CONNECTION_CODES) else SourceError
+        error = SourceConnectionLost if servererrors.code_of(exc) in servererrors.CONNECTION_LOST else SourceError
         return error(f"binlog stream from {self.url}: {exc}")
 
     def rest_of_transaction(self, gtid: str, max_bytes: int) -> Transaction | None:

@@ -21,7 +21,6 @@ from bridge.source import lanes
 from bridge.wire.hotpath import MAX_PACKET, SEMI_SYNC_ACK_REQUESTED, SEMI_SYNC_MAGIC
 from bridge.wire.native import hot
 
-LOST_CONNECTION_CODES = (2006, 2013)
 LIBRARY = object()  # "let the library decode this packet" (a fast path's answer)
 
 

@@ -1,0 +1,36 @@
+"""One table of server error numbers (bridge.servererrors): a connection that is gone is
+the same set for the binlog stream, the primary's preflight and the applier, so a dump
+thread killed on the primary (1927) or a server shutting down (1053) is a reconnect
+everywhere, not a stop."""
+
+from types import SimpleNamespace
+
+import pymysql
+import pytest
+
+from bridge import servererrors
+from bridge.apply.connection import apply_error
+from bridge.errors import SourceConnectionLost, SourceError, TargetConnectionLost
+from bridge.source import preflight
+from bridge.source.reader import BinlogReader
+from bridge.config import MysqlUrl
+from bridge.sandbox import free_port
+
+
+@pytest.mark.parametrize("code", sorted(servererrors.CONNECTION_LOST))
+def test_a_lost_connection_is_retried_on_both_sides(code):
+    exc = pymysql.OperationalError(code, "gone")
+    assert type(BinlogReader._stream_error(SimpleNamespace(url="mysql://r@h:1"), exc)) is SourceConnectionLost
+    assert isinstance(apply_error("apply", exc), TargetConnectionLost)
+
+
+def test_other_errors_are_not_a_lost_connection():
+    exc = pymysql.OperationalError(1236, "could not find first log file name in binary log index file")
+    assert type(BinlogReader._stream_error(SimpleNamespace(url="mysql://r@h:1"), exc)) is SourceError
+    assert not isinstance(apply_error("apply", pymysql.OperationalError(1062, "duplicate")), TargetConnectionLost)
+    assert servererrors.code_of(ValueError("no number")) == 0
+
+
+def test_an_unreachable_primary_is_retried():
+    with pytest.raises(SourceConnectionLost, match="connect to primary"):
+        preflight.connect(MysqlUrl.parse(f"mysql://u:p@127.0.0.1:{free_port()}"), "primary")
