@@ -375,9 +375,18 @@ class Applier:
                 self._sql.run(context, seq, changes, gtids, beats)
         except BaseException as exc:
             self.rollback()
-            if isinstance(exc, ApplyError) and exc.code == servererrors.ROW_NOT_FOUND and "'bridge_meta'" in str(exc):
+            if isinstance(exc, ApplyError) and exc.code == servererrors.ROW_NOT_FOUND and not self._position_recorded():
                 raise self._position_row_gone(context, exc) from exc
             raise
+
+    def _position_recorded(self) -> bool:
+        """Whether the channel's row is in bridge_meta (asked after a row event found no
+        row: the position's own UPDATE is one of them). Unsure (the connection failed):
+        True, and the error stays the server's."""
+        try:
+            return load_position(self.conn, self.channel).recorded
+        except (pymysql.MySQLError, OSError):
+            return True
 
     def _position_row_gone(self, context: str, exc: ApplyError) -> ApplyError:
         """The channel's row was deleted under a running applier (the position row
