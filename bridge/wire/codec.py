@@ -179,11 +179,6 @@ _FIXED = {b"d"[0]: (_DATE, dt.date), b"t"[0]: (_DATETIME, dt.datetime),
 _TEXT = {b"D"[0]: _finite_decimal, b"Z"[0]: InvalidTemporal}
 
 
-def decode_value(payload):
-    """One whole value from ``payload`` (the fuzz and property tests' entry point)."""
-    return _decode_whole(payload, "value")
-
-
 def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> bytearray:
     """``stamps``: (commit read, ship start) in wall-clock ns, for the replica's stage times.
     A transaction of raw row events only (the common case in binlog apply mode) takes
