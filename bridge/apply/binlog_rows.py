@@ -17,6 +17,7 @@ import time
 
 import pymysql
 
+from bridge import dbconn
 from bridge.apply import binlog_sql, sql
 from bridge.apply.connection import ServerInfo, apply_error, rollback, run_query, run_script
 from bridge.config import MysqlUrl
@@ -152,7 +153,7 @@ class BinlogRows:
         into rdma_bridge.bridge_probe and a DO 1, rolled back. If the DO's answer
         never comes, the connection is lost (the caller reconnects and retries) and
         BINLOG ends every round trip from then on."""
-        self.conn._sock.settimeout(PROBE_TIMEOUT_S)
+        dbconn.raw_socket(self.conn).settimeout(PROBE_TIMEOUT_S)
         try:
             run_script(self.conn, "probe BINLOG", [binlog.binlog_statement(binlog_sql.probe_events(fmt)),
                                                    b"DO 1"])
@@ -161,8 +162,9 @@ class BinlogRows:
             self.goes_on = False
             raise
         finally:
-            if self.conn._sock is not None:
-                self.conn._sock.settimeout(None)
+            sock = dbconn.raw_socket(self.conn)
+            if sock is not None:
+                sock.settimeout(None)
         rollback(self.conn, self.url)
         return True
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pymysql
-from pymysql.constants import CLIENT, COMMAND
+from pymysql.constants import CLIENT
 
-from bridge import servererrors
+from bridge import dbconn, servererrors
 from bridge.apply import sql
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
@@ -61,8 +61,8 @@ def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connec
         raise apply_error(f"connect to replica {url}", exc) from exc
     # A DDL may legitimately run for hours: no read timeout once connected; TCP
     # keepalive finds a dead peer instead. (PyMySQL has no public setter for this.)
-    conn._read_timeout = None
-    _keepalive(conn._sock)
+    dbconn.no_read_timeout(conn)
+    _keepalive(dbconn.raw_socket(conn))
     conn.encoders = {**conn.encoders, **sql.LITERAL_ENCODERS}
     try:
         with conn.cursor() as cur:
@@ -92,14 +92,11 @@ def run_query(conn: pymysql.Connection, context: str, query: bytes, statements: 
         waiter = _waiter(conn) if statements > 1 else None
         if waiter is not None:
             _set_lowat(conn, OK_BYTES_MIN * statements)
-        conn._execute_command(COMMAND.COM_QUERY, query)
+        dbconn.send_query(conn, query)
         if waiter is not None:
             _wait_for_answers(conn, waiter)
         for done in range(statements):
-            first = _answer(conn)
-            if first == 0xFF:
-                conn._read_packet()  # raises the server's error (PyMySQL parses it)
-            if first != 0:
+            if dbconn.next_answer(conn) != 0:  # an error answer raised the server's error
                 raise ApplyError(f"{context}{describe(done)}: the statement returned rows, expected OK")
     except pymysql.MySQLError as exc:
         raise apply_error(f"{context}{describe(done)}", exc) from exc
@@ -108,7 +105,7 @@ def run_query(conn: pymysql.Connection, context: str, query: bytes, statements: 
 def _waiter(conn: pymysql.Connection):
     """A poll object on the connection's socket where the kernel can hold a wakeup
     back until several answers are in (SO_RCVLOWAT: TCP without TLS), else None."""
-    sock = conn._sock
+    sock = dbconn.raw_socket(conn)
     cached = getattr(conn, "_bridge_waiter", None)
     if cached is not None and cached[0] is sock:
         return cached[1]
@@ -137,32 +134,9 @@ def _wait_for_answers(conn: pymysql.Connection, waiter) -> None:
 
 def _set_lowat(conn: pymysql.Connection, n: int) -> None:
     try:
-        conn._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+        dbconn.raw_socket(conn).setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
     except (OSError, AttributeError):
         pass  # closed under us: the send or read that follows says so
-
-
-def _answer(conn: pymysql.Connection) -> int:
-    """The first byte of the next answer packet, consumed; an error packet (0xFF) is
-    left for PyMySQL to read. Short reads are a lost connection, as in PyMySQL."""
-    rfile = conn._rfile
-    try:
-        header = rfile.peek(5)[:5] if rfile is not None else b""
-        if len(header) < 5 or header[3] != conn._next_seq_id:
-            return conn._read_packet()._data[0]  # PyMySQL reads it and raises what is wrong
-        if header[4] == 0xFF:
-            return 0xFF
-        length = int.from_bytes(header[:3], "little")
-        whole = len(rfile.read(4 + length)) == 4 + length and length < 0xFFFFFF
-    except OSError as exc:
-        conn._force_close()
-        raise pymysql.OperationalError(servererrors.LOST_DURING_QUERY,
-                                       f"Lost connection to the server during query ({exc})") from exc
-    if not whole:
-        conn._force_close()
-        raise pymysql.OperationalError(servererrors.LOST_DURING_QUERY, "Lost connection to the server during query")
-    conn._next_seq_id = (conn._next_seq_id + 1) % 256
-    return header[4]
 
 
 def rollback(conn: pymysql.Connection, url: MysqlUrl) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import ssl
 
+from bridge import dbconn
 from bridge.apply import binlog_sql, lane as twin
 from bridge.apply.channel import Position
 from bridge.model import Gtid, GtidSet
@@ -54,8 +55,9 @@ class LaneRunner:
         if position.applied_seq < self._held_until or not consumer.settled or not self._ready(position):
             return 0
         lane = self.last = self.lane
-        got = lane.run(consumer.region, consumer.tail, consumer.expected_seq, consumer.epoch, applier.conn._sock,
-                       max_txns, max_events, max_bytes, applier.max_query_bytes, doorbell, wait_ms, receiver)
+        got = lane.run(consumer.region, consumer.tail, consumer.expected_seq, consumer.epoch,
+                       dbconn.raw_socket(applier.conn), max_txns, max_events, max_bytes, applier.max_query_bytes,
+                       doorbell, wait_ms, receiver)
         if lane.groups:
             consumer.took_and_acked(lane.expected_seq - 1, lane.tail)
             self._position = applier.position = Position(
@@ -67,14 +69,14 @@ class LaneRunner:
         if got == FAILED:
             applier.rollback()  # the general path applies the same frames again and names the error
         else:
-            applier.conn._force_close()  # the general path finds it lost and reconnects
+            dbconn.force_close(applier.conn)  # the general path finds it lost and reconnects
         log.debug("apply lane: %s at seq %d; the general path takes seq %d..%d", "error answer" if got == FAILED
                   else "connection lost", lane.expected_seq, lane.expected_seq, self._held_until)
         return lane.txns
 
     def _ready(self, position) -> bool:
         applier = self.applier
-        rows, fmt, sock = applier.binlog_rows, applier.format, applier.conn._sock
+        rows, fmt, sock = applier.binlog_rows, applier.format, dbconn.raw_socket(applier.conn)
         if applier.mode != "binlog" or applier.chunk_open or fmt is None or sock is None or \
                 isinstance(sock, ssl.SSLSocket) or not rows.ready_for(fmt):
             return False

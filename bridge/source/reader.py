@@ -35,7 +35,7 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from bridge import servererrors
+from bridge import dbconn, servererrors
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.model import BitValue, InvalidTemporal, RowEvents, Transaction
@@ -277,7 +277,8 @@ class BinlogReader:
     def fileno(self) -> int | None:
         """The dump connection's socket, to wait on beside others; None before it opens."""
         conn = _compat.stream_connection(self._stream)
-        return conn._sock.fileno() if conn is not None and conn._sock is not None else None
+        sock = dbconn.raw_socket(conn) if conn is not None else None
+        return sock.fileno() if sock is not None else None
 
     @property
     def ack_wanted(self) -> bool:
@@ -298,7 +299,7 @@ class BinlogReader:
         """The semi-sync ACK (``binlog.semi_sync_ack``)."""
         conn = _compat.stream_connection(self._stream)
         try:
-            conn._write_bytes(binlog.semi_sync_ack(position, log_file.encode()))
+            dbconn.send_raw(conn, binlog.semi_sync_ack(position, log_file.encode()))
         except pymysql.MySQLError as exc:
             raise SourceConnectionLost(f"binlog stream from {self.url}: semi-sync ACK: {exc}") from exc
 

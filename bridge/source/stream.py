@@ -6,6 +6,10 @@ noted), ``take_transaction`` a whole common transaction at once when its packets
 buffered (``bridge.wire.hotpath.scan_transaction``). A lost or silent connection is
 ``SourceConnectionLost``, never the library's own reconnect (which replays from its
 first position and would deliver duplicates). ``BinlogReader`` (reader.py) owns it.
+
+A subclass of PyMySQL's Connection, it uses its private parts (the buffered socket file,
+the packet sequence number, the raw write) as its own; bridge.dbconn checks at import
+that the installed PyMySQL is one they were tested with.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import struct
 
 import pymysql
 
+from bridge import dbconn
 from bridge.errors import SourceConnectionLost
 from bridge.source import lanes
 from bridge.wire.hotpath import MAX_PACKET, SEMI_SYNC_ACK_REQUESTED, SEMI_SYNC_MAGIC
@@ -222,7 +227,7 @@ class StreamConnection(pymysql.connections.Connection):
 
     def _stream_lost(self, why: str | bytes | None) -> SourceConnectionLost:
         """``why``: what went wrong, or what was read short (None: the timeout passed)."""
-        self._force_close()
+        dbconn.force_close(self)
         if why is None:
             why = f"nothing for {self._stall_s:g}s, not even a heartbeat"
         elif isinstance(why, bytes):
