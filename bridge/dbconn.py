@@ -27,7 +27,7 @@ from bridge import servererrors
 from bridge.errors import ConfigError
 
 LIBRARY = "PyMySQL"
-TESTED_SERIES = ("1.1", "1.2")  # major.minor releases the test suite passed against (setup.cfg pins the range)
+TESTED_SERIES = ("1.2",)  # major.minor releases the test suite passed against (setup.cfg pins the range)
 
 
 def check_version(installed: str | None = None) -> str:
@@ -35,11 +35,11 @@ def check_version(installed: str | None = None) -> str:
     try:
         installed = installed or metadata.version(LIBRARY)
     except metadata.PackageNotFoundError as exc:
-        raise ConfigError(f"{LIBRARY} is not installed (pip install '{LIBRARY}>=1.1,<1.3')") from exc
+        raise ConfigError(f"{LIBRARY} is not installed (pip install '{LIBRARY}>=1.2,<1.3')") from exc
     if ".".join(installed.split(".")[:2]) not in TESTED_SERIES:
         raise ConfigError(f"{LIBRARY} {installed} is installed, but rdma-bridge reaches into its private parts and "
                           f"was tested only with {', '.join(s + '.x' for s in TESTED_SERIES)}: install "
-                          f"'{LIBRARY}>=1.1,<1.3' (the range setup.cfg pins)")
+                          f"'{LIBRARY}>=1.2,<1.3' (the range setup.cfg pins)")
     return installed
 
 

@@ -18,7 +18,7 @@ def test_the_installed_pymysql_is_a_tested_one():
     assert ".".join(dbconn.VERSION.split(".")[:2]) in dbconn.TESTED_SERIES
 
 
-@pytest.mark.parametrize("version", ["2.0.0", "1.0.3", "1.3.0"])
+@pytest.mark.parametrize("version", ["2.0.0", "1.1.1", "1.3.0"])
 def test_an_untested_pymysql_is_refused_naming_both(version):
     with pytest.raises(ConfigError, match=f"PyMySQL {re.escape(version)} is installed.*tested only with"):
         dbconn.check_version(version)
