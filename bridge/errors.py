@@ -6,6 +6,31 @@ GTID, table or address involved. Whose fault it is shows in the type: a
 ``RemoteProtocolError`` came from the peer, a ``LocalProtocolError`` from us.
 """
 
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EndCode(StrEnum):
+    """Why the replica side refused a primary side or ended its session, as the control
+    channel's ``error`` message says it (so nobody reads the text)."""
+
+    ERROR = "error"  # anything else: the reason's text says what
+    BAD_FRAME = "bad_frame"  # a frame the replica side would not apply: resend from the binlog
+    REFUSED = "refused"
+    CHANNEL_BUSY = "channel_busy"
+    FENCED = "fenced"  # another primary side took the channel over: stop writing
+    START_POSITION = "start_position"
+    TLS_REQUIRED = "tls_required"
+
+    @classmethod
+    def of(cls, value) -> EndCode:
+        """The code a peer sent; one this side does not know is ERROR."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.ERROR
+
 
 class BridgeError(Exception):
     """Base of every error rdma-bridge raises on purpose."""
@@ -49,21 +74,21 @@ class VersionSkew(RemoteProtocolError):
 
 class Refused(BridgeError):
     """The replica side refused this primary side for a reason retrying cannot fix;
-    ``code`` travels in the control channel's error message."""
+    ``end_code`` travels in the control channel's error message."""
 
-    code = "refused"
+    end_code = EndCode.REFUSED
 
 
 class ChannelBusy(Refused):
     """Another primary side feeds the channel (and this one did not ask to take over)."""
 
-    code = "channel_busy"
+    end_code = EndCode.CHANNEL_BUSY
 
 
 class Fenced(Refused):
     """A newer primary side took the channel over: this one must stop writing."""
 
-    code = "fenced"
+    end_code = EndCode.FENCED
 
 
 class ChannelLocked(ConfigError):
@@ -73,7 +98,7 @@ class ChannelLocked(ConfigError):
 class StartRefused(Refused):
     """A new channel would replay the binlog into data the replica already holds."""
 
-    code = "start_position"
+    end_code = EndCode.START_POSITION
 
 
 class RingFull(BridgeError):

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bridge.errors import BridgeError, Fenced, TransportError
+from bridge.errors import BridgeError, EndCode, Fenced, TransportError
 from bridge.node.fencing import HEARTBEAT_S
 from bridge.transport.sockets import ControlConnection
 
@@ -27,7 +27,7 @@ class Link:
         self.control: ControlConnection | None = control
         self.name = name  # host:port of the replica side, for messages
         self.remote = None  # the replica's ring, once opened (bridge.transport)
-        self.reason, self.code = "", ""  # why it went down; the replica side's code, if it said one
+        self.reason, self.code = "", None  # why it went down; the replica side's EndCode, if it said one
         self._down = threading.Event()
         self._heard_at = time.monotonic()  # when this side last spoke on the control connection
         self._on_apply_state = on_apply_state
@@ -41,9 +41,9 @@ class Link:
     @property
     def fenced(self) -> bool:
         """Another primary side took the channel (the replica side said so)."""
-        return self.code == Fenced.code
+        return self.code == EndCode.FENCED
 
-    def fail(self, reason: str, code: str = "") -> None:
+    def fail(self, reason: str, code: EndCode | None = None) -> None:
         self.reason, self.code = reason, code
         self._down.set()
 
@@ -76,14 +76,14 @@ class Link:
     def _watch(self, conn: ControlConnection) -> None:
         """The replica speaks to say that applying stopped or goes on again, and to end a
         session (error, with a code) or by closing it."""
-        code = ""
+        code = None
         try:
             while True:
                 msg = conn.recv()
                 if msg.get("type") in ("apply_stopped", "apply_resumed"):
                     self._on_apply_state(msg if msg["type"] == "apply_stopped" else None)
                 elif msg.get("type") == "error":
-                    code = str(msg.get("code", ""))
+                    code = EndCode.of(msg.get("code"))
                     raise TransportError(f"replica ended the session: {msg.get('reason')}")
         except BridgeError as exc:
             if not self.down:

@@ -14,7 +14,7 @@ import ssl
 import threading
 from typing import Protocol
 
-from bridge.errors import BridgeError, ConfigError, TransportError
+from bridge.errors import BridgeError, ConfigError, EndCode, Refused, TransportError
 from bridge.transport import tls
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
@@ -77,7 +77,7 @@ class Listener:
             conn.close()
         except BridgeError as exc:
             log.warning("connection from %s refused: %s", conn.peer, exc)
-            try_send(conn, control.error(str(exc), getattr(exc, "code", "error")))
+            try_send(conn, control.error(str(exc), exc.end_code if isinstance(exc, Refused) else EndCode.ERROR))
             conn.close()
 
     def _secure(self, conn: ControlConnection) -> ControlConnection | None:
@@ -88,7 +88,7 @@ class Listener:
             return ControlConnection(tls.accept(self._tls, conn.sock, conn.peer))
         except tls.PlainClient as exc:  # told in plain text, the only language it speaks
             log.warning("%s: refused", exc)
-            try_send(conn, control.error(tls.PLAIN_REFUSAL, "tls_required"))
+            try_send(conn, control.error(tls.PLAIN_REFUSAL, EndCode.TLS_REQUIRED))
         except BridgeError as exc:  # the handshake failed: OpenSSL told the peer
             log.warning("connection from %s refused: %s", conn.peer, exc)
         conn.close()

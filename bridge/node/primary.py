@@ -27,7 +27,7 @@ import time
 from bridge import serverinfo
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
-from bridge.errors import BackpressureTimeout, BridgeError, RingFull, SourceConnectionLost, TransportError
+from bridge.errors import BackpressureTimeout, BridgeError, EndCode, RingFull, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
@@ -237,7 +237,7 @@ class PrimaryNode(ShipLoop):
     def resume_link(self) -> None:
         """A new session on a kept binlog stream: resend what the replica lacks from
         the ring, or fall back to re-reading the binlog."""
-        bad_frame = self.link is not None and self.link.code == "bad_frame"
+        bad_frame = self.link is not None and self.link.code == EndCode.BAD_FRAME
         welcome = self._handshake(self._server_version)
         applied = welcome["applied_seq"]
         frames = self.producer.unacked(applied) if welcome["ring_bytes"] == self.producer.size else None

@@ -18,7 +18,7 @@ from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
-from bridge.errors import BridgeError, ConfigError, Fenced, RemoteProtocolError
+from bridge.errors import BridgeError, ConfigError, EndCode, RemoteProtocolError
 from bridge.model import GtidSet
 from bridge.node.applying import ApplyLoop
 from bridge.node.fencing import WriterSeat
@@ -314,7 +314,7 @@ class ReplicaNode(ApplyLoop):
             fenced = self.writers.admit(msg)
             if self.current is not None:
                 self.current.end(f"fenced: the primary side {self.writers.current} took channel "
-                                 f"{self.cfg.channel!r} over" if fenced else "", Fenced.code)
+                                 f"{self.cfg.channel!r} over" if fenced else "", EndCode.FENCED)
             if fenced:
                 log.warning("channel %r taken over: primary side %s fenced off by %s", self.cfg.channel, fenced,
                             self.writers.current)
@@ -341,7 +341,7 @@ class ReplicaNode(ApplyLoop):
                     "epoch": epoch, "apply_stopped": self.halt.message() if self.halt else None,
                     "delay_s": self.cfg.delay_s}
 
-    def _end_session(self, reason: str, code: str = "bad_frame") -> None:
+    def _end_session(self, reason: str, code: EndCode = EndCode.BAD_FRAME) -> None:
         log.error("session %s ended: %s", self.session, reason)
         self.applier.abort_open()
         ended, self.current = self.current, None

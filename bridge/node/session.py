@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bridge.errors import EndCode
 from bridge.node.listener import try_send
 from bridge.ring.consumer import RingConsumer
 from bridge.transport.sockets import ControlConnection
@@ -35,7 +36,7 @@ class Session:
         """A control message to the primary side (apply_stopped, apply_resumed); lost if it is gone."""
         try_send(self.control, msg)
 
-    def end(self, reason: str = "", code: str = "") -> None:
+    def end(self, reason: str = "", code: EndCode = EndCode.ERROR) -> None:
         """Close its control connection, telling the primary side why where there is a reason."""
         if reason:
             try_send(self.control, control.error(reason, code))

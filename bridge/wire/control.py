@@ -14,7 +14,8 @@ import json
 import secrets
 import struct
 
-from bridge.errors import AuthenticationError, ChannelBusy, Fenced, RemoteProtocolError, StartRefused, VersionSkew
+from bridge.errors import (AuthenticationError, ChannelBusy, EndCode, Fenced, RemoteProtocolError, StartRefused,
+                           VersionSkew)
 
 PROTOCOL_MAGIC = "rdma-bridge"
 PROTOCOL_VERSION = 4  # 2: payloads name each table once; 3: raw binlog events, apply modes;
@@ -58,19 +59,18 @@ def _parse(body: bytes) -> dict:
     return msg
 
 
-def error(reason: str, code: str = "error") -> dict:
-    """A refusal or the end of a session; ``code`` says which (bridge.errors.Refused codes,
-    ``bad_frame`` for a frame the replica would not apply), so nobody reads the text."""
-    return {"type": "error", "code": code, "reason": reason}
+def error(reason: str, code: EndCode = EndCode.ERROR) -> dict:
+    """A refusal or the end of a session; ``code`` says which, so nobody reads the text."""
+    return {"type": "error", "code": str(EndCode(code)), "reason": reason}
 
 
-_REFUSALS = {cls.code: cls for cls in (ChannelBusy, Fenced, StartRefused)}
+_REFUSALS = {cls.end_code: cls for cls in (ChannelBusy, Fenced, StartRefused)}
 
 
 def raise_refusal(msg: dict) -> None:
     """Raise the error a control ``error`` message carries."""
     reason = f"refused by peer: {msg.get('reason', '?')}"
-    raise _REFUSALS.get(str(msg.get("code")), RemoteProtocolError)(reason)
+    raise _REFUSALS.get(EndCode.of(msg.get("code")), RemoteProtocolError)(reason)
 
 
 def hello(role: str, **fields) -> dict:

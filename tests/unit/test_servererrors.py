@@ -34,3 +34,16 @@ def test_other_errors_are_not_a_lost_connection():
 def test_an_unreachable_primary_is_retried():
     with pytest.raises(SourceConnectionLost, match="connect to primary"):
         preflight.connect(MysqlUrl.parse(f"mysql://u:p@127.0.0.1:{free_port()}"), "primary")
+
+
+def test_session_end_codes_travel_as_their_names_and_an_unknown_one_is_an_error():
+    from bridge.errors import ChannelBusy, EndCode, Fenced, StartRefused
+    from bridge.wire import control
+
+    for refusal in (ChannelBusy, Fenced, StartRefused):
+        msg = control.error("no", refusal.end_code)
+        assert msg["code"] == refusal.end_code.value and type(msg["code"]) is str  # plain JSON
+        with pytest.raises(refusal):
+            control.raise_refusal(msg)
+    assert EndCode.of("bad_frame") is EndCode.BAD_FRAME and EndCode.of("something new") is EndCode.ERROR
+    assert EndCode.of(1062) is EndCode.ERROR  # a server error number is not a session-end code
