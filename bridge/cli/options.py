@@ -172,3 +172,31 @@ def filter_options(command):
     for option in reversed(_FILTER_OPTIONS):
         with_filter = option(with_filter)
     return with_filter
+
+
+def renamed_option(new: str, old: str, dest: str, *, new_env: str | None = None, old_env: str | None = None,
+                   required: bool = False, default=None, **kwargs):
+    """``new`` as an option (with ``new_env``), and its former spelling ``old`` (and
+    ``old_env``) still taken for one more release: hidden from --help, said to be
+    deprecated on stderr, the new one winning where both are given."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def run(*args, **values):
+            given_old = values.pop(f"{dest}_old_spelling")
+            ctx = click.get_current_context()
+            if given_old is not None:
+                source = ctx.get_parameter_source(f"{dest}_old_spelling")
+                said = f"${old_env}" if source is click.core.ParameterSource.ENVIRONMENT else old
+                now = new + (f" (or ${new_env})" if new_env else "")
+                click.echo(f"rdma-bridge {ctx.info_name}: {said} is deprecated and goes in the next release: "
+                           f"use {now}", err=True)
+                if ctx.get_parameter_source(dest) in (None, click.core.ParameterSource.DEFAULT):
+                    values[dest] = given_old
+            if required and values.get(dest) is None:
+                raise click.UsageError(f"Missing option '{new}'" + (f" (or ${new_env})" if new_env else "") + ".")
+            return fn(*args, **values)
+
+        run = click.option(old, f"{dest}_old_spelling", hidden=True, envvar=old_env, default=None,
+                           callback=kwargs.get("callback"))(run)
+        return click.option(new, dest, envvar=new_env, default=default, **kwargs)(run)
+    return decorate

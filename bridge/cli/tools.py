@@ -9,7 +9,7 @@ import sys
 import click
 
 from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING_BYTES, SECRET_FILE, STATE_DIR,
-                                TRANSPORT, hostport_param, tls_options)
+                                TRANSPORT, hostport_param, renamed_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, read_secret
 from bridge.errors import ConfigError
 
@@ -17,10 +17,10 @@ from bridge.errors import ConfigError
 # --- status and report -------------------------------------------------------
 
 NODE_OPTIONS = [
-    click.option("--primary", "primary_at", default=f"127.0.0.1:{PRIMARY_METRICS_PORT}", show_default=True,
-                 metavar="HOST:PORT", help="The primary side's --metrics address."),
-    click.option("--replica", "replica_at", default=f"127.0.0.1:{REPLICA_METRICS_PORT}", show_default=True,
-                 metavar="HOST:PORT", help="The replica side's --metrics address."),
+    renamed_option("--primary-metrics", "--primary", "primary_at", default=f"127.0.0.1:{PRIMARY_METRICS_PORT}",
+                   show_default=True, metavar="HOST:PORT", help="The primary side's --metrics address."),
+    renamed_option("--replica-metrics", "--replica", "replica_at", default=f"127.0.0.1:{REPLICA_METRICS_PORT}",
+                   show_default=True, metavar="HOST:PORT", help="The replica side's --metrics address."),
 ]
 
 
@@ -164,12 +164,15 @@ def tls_certs(out: str, names: tuple[str, ...]) -> None:
 # --- checksum and repair ------------------------------------------------------
 
 CHECK_URLS = [
-    click.option("--primary", required=True, metavar="URL", envvar="RDMA_BRIDGE_CHECK_PRIMARY",
-                 help="Primary, as a user that reads every table, may SET binlog_format (BINLOG ADMIN) and "
-                      "write rdma_bridge.*; also from $RDMA_BRIDGE_CHECK_PRIMARY (keeps the password out of ps)."),
-    click.option("--replica", required=True, metavar="URL", envvar="RDMA_BRIDGE_CHECK_REPLICA",
-                 help="Replica, as a user that reads every table and writes rdma_bridge.*; also from "
-                      "$RDMA_BRIDGE_CHECK_REPLICA."),
+    renamed_option("--source", "--primary", "primary", new_env="RDMA_BRIDGE_CHECK_SOURCE",
+                   old_env="RDMA_BRIDGE_CHECK_PRIMARY", required=True, metavar="URL",
+                   help="The primary server, as a user that reads every table, may SET binlog_format (BINLOG ADMIN) "
+                        "and write rdma_bridge.*; also from $RDMA_BRIDGE_CHECK_SOURCE (keeps the password out of "
+                        "ps)."),
+    renamed_option("--target", "--replica", "replica", new_env="RDMA_BRIDGE_CHECK_TARGET",
+                   old_env="RDMA_BRIDGE_CHECK_REPLICA", required=True, metavar="URL",
+                   help="The replica server, as a user that reads every table and writes rdma_bridge.*; also from "
+                        "$RDMA_BRIDGE_CHECK_TARGET."),
     click.option("--channel", default="default", show_default=True, help="The bridge channel to wait for."),
 ]
 
@@ -298,10 +301,13 @@ def skip(gtid: str, replica, secret_file: str | None, tls) -> None:
 # --- verification and demo -------------------------------------------------
 
 @click.command("verify")
-@click.option("--primary", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_PRIMARY",
-              help="The primary server (also $RDMA_BRIDGE_VERIFY_PRIMARY); its account needs SELECT.")
-@click.option("--replica", required=True, metavar="URL", envvar="RDMA_BRIDGE_VERIFY_REPLICA",
-              help="The replica server (also $RDMA_BRIDGE_VERIFY_REPLICA); its account needs SELECT.")
+@renamed_option("--source", "--primary", "primary", new_env="RDMA_BRIDGE_CHECK_SOURCE",
+                old_env="RDMA_BRIDGE_VERIFY_PRIMARY", required=True, metavar="URL",
+                help="The primary server (also $RDMA_BRIDGE_CHECK_SOURCE, as for checksum); its account needs "
+                     "SELECT.")
+@renamed_option("--target", "--replica", "replica", new_env="RDMA_BRIDGE_CHECK_TARGET",
+                old_env="RDMA_BRIDGE_VERIFY_REPLICA", required=True, metavar="URL",
+                help="The replica server (also $RDMA_BRIDGE_CHECK_TARGET); its account needs SELECT.")
 @click.option("--schema", "schemas", multiple=True, help="Schemas to compare (default: all user schemas).")
 @click.option("--channel", default="default", show_default=True,
               help="Compare what this channel replicates (its --include/--exclude/--rename-schema, recorded on "
@@ -332,9 +338,9 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...], channel: str) -
 
 
 @click.command("workload")
-@click.option("--target", required=True, envvar="RDMA_BRIDGE_WORKLOAD", metavar="URL",
-              help="The primary to write to (also $RDMA_BRIDGE_WORKLOAD; password also from "
-                   "$RDMA_BRIDGE_WORKLOAD_PASSWORD).")
+@renamed_option("--source", "--target", "target", new_env="RDMA_BRIDGE_WORKLOAD", required=True, metavar="URL",
+                help="The primary to write to (also $RDMA_BRIDGE_WORKLOAD; password also from "
+                     "$RDMA_BRIDGE_WORKLOAD_PASSWORD).")
 @click.option("--schema", default="demo", show_default=True, help="Created (dropped first) on the primary.")
 @click.option("--transactions", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="How many transactions to commit, then stop.")

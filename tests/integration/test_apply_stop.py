@@ -84,8 +84,8 @@ def test_an_apply_error_mid_stream_stops_applying_and_resume_goes_on_after_the_f
         status = json.loads(get(pair.replica_node.metrics.address, "/status"))["apply_stopped"]
         assert status["seq"] == halt.seq and status["gtid"] == halt.gtid and status["code"] == 1062
         assert stopped_metric(get(pair.replica_node.metrics.address, "/metrics")) == (1.0, "1062")
-        table = bridge("status", "--replica", "%s:%d" % pair.replica_node.metrics.address,
-                       "--primary", "%s:%d" % pair.primary_node.metrics.address)
+        table = bridge("status", "--replica-metrics", "%s:%d" % pair.replica_node.metrics.address,
+                       "--primary-metrics", "%s:%d" % pair.primary_node.metrics.address)
         assert f"STOPPED at seq {halt.seq} ({halt.gtid})" in table.stdout, table.stdout + table.stderr
         # resume before the fix: it stops again on the same transaction, and says so
         again = bridge("resume", "--replica", "%s:%d" % pair.replica_node.address)
@@ -253,8 +253,8 @@ def test_how_far_behind_while_stopped_and_while_catching_up(urls, fresh_schema):
         wait_for(lambda: behind().get("transactions", 0) >= 2000, timeout_s=30, what="2000 transactions behind")
         wait_for(lambda: behind().get("apply_rate_tps") == 0.0, timeout_s=30, what="no progress to show")
         assert behind()["catch_up_eta_s"] is None and behind()["bytes"] > 2000 * 20
-        table = bridge("status", "--replica", "%s:%d" % pair.replica_node.metrics.address,
-                       "--primary", "%s:%d" % pair.primary_node.metrics.address)
+        table = bridge("status", "--replica-metrics", "%s:%d" % pair.replica_node.metrics.address,
+                       "--primary-metrics", "%s:%d" % pair.primary_node.metrics.address)
         assert " transactions, " in table.stdout and "applying is STOPPED on the replica" in table.stdout and \
             "(no ETA)" in table.stdout and "caught up in" not in table.stdout, table.stdout
 

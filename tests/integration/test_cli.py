@@ -43,7 +43,7 @@ def test_verify_reports_match_and_difference(sandbox, urls, fresh_schema):
             cur.execute(f"CREATE DATABASE {s}")
             cur.execute(f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(5))")
             cur.execute(f"INSERT INTO {s}.t VALUES (1, 'a'), (2, 'b')")
-    args = ("verify", "--primary", info["primary_admin"], "--replica", info["replica_admin"], "--schema", s)
+    args = ("verify", "--source", info["primary_admin"], "--target", info["replica_admin"], "--schema", s)
     same = bridge(*args)
     assert same.returncode == 0 and "match: 1 tables identical" in same.stdout, same.stdout + same.stderr
     with connect(urls["replica_admin"]).cursor() as cur:

@@ -45,17 +45,17 @@ def garbage(tmp_path):
 def test_every_command_with_bad_input_says_one_line(urls, garbage, tmp_path):
     for why, url in bad_urls(urls).items():
         needle = "not-a-url" if why == "malformed url" else "127.0.0.1"
-        one_line_error(run("verify", "--primary", url, "--replica", url), needle)
-        one_line_error(run("checksum", "--primary", url, "--replica", url, "--offline"), needle)
+        one_line_error(run("verify", "--source", url, "--target", url), needle)
+        one_line_error(run("checksum", "--source", url, "--target", url, "--offline"), needle)
         one_line_error(run("start-replica", "--target", url, "--listen", "127.0.0.1:0"), needle)
         one_line_error(run("start-primary", "--source", url, "--replica", "127.0.0.1:1", "--reconnect-attempts",
                            "0"), needle)
-        one_line_error(run("workload", "--target", url, "--transactions", "1"), needle)
-    assert "not-the-password" not in run("verify", "--primary", "mysql://u:not-the-password@127.0.0.1:1",
-                                         "--replica", "x").stderr
+        one_line_error(run("workload", "--source", url, "--transactions", "1"), needle)
+    assert "not-the-password" not in run("verify", "--source", "mysql://u:not-the-password@127.0.0.1:1",
+                                         "--target", "x").stderr
     admin = f"mysql://{urls['primary_admin'].user}:{urls['primary_admin'].password}@127.0.0.1:" \
             f"{urls['primary_admin'].port}"
-    one_line_error(run("verify", "--primary", admin, "--replica", admin, "--schema", "no_such_schema"),
+    one_line_error(run("verify", "--source", admin, "--target", admin, "--schema", "no_such_schema"),
                    "schema no_such_schema is unknown")
     one_line_error(run("report", "--from", str(garbage), "--out", str(tmp_path / "r.html")), "not a status snapshot")
     busy = socket.create_server(("127.0.0.1", 0))
@@ -90,7 +90,7 @@ def test_a_user_without_select_is_an_error_not_a_difference(urls, fresh_schema):
         p = urls["primary_admin"]
         full = f"mysql://{p.user}:{p.password}@127.0.0.1:{p.port}"
         blind = f"mysql://cli_blind:pw-blind@127.0.0.1:{p.port}"
-        line = one_line_error(run("verify", "--primary", full, "--replica", blind, "--schema", s))
+        line = one_line_error(run("verify", "--source", full, "--target", blind, "--schema", s))
         assert f"{s}.hidden" in line and "SELECT command denied" in line and "GRANT SELECT" in line
     finally:
         with admin.cursor() as cur:

@@ -67,7 +67,7 @@ def test_counters_stages_and_heartbeat_lag_move_with_real_traffic(urls, fresh_sc
                 assert url.password not in body  # secrets never in metrics or status
 
         runner = CliRunner()
-        where = ["--primary", "%s:%d" % pri_addr, "--replica", "%s:%d" % rep_addr]
+        where = ["--primary-metrics", "%s:%d" % pri_addr, "--replica-metrics", "%s:%d" % rep_addr]
         out = runner.invoke(main, ["status", *where])
         assert out.exit_code == 0, out.output
         assert "replica side" in out.output and "primary side" in out.output and "lag" in out.output
@@ -84,6 +84,6 @@ def test_counters_stages_and_heartbeat_lag_move_with_real_traffic(urls, fresh_sc
 
 
 def test_status_with_no_node_running_says_so_and_fails():
-    out = CliRunner().invoke(main, ["status", "--primary", "127.0.0.1:9", "--replica", "127.0.0.1:9"])
+    out = CliRunner().invoke(main, ["status", "--primary-metrics", "127.0.0.1:9", "--replica-metrics", "127.0.0.1:9"])
     assert out.exit_code == 1
     assert "not answering" in out.output

@@ -30,3 +30,24 @@ def test_help_speaks_to_the_user_not_of_the_project():
         texts = [command.help or ""] + [p.help or "" for p in command.params if isinstance(p, click.Option)]
         for text in texts:
             assert "our benchmarks" not in text and "issue " not in text.lower(), (" ".join(path), text)
+
+
+def test_old_spellings_still_work_for_one_release_and_say_the_new_one():
+    from click.testing import CliRunner
+
+    from bridge.sandbox import free_port
+
+    runner, port = CliRunner(), free_port()
+    nobody = f"127.0.0.1:{port}"
+    old = runner.invoke(main, ["status", "--primary", nobody, "--replica", nobody])
+    new = runner.invoke(main, ["status", "--primary-metrics", nobody, "--replica-metrics", nobody])
+    assert old.exit_code == new.exit_code == 1  # neither answers, at the addresses given either way
+    assert "--primary is deprecated and goes in the next release: use --primary-metrics" in old.stderr
+    assert "deprecated" not in new.stderr and str(port) in new.stdout and str(port) in old.stdout
+    url = f"mysql://u:pw@127.0.0.1:{port}"
+    by_env = runner.invoke(main, ["verify", "--target", url], env={"RDMA_BRIDGE_VERIFY_PRIMARY": url})
+    assert "$RDMA_BRIDGE_VERIFY_PRIMARY is deprecated and goes in the next release: use --source " \
+           "(or $RDMA_BRIDGE_CHECK_SOURCE)" in by_env.stderr
+    assert "pw" not in by_env.stderr + by_env.stdout
+    missing = runner.invoke(main, ["checksum", "--target", url])
+    assert missing.exit_code == 2 and "Missing option '--source' (or $RDMA_BRIDGE_CHECK_SOURCE)" in missing.stderr
