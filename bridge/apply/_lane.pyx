@@ -91,6 +91,7 @@ def _check_constants():
 
 
 _check_constants()
+_check_placement_constants("bridge.apply._lane")
 
 
 cdef inline Py_ssize_t query_bytes(Py_ssize_t events) noexcept nogil:

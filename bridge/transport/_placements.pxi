@@ -355,3 +355,19 @@ cdef void pl_serve(Placements *s) noexcept nogil:
                 break
     if pl_cas_int(&s.owner, PL_WANTED, PL_THREAD):
         pl_signal(s.taken_fd)  # a lane waiting to take it goes on without it
+
+
+def _check_placement_constants(module_name):
+    """The layouts this C copies, against their sources: a mismatch is an ImportError,
+    and the module's picker runs the pure-Python twin, saying why."""
+    from bridge.ring import layout as _layout
+    from bridge.transport import sockets as _sockets
+    from bridge.wire import placement as _placement
+    copied = (PL_BUFFER_BYTES, PL_HEAD_BYTES, PL_SEQ_BYTES, PL_WRITE_SEQ_AT, PL_ACK_SEQ_AT, PL_HEAD_AT, PL_WAITING_AT,
+              PL_OP_WRITE, PL_OP_PUBLISH, PL_OP_ANSWER, PL_OP_PUBLISH_ANSWER)
+    sources = (_sockets.RECV_BYTES, _placement.HEAD.size, _placement.SEQ.size, _layout.WRITE_SEQ_AT,
+               _layout.ACK_SEQ_AT, _layout.HEAD_AT, _layout.WAITING_AT, _placement.Op.WRITE, _placement.Op.PUBLISH,
+               _placement.Op.ANSWER, _placement.Op.PUBLISH_ANSWER)
+    if copied != sources:
+        raise ImportError(f"{module_name}: built from tcp placement constants its sources no longer have "
+                          "(bridge/transport/_placements.pxi); rebuild it")

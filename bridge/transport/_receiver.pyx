@@ -24,6 +24,7 @@ cdef extern from "unistd.h" nogil:
     int close(int fd)
 
 ENDED_CLOSED, ENDED_OS_ERROR, ENDED_BAD_HEAD, ENDED_DOORBELL = PL_CLOSED, PL_OS_ERROR, PL_BAD_HEAD, PL_DOORBELL
+_check_placement_constants("bridge.transport._receiver")
 
 
 cdef class Receiver:

@@ -53,6 +53,14 @@ def test_the_build_made_the_compiled_module_and_it_is_used():
     assert (native.hot is compiled) is not PURE
 
 
+def test_the_compiled_module_has_every_function_of_the_twin():
+    if compiled is None:
+        pytest.skip("not built (test_the_build_made_the_compiled_module_and_it_is_used says so)")
+    functions = [name for name in dir(hotpath) if not name.startswith("_") and callable(getattr(hotpath, name))
+                 and getattr(getattr(hotpath, name), "__module__", None) == hotpath.__name__]
+    assert functions and [name for name in functions if not hasattr(compiled, name)] == []
+
+
 names = st.text(min_size=0, max_size=70)
 tables = st.lists(st.tuples(names, names), max_size=4).map(tuple)
 u64 = st.integers(0, (1 << 64) - 1)

@@ -217,3 +217,21 @@ def test_a_message_bigger_than_the_buffer_goes_to_the_receiver_thread():
         assert setup.lane.gtids == "0-1-6" and read_u64(setup.region, ACK_SEQ_AT) == 1
     finally:
         setup.close()
+
+
+@pytest.mark.skipif(receiver.compiled is None, reason="the twin was asked for (RDMA_BRIDGE_PURE_PYTHON)")
+def test_a_plain_tcp_connection_is_served_by_the_compiled_loop_and_lent_while_it_runs():
+    region = memoryview(bytearray(region_bytes(RING)))
+    init_region(region, RING)
+    bell = Doorbell.eventfd()
+    primary, conn = tcp_pair()
+    lent = []
+    thread = threading.Thread(target=lambda: pytest.raises(Exception, receiver.serve, conn, region, bell, lent.append))
+    thread.start()
+    primary.sendall(placement.ANSWER)
+    assert placement.REPLY.unpack(primary.recv(16, socket.MSG_WAITALL)) == (0, 0)
+    primary.close()
+    thread.join(5)
+    assert type(lent[0]) is _receiver.Receiver and lent[0].region is region and lent[-1] is None
+    conn.close()
+    bell.close()
