@@ -58,6 +58,15 @@ APPLY_STOPPED_LOG_S = 30.0  # while the replica side's applying is stopped, a re
 
 
 class PrimaryNode(ShipLoop):
+    """Who touches what. The node's own thread (``run``) is the only writer of ``link``,
+    ``reader``, ``producer``, ``assembler`` and the session state, and replaces each whole
+    (never mutated in place from elsewhere). ``apply_stopped`` is written only by the
+    link's watcher thread (``Link._watch`` through ``_apply_state``), as one reference
+    assignment. The metrics thread (``status``), the behind monitor (``_reading``) and the
+    semi-sync monitor (``_degradation_reason``) only read, each taking a local reference
+    first (``producer = self.producer``), so a concurrent replacement shows them either the
+    old object or the new one, never a mix."""
+
     def __init__(self, cfg: PrimaryConfig) -> None:
         check_available(cfg.transport)
         self.cfg = cfg
@@ -134,7 +143,8 @@ class PrimaryNode(ShipLoop):
         """Why semi-sync went async, as this bridge sees it at the moment of the switch."""
         if self._stop.is_set():
             return "bridge stopped"
-        if self.remote is None or self.link.down:
+        link = self.link
+        if link is None or link.remote is None or link.down:
             return "link down"
         if self._waiting_for_space:
             return "backpressure"
