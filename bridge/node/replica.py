@@ -16,6 +16,7 @@ import time
 from bridge.apply import lanes, modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
+from bridge.apply.protocol import ApplierLike
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BridgeError, ConfigError, EndCode, RemoteProtocolError
@@ -55,7 +56,7 @@ class ReplicaNode(ApplyLoop):
         # first: a busy port is refused before anything else is touched
         self._listener = Listener(cfg.listen, cfg.secret, tls.prepare(cfg.tls, server_side=True))
         try:
-            self.applier = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
+            self.applier: ApplierLike = Applier(cfg.target, cfg.channel) if cfg.workers <= 1 else \
                 ParallelApplier(cfg.target, cfg.channel, cfg.workers)
         except BridgeError:
             self._listener.close()
