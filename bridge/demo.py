@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from bridge.check.checksum import primary_position, wait_for_replica
+from bridge.check.positions import primary_position, wait_for_replica
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
 from bridge.model import GtidSet

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 import pymysql
 
 from bridge import servererrors, sqlnames
-from bridge.sqlnames import as_str, quote_name, table_name
+from bridge.sqlnames import quote_name, table_name
+from bridge.check.positions import primary_position, wait_for_replica
+from bridge.check.ranges import range_sql, unique_key
 from bridge.config import MysqlUrl
-from bridge.errors import ApplyError, BridgeError, ConfigError
+from bridge.errors import BridgeError, ConfigError
 from bridge.filter import EVERYTHING, Filter
-from bridge.model import GtidSet
 
 log = logging.getLogger(__name__)
 SCHEMA = sqlnames.SCHEMA
@@ -180,45 +181,6 @@ def plan_tables(conn, schemas: list[str] | None, tables: list[str] | None,
     return plans
 
 
-def unique_key(cur, db: str, tbl: str, refused_types: tuple[str, ...] = ()) -> tuple[str | None, tuple[str, ...]]:
-    """(index, its columns): the primary key, else a unique index of NOT NULL columns,
-    none with a column of ``refused_types``; (None, ()) when there is none."""
-    cur.execute("SELECT s.index_name, s.column_name, c.is_nullable, c.data_type FROM information_schema.statistics s "
-                "JOIN information_schema.columns c ON c.table_schema=s.table_schema AND c.table_name=s.table_name "
-                "AND c.column_name=s.column_name WHERE s.table_schema=%s AND s.table_name=%s AND s.non_unique=0 "
-                "ORDER BY s.index_name='PRIMARY' DESC, s.index_name, s.seq_in_index", (db, tbl))
-    keys: dict[str, list] = {}
-    for index, column, nullable, data_type in cur.fetchall():
-        keys.setdefault(as_str(index), []).append((as_str(column), as_str(nullable), as_str(data_type).lower()))
-    for index, cols in keys.items():
-        if all(n == "NO" and t not in refused_types for _, n, t in cols):
-            return index, tuple(c for c, _, _ in cols)
-    return None, ()
-
-
-
-def range_sql(cur, key: tuple[str, ...], lower: tuple | None, upper: tuple | None) -> str:
-    """``lower < key <= upper`` as SQL on the key's columns (expanded, so the optimizer
-    uses the index on MariaDB too); None: unbounded."""
-    parts = []
-    if lower is not None:
-        parts.append(_compare(cur, key, lower, ">"))
-    if upper is not None:
-        parts.append(_compare(cur, key, upper, "<="))
-    return " AND ".join(parts) or "1=1"
-
-
-def _compare(cur, key, values, op: str) -> str:
-    strict = op.rstrip("=")
-    ors = []
-    for i in range(len(key)):
-        eqs = [f"{quote_name(key[j])} = {cur.mogrify('%s', (values[j],))}" for j in range(i)]
-        last_op = op if i == len(key) - 1 else strict
-        ors.append("(" + " AND ".join([*eqs, f"{quote_name(key[i])} {last_op} {cur.mogrify('%s', (values[i],))}"])
-                   + ")")
-    return "(" + " OR ".join(ors) + ")"
-
-
 def next_upper(cur, plan: TablePlan, lower: tuple | None, rows: int) -> tuple | None:
     cols = ", ".join(quote_name(c) for c in plan.key)
     where = range_sql(cur, plan.key, lower, None)
@@ -232,72 +194,6 @@ def _text(values: tuple | None) -> str | None:
     return None if values is None else ",".join(str(v) for v in values)
 
 
-
-
-def primary_position(conn) -> GtidSet:
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@gtid_binlog_pos")
-        return GtidSet.parse(cur.fetchone()[0])
-
-
-def replica_position(conn, url: MysqlUrl, channel: str, starting: bool = False) -> GtidSet:
-    """The GTID set the channel's replica side recorded; ``starting``: a channel not
-    registered yet (its bridge is starting) holds nothing yet, else it is an error."""
-    with conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT gtid_set FROM {sqlnames.META} WHERE channel=%s", (channel,))
-            row = cur.fetchone()
-        except pymysql.ProgrammingError as exc:  # 1146: no bridge ever ran against this replica
-            if exc.args[0] != servererrors.NO_SUCH_TABLE:
-                raise
-            row = None
-    if row:
-        return GtidSet.parse(row[0])
-    if starting:
-        return GtidSet.parse("")
-    raise ConfigError(f"the replica {url} has no bridge channel {channel!r} (is the bridge running? "
-                      "--channel names it; checksum --offline checks two quiet servers)")
-
-
-def applying_stopped(conn, channel: str) -> tuple | None:
-    """(seq, gtid, error, until) where the channel's applying stopped, as its replica side
-    records it (rdma_bridge.apply_stopped), or None."""
-    with conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT seq, gtid, error, until_gtid FROM {sqlnames.APPLY_STOPPED} WHERE channel=%s",
-                        (channel,))
-        except pymysql.ProgrammingError as exc:  # 1146: a replica side of an older version
-            if exc.args[0] != servererrors.NO_SUCH_TABLE:
-                raise
-            return None
-        return cur.fetchone()
-
-
-def wait_for_replica(conn, url: MysqlUrl, channel: str, target: GtidSet, timeout_s: float,
-                     on_wait: Callable[[], None] = lambda: None, alive: Callable[[], None] | None = None) -> None:
-    """Until the bridge has applied ``target`` on the replica (heartbeats may take it
-    past), ``on_wait`` once if it must wait. ``alive``: the bridge is ours and may be
-    starting (its channel not registered yet); called each round, it raises if the
-    bridge died. A channel whose applying stopped ends the wait at once, saying where
-    and what goes on. The one "has the replica reached this position?" loop."""
-    deadline, waited = time.monotonic() + timeout_s, False
-    while not replica_position(conn, url, channel, starting=alive is not None).contains_all(target):
-        stopped = applying_stopped(conn, channel)
-        if stopped is not None:
-            seq, gtid, error, until = stopped
-            raise ApplyError(f"channel {channel!r}: applying is stopped on the replica {url} at seq {seq} ({gtid}): "
-                             f"{error}; " + ("`rdma-bridge resume` there applies on" if until else
-                                             f"fix the cause and run `rdma-bridge resume`, or `rdma-bridge skip "
-                                             f"--gtid {gtid}` to skip that one transaction, then check again"))
-        if not waited:
-            on_wait()
-            waited = True
-        if alive is not None:
-            alive()
-        if time.monotonic() > deadline:
-            raise ApplyError(f"the replica {url} did not reach {target} within {timeout_s:.0f}s; is the bridge "
-                             f"running on channel {channel!r}?")
-        time.sleep(0.05)
 
 
 class Checksummer:

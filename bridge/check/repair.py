@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 from bridge import sqlnames
 from bridge.sqlnames import quote_name
-from bridge.check.checksum import (SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect, primary_position,
-                                   wait_for_replica)
+from bridge.check.checksum import SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect
+from bridge.check.positions import primary_position, wait_for_replica
 from bridge.config import MysqlUrl
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import pymysql
 import pymysql.cursors
 
 from bridge.apply.connection import apply_error
-from bridge.check.checksum import range_sql, unique_key
+from bridge.check.ranges import range_sql, unique_key
 from bridge.errors import SourceError
 from bridge.sqlnames import as_str, quote_name, table_name
 
