@@ -28,7 +28,7 @@ import logging
 import pymysql
 
 from bridge import servererrors
-from bridge.apply import modes, sql
+from bridge.apply import modes, repairs, sql
 from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
                                   record_skip, record_stop, schemas_with_tables)
@@ -43,7 +43,7 @@ from bridge.filter import EVERYTHING
 from bridge.grants import holds
 from bridge.model import Chunk, GtidSet, RowEvents, Statement, Transaction
 from bridge.apply.payload import heartbeat_rows
-from bridge.wire import binlog, tablemap
+from bridge.wire import binlog
 
 log = logging.getLogger(__name__)
 
@@ -318,30 +318,18 @@ class Applier:
     def _replace_range(self, context: str, fields: dict, changes, seq: int, gtids: GtidSet, fmt) -> None:
         """The last rows of a repair (the copy), then the replica's rows of the range
         replaced by the copy, the position and COMMIT; all rolled back on failure."""
-        db, tbl, copy, where = self.rules.target(fields["db"]), fields["tbl"], fields["copy_table"], fields["where_sql"]
-        if not str(copy).startswith("repair_copy_"):
-            raise ApplyError(f"{context}: repair marker names copy table {copy!r}")
-        # no cascade: the replica's rows of the range are replaced, not deleted
-        replace = [b"SET SESSION foreign_key_checks=0",
-                   f"{sql.TAG}DELETE FROM {sql.table_name(db, tbl)} WHERE {where}".encode(),
-                   f"{sql.TAG}INSERT INTO {sql.table_name(db, tbl)} SELECT * FROM "
-                   f"{sql.table_name('rdma_bridge', copy)}".encode(),
-                   self._position_statement(seq, gtids), b"COMMIT",
-                   b"SET SESSION foreign_key_checks=%d" % (self.mode == "sql")]
+        replace = repairs.replace_range(context, self.rules.target(fields["db"]), fields,
+                                        self._position_statement(seq, gtids), self.mode == "sql")
         try:
             self._apply_rows(context, 0, changes, None, fmt)
             run_script(self.conn, context, replace, lambda i: " (replacing the range)" if i < 3 else "")
         except BaseException:
             self.rollback()
             raise
-        log.warning("%s: replaced the rows of %s with the primary's", context, where[:200])
+        log.warning("%s: replaced the rows of %s with the primary's", context, fields["where_sql"][:200])
 
     def _marker_fields(self, first, fmt) -> dict:
-        if isinstance(first, RowEvents):
-            table, _, _, after = next(tablemap.rows_of(first.data, self._checksum_bytes(fmt, "repair marker")))
-            return {name: tablemap.as_text(v, table.collations[i]) for i, (name, v) in enumerate(zip(table.names,
-                                                                                                     after))}
-        return dict(zip(first.columns, first.after))
+        return repairs.marker_fields(first, self._checksum_bytes(fmt, "repair marker"))
 
     def reload_position(self) -> Position:
         self.abort_open()
