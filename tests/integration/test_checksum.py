@@ -103,8 +103,8 @@ def test_injected_divergence_is_found_exactly_repaired_and_clean(urls, fresh_sch
 
         # the same divergence, found by the CLI in --offline mode (the bridge is idle)
         out = CliRunner().invoke(main, ["checksum", "--offline", "--chunk-time", "0.001", "--schema", s],
-                                 env={"RDMA_BRIDGE_CHECK_PRIMARY": _url(urls["primary_admin"]),
-                                      "RDMA_BRIDGE_CHECK_REPLICA": _url(urls["replica_admin"])})
+                                 env={"RDMA_BRIDGE_CHECK_SOURCE": _url(urls["primary_admin"]),
+                                      "RDMA_BRIDGE_CHECK_TARGET": _url(urls["replica_admin"])})
         assert out.exit_code == 1 and out.output.count("MISMATCH") == 5, out.output
 
         repairer = Repairer(urls["primary_admin"], urls["replica_admin"], pair.channel)
@@ -121,6 +121,47 @@ def test_injected_divergence_is_found_exactly_repaired_and_clean(urls, fresh_sch
         finally:
             c.close()
     finally:
+        pair.stop()
+
+
+def test_a_repair_too_large_for_one_frame_replaces_its_range_at_its_last_chunk(urls, fresh_schema):
+    """A repaired range whose copy outgrows the ring's chunk size travels as chunks; the
+    replica's rows of the range are replaced once the last one is in, with the position."""
+    s = fresh_schema("bigrepair")
+    pair = BridgePair(urls, "tcp", ring_bytes=1 << 16).start()  # chunks of 16 KiB
+    applier = pair.replica_node.applier
+    chunks, apply_chunk = [], applier.apply_chunk
+
+    def counted(seq, chunk):
+        chunks.append((chunk.index, chunk.is_repair, chunk.last))
+        return apply_chunk(seq, chunk)
+    applier.apply_chunk = counted
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v TEXT)",
+                 *[f"INSERT INTO {s}.t VALUES ({i}, REPEAT('{i % 10}', 1000))" for i in range(200)])
+        pair.sync()
+        with pair.replica.cursor() as cur:
+            cur.execute(f"UPDATE {s}.t SET v = 'changed behind the bridge' WHERE id = 77")
+            cur.execute(f"DELETE FROM {s}.t WHERE id = 150")
+        pair.replica.commit()
+        c = Checksummer(urls["primary_admin"], urls["replica_admin"], pair.channel, chunk_time_s=10)  # one chunk
+        try:
+            assert [m.tbl for m in c.run([s]).mismatches] == ["t"]
+        finally:
+            c.close()
+        chunks.clear()
+        repairer = Repairer(urls["primary_admin"], urls["replica_admin"], pair.channel)
+        try:
+            repaired, recheck = repairer.run()
+        finally:
+            repairer.close()
+        assert repaired == 1 and recheck.mismatches == []
+        # ~200 KiB in 16 KiB chunks: the first names the repair (its marker), the last replaces the range
+        assert len(chunks) >= 5 and chunks[0] == (0, True, False) and chunks[-1][2], chunks
+        assert [index for index, _, _ in chunks] == list(range(len(chunks)))
+        pair.assert_same(s)
+    finally:
+        applier.apply_chunk = apply_chunk
         pair.stop()
 
 
