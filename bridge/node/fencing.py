@@ -18,13 +18,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from bridge.errors import ChannelBusy, Fenced
+from bridge.errors import ChannelBusy, Fenced, RemoteProtocolError
 
 HEARTBEAT_S = 1.0  # a primary side speaks on its control connection at least this often
 SILENT_S = 5.0  # a writer not heard from for this long is gone, whatever its socket says
 LEAVING_S = 2.0  # a newcomer waits this long for a writer that is just stopping (a restart)
 FENCED_KEPT = 64  # fenced writers remembered (each process has its own id: a restart is a new writer)
-UNNAMED = "unnamed"  # a hello without a writer (an older primary side)
 
 
 @dataclass
@@ -39,8 +38,12 @@ class Writer:
 
     @classmethod
     def from_hello(cls, hello: dict) -> Writer:
-        w = hello.get("writer") if isinstance(hello.get("writer"), dict) else {}
-        return cls(str(w.get("id") or UNNAMED), str(w.get("host", "?")), int(w.get("pid") or 0),
+        """The writer a hello names (every primary side of this protocol version does)."""
+        w = hello.get("writer")
+        if not isinstance(w, dict) or not w.get("id"):
+            raise RemoteProtocolError("hello: no writer named (a primary side of this protocol version always "
+                                      "names itself for the one-writer check)")
+        return cls(str(w["id"]), str(w.get("host", "?")), int(w.get("pid") or 0),
                    str(w.get("source", "?")), int(w.get("server_id") or 0), str(w.get("since", "")))
 
     def __str__(self) -> str:
@@ -77,7 +80,7 @@ class WriterSeat:
             raise ChannelBusy(f"channel {self.channel!r} is fed by the primary side {old}; stop that one first, "
                               "or start this one with --take-over to fence it off")
         self.current, self.connected = newcomer, True
-        if old is not None and old.id != UNNAMED:
+        if old is not None:
             self.fenced_by[old.id] = newcomer
             while len(self.fenced_by) > FENCED_KEPT:
                 del self.fenced_by[next(iter(self.fenced_by))]

@@ -36,15 +36,6 @@ def test_a_fenced_writer_that_comes_back_is_told_it_was_fenced(take_over):
     assert seat.admit(hello("c")) is None  # a new process (a restart) may feed it
 
 
-def test_older_primary_sides_without_a_name_are_not_remembered_as_fenced():
-    seat = WriterSeat("c")
-    seat.admit({})
-    assert seat.admit({"take_over": True}) is None  # the same unnamed id: let in as before
-    seat.admit(hello("b", take_over=True))
-    seat.gone("b")
-    assert seat.admit({}) is None
-
-
 def test_the_memory_of_fenced_writers_is_bounded():
     seat = WriterSeat("c")
     for n in range(FENCED_KEPT + 10):
@@ -52,3 +43,11 @@ def test_the_memory_of_fenced_writers_is_bounded():
     assert len(seat.fenced_by) == FENCED_KEPT
     with pytest.raises(Fenced):
         seat.admit(hello(f"w{FENCED_KEPT}"))
+
+
+def test_a_hello_that_names_no_writer_is_a_protocol_error():
+    from bridge.errors import RemoteProtocolError
+
+    for hello_msg in ({}, {"writer": "x"}, {"writer": {"host": "h"}}):
+        with pytest.raises(RemoteProtocolError, match="no writer named"):
+            WriterSeat("c").admit(hello_msg)
