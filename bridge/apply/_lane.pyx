@@ -255,6 +255,14 @@ cdef int recv_more(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t room, bint 
     return have + got
 
 
+cdef Py_ssize_t recv_until(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t need, Py_ssize_t room, bint tcp,
+                           Placements *pl) noexcept nogil:
+    """``recv_more`` until ``need`` bytes are in ``buf``: the count, or -1."""
+    while have >= 0 and have < need:
+        have = recv_more(fd, buf, have, room, tcp, pl)
+    return have
+
+
 cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t **error, Py_ssize_t *error_len,
                     Placements *pl) noexcept nogil:
     """Send the COM_QUERY ``packet``, read its two answers: 0, FAILED (``error``: the
@@ -273,12 +281,9 @@ cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t 
     if tcp or pl != NULL:
         wait_answers(fd, pl, ANSWERS_WAIT_MS if tcp else -1)
     for seq_id in range(1, 3):
-        while have - at < 4:
-            have = recv_more(fd, buf, have, room, tcp, pl)
-            if have < 0:
-                status = -2
-                break
-        if status:
+        have = recv_until(fd, buf, have, at + 4, room, tcp, pl)
+        if have < 0:
+            status = -2
             break
         length = buf[at] | (<uint32_t>buf[at + 1] << 8) | (<uint32_t>buf[at + 2] << 16)
         if buf[at + 3] != seq_id or length == 0xFFFFFF or length == 0:
@@ -294,12 +299,9 @@ cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t 
             if buf != small:
                 free(buf)
             buf, room = grown, need
-        while have < need:
-            have = recv_more(fd, buf, have, room, tcp, pl)
-            if have < 0:
-                status = -2
-                break
-        if status:
+        have = recv_until(fd, buf, have, need, room, tcp, pl)
+        if have < 0:
+            status = -2
             break
         if buf[at + 4] == 0xFF:
             error[0] = <uint8_t *>malloc(4 + length)

@@ -33,6 +33,15 @@ def checker(urls, pair, **kw):
     return Checksummer(urls["primary_admin"], urls["replica_admin"], pair.channel, chunk_time_s=0.001, **kw)
 
 
+def repair(urls, pair):
+    """(chunks repaired, the re-check) of one `rdma-bridge repair` run on the pair's channel."""
+    repairer = Repairer(urls["primary_admin"], urls["replica_admin"], pair.channel)
+    try:
+        return repairer.run()
+    finally:
+        repairer.close()
+
+
 def in_range(m, key: int) -> bool:
     return (m.lower is None or int(m.lower) < key) and (m.upper is None or key <= int(m.upper))
 
@@ -107,11 +116,7 @@ def test_injected_divergence_is_found_exactly_repaired_and_clean(urls, fresh_sch
                                       "RDMA_BRIDGE_CHECK_TARGET": _url(urls["replica_admin"])})
         assert out.exit_code == 1 and out.output.count("MISMATCH") == 5, out.output
 
-        repairer = Repairer(urls["primary_admin"], urls["replica_admin"], pair.channel)
-        try:
-            repaired, recheck = repairer.run()
-        finally:
-            repairer.close()
+        repaired, recheck = repair(urls, pair)
         assert repaired == 5
         assert recheck.mismatches == [], recheck.mismatches
         pair.assert_same(s)  # row by row, duplicates counted
@@ -150,11 +155,7 @@ def test_a_repair_too_large_for_one_frame_replaces_its_range_at_its_last_chunk(u
         finally:
             c.close()
         chunks.clear()
-        repairer = Repairer(urls["primary_admin"], urls["replica_admin"], pair.channel)
-        try:
-            repaired, recheck = repairer.run()
-        finally:
-            repairer.close()
+        repaired, recheck = repair(urls, pair)
         assert repaired == 1 and recheck.mismatches == []
         # ~200 KiB in 16 KiB chunks: the first names the repair (its marker), the last replaces the range
         assert len(chunks) >= 5 and chunks[0] == (0, True, False) and chunks[-1][2], chunks
@@ -211,11 +212,7 @@ def test_repair_fixes_a_table_of_every_column_type(urls, fresh_schema, mode):
             assert c.run([s]).mismatches
         finally:
             c.close()
-        repairer = Repairer(urls["primary_admin"], urls["replica_admin"], pair.channel)
-        try:
-            repaired, recheck = repairer.run()
-        finally:
-            repairer.close()
+        repaired, recheck = repair(urls, pair)
         assert repaired and recheck.mismatches == [], recheck.mismatches
         pair.assert_same(s)
     finally:

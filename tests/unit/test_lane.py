@@ -77,14 +77,21 @@ def ring(frames):
     return region
 
 
+def read_query(server) -> bytes:
+    """One COM_QUERY packet's body, as the replica server reads it."""
+    length = int.from_bytes(server.recv(4, socket.MSG_WAITALL)[:3], "little")
+    return server.recv(length, socket.MSG_WAITALL)
+
+
+def packets(answers) -> bytes:
+    """``answers`` (packet bodies) as the server sends them, sequence ids from 1."""
+    return b"".join(len(a).to_bytes(3, "little") + bytes([i + 1]) + a for i, a in enumerate(answers))
+
+
 def answering(server, answers):
     """A peer that reads one COM_QUERY and answers ``answers`` (packet bodies)."""
-    header = server.recv(4)
-    length = int.from_bytes(header[:3], "little")
-    got = b""
-    while len(got) < length:
-        got += server.recv(length - len(got))
-    server.sendall(b"".join(len(a).to_bytes(3, "little") + bytes([i + 1]) + a for i, a in enumerate(answers)))
+    got = read_query(server)
+    server.sendall(packets(answers))
     return got
 
 
@@ -98,12 +105,8 @@ def tcp_pair():
 
 def answering_split(server, answers):
     """``answering``, but the answers' bytes go out a few at a time, with pauses between."""
-    header = server.recv(4)
-    length = int.from_bytes(header[:3], "little")
-    got = b""
-    while len(got) < length:
-        got += server.recv(length - len(got))
-    data = b"".join(len(a).to_bytes(3, "little") + bytes([i + 1]) + a for i, a in enumerate(answers))
+    got = read_query(server)
+    data = packets(answers)
     for at in range(0, len(data), 3):
         server.sendall(data[at:at + 3])
         time.sleep(0.002)
