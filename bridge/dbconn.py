@@ -13,6 +13,9 @@ What is used, and why:
 - ``send_query`` / ``next_answer``: a script's answers read one first byte each, with no
   result objects (once per replicated transaction on the general path);
 - ``send_raw``: the semi-sync ACK packet on the dump connection.
+
+``connect`` is the one factory of connections to a server (the binlog dump's excepted:
+the binlog library makes it, from the same URL arguments).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pymysql
 from pymysql.constants import COMMAND
 
 from bridge import servererrors
+from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 
 LIBRARY = "PyMySQL"
@@ -44,6 +48,16 @@ def check_version(installed: str | None = None) -> str:
 
 
 VERSION = check_version()
+CONNECT_TIMEOUT_S = 10
+
+
+def connect(url: MysqlUrl, **options) -> pymysql.Connection:
+    """Every connection of the bridge to a server: the whole URL (its TLS files, socket
+    and option file: ``MysqlUrl.connect_args``), utf8mb4 and a connect timeout, then
+    the caller's ``options`` (autocommit, read timeout, flags). PyMySQL's errors pass
+    through: each caller says what it was connecting for."""
+    return pymysql.connect(**{"charset": "utf8mb4", "connect_timeout": CONNECT_TIMEOUT_S, **url.connect_args(),
+                              **options})
 
 
 def raw_socket(conn: pymysql.Connection) -> socket.socket | None:

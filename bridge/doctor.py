@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pymysql
 
+from bridge import dbconn
 from bridge.apply import modes
 from bridge.config import MysqlUrl, TlsFiles
 from bridge.errors import BridgeError
@@ -163,7 +164,7 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mo
     """``primary_flavor``: mariadb or mysql when the primary was checked too (auto mode
     then knows which apply mode it will be); unknown: the replica's own flavor."""
     try:
-        conn = pymysql.connect(**url.connect_args(), connect_timeout=10)
+        conn = dbconn.connect(url)
     except pymysql.MySQLError as exc:
         return [Check("FAIL", "replica reachable", f"{url}: {exc.args[-1] if exc.args else exc}",
                       "check host, port, user and password")]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pymysql
 
+from bridge import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import SourceError
 
@@ -29,7 +30,7 @@ OWNERS = ("ana", "bo", "chen", "dagny", "émile", "李雷", "zoë")
 
 def connect(url: MysqlUrl) -> pymysql.Connection:
     try:
-        return pymysql.connect(**url.connect_args(), charset="utf8mb4", autocommit=True, connect_timeout=10)
+        return dbconn.connect(url, autocommit=True)
     except pymysql.MySQLError as exc:
         raise SourceError(f"connect to {url}: {exc.args[-1] if exc.args else exc}") from exc
 

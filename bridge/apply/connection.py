@@ -54,9 +54,8 @@ def session_setup(foreign_key_checks: bool) -> str:
 
 def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connection, ServerInfo]:
     try:
-        conn = pymysql.connect(**url.connect_args(), charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S,
-                               read_timeout=CONNECT_TIMEOUT_S,  # a server that never greets must not hang us
-                               client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.FOUND_ROWS)
+        conn = dbconn.connect(url, read_timeout=CONNECT_TIMEOUT_S,  # a server that never greets must not hang us
+                              client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.FOUND_ROWS)
     except pymysql.MySQLError as exc:
         raise apply_error(f"connect to replica {url}", exc) from exc
     # A DDL may legitimately run for hours: no read timeout once connected; TCP

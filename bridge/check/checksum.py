@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge import servererrors, sqlnames
+from bridge import dbconn, servererrors, sqlnames
 from bridge.sqlnames import quote_name, table_name
 from bridge.check.positions import primary_position, wait_for_replica
 from bridge.check.ranges import range_sql, unique_key
@@ -108,8 +108,7 @@ class ChecksumRun:
 
 def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
     try:
-        conn = pymysql.connect(**url.connect_args(), charset="utf8mb4", autocommit=True, connect_timeout=10,
-                               **kwargs)
+        conn = dbconn.connect(url, autocommit=True, **kwargs)
     except pymysql.MySQLError as exc:
         raise BridgeError(f"checksum: connect to {what} {url}: {exc.args[-1] if exc.args else exc}") from exc
     with conn.cursor() as cur:

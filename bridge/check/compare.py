@@ -12,10 +12,9 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
-import pymysql
 import sqlalchemy as sa
 
-from bridge import servererrors, sqlnames
+from bridge import dbconn, servererrors, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import CheckError, ConsistencyError
 from bridge.filter import EVERYTHING, Filter
@@ -63,8 +62,7 @@ class Comparison:
 def engine(url: MysqlUrl) -> sa.Engine:
     """Connections made from the whole URL (``MysqlUrl.connect_args``: its ssl-*, socket
     and defaults-file too), as every other connection of the bridge."""
-    args = {**url.connect_args(), "charset": "utf8mb4"}
-    return sa.create_engine("mysql+pymysql://", creator=lambda: pymysql.connect(**args), poolclass=sa.pool.NullPool)
+    return sa.create_engine("mysql+pymysql://", creator=lambda: dbconn.connect(url), poolclass=sa.pool.NullPool)
 
 
 def list_tables(eng: sa.Engine, schemas: list[str] | None) -> list[tuple[str, str]]:

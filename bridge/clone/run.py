@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from bridge import dbconn
 from bridge.apply.connection import apply_error
 from bridge.apply import channel as channel_rows
 from bridge.clone import rows as row_copy
@@ -282,7 +283,7 @@ _RESULT_LOCK = threading.Lock()
 
 def _target(url: MysqlUrl) -> pymysql.Connection:
     try:
-        conn = pymysql.connect(**url.connect_args(), charset="utf8mb4", connect_timeout=10, autocommit=False)
+        conn = dbconn.connect(url, autocommit=False)
         with conn.cursor() as cur:
             cur.execute(row_copy.TARGET_SESSION)
     except pymysql.MySQLError as exc:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pymysql
 import pymysql.converters
 
+from bridge import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError, SourceError
 from bridge.model import GtidSet
@@ -54,8 +55,7 @@ def raw_connect(url: MysqlUrl, what: str) -> pymysql.Connection:
     """A connection whose values come back as the server prints them (str, bytes for
     binary strings): no conversion, so none can lose anything."""
     try:
-        conn = pymysql.connect(**url.connect_args(), charset="utf8mb4", conv=ENCODERS_ONLY, connect_timeout=10,
-                               autocommit=True)
+        conn = dbconn.connect(url, conv=ENCODERS_ONLY, autocommit=True)
     except pymysql.MySQLError as exc:
         raise SourceError(f"clone: connect to {what} {url}: {exc.args[-1] if exc.args else exc}") from exc
     return conn

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pymysql
 
-from bridge import servererrors
+from bridge import dbconn, servererrors
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
 from bridge.model import GtidSet
@@ -23,7 +23,7 @@ REQUIRED = (
 
 def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
     try:
-        return pymysql.connect(**url.connect_args(), connect_timeout=10, read_timeout=30, autocommit=True, **kwargs)
+        return dbconn.connect(url, read_timeout=30, autocommit=True, **kwargs)
     except pymysql.MySQLError as exc:
         refused = tls_refusal(exc)  # no retry mends a certificate
         lost = servererrors.code_of(exc) in servererrors.CONNECTION_LOST  # worth a retry

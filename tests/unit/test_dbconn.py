@@ -29,3 +29,10 @@ def test_no_other_module_reaches_into_pymysql():
     users = sorted(str(path.relative_to(root)) for path in (root / "bridge").rglob("*.py")
                    if PRIVATE.search(path.read_text()) and str(path.relative_to(root)) not in ALLOWED)
     assert not users, f"PyMySQL's private parts used outside bridge.dbconn: {users}"
+
+
+def test_every_connection_to_a_server_is_made_by_one_factory():
+    root = Path(__file__).resolve().parents[2]
+    makers = sorted(str(path.relative_to(root)) for path in (root / "bridge").rglob("*.py")
+                    if "pymysql.connect(" in path.read_text())
+    assert makers == ["bridge/dbconn.py", "bridge/sandbox.py"]  # the sandbox: root over its servers' own sockets
