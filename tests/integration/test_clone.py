@@ -299,8 +299,9 @@ def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_rena
     try:
         with BackgroundWorkload(urls["primary_admin"], s):
             writer.start()
-            _kill_after_first_copy(args, env, pair, "m", 120)  # one matrix table copied, others half way or not begun
-            assert sum(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("m")) == 1
+            _kill_after_first_copy(args, env, pair, "m", 120)  # a matrix table copied, others half way or not begun
+            # two connections copy two tables at once: the other may finish before the kill lands
+            assert 1 <= sum(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("m")) < 3
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, done.stderr
             assert "resuming the clone" in done.stderr and "more kept from the clone that stopped" in done.stdout
