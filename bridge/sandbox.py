@@ -75,10 +75,10 @@ def replica_roles(count: int) -> list[str]:
     return ["replica"] + [f"replica{n}" for n in range(2, count + 1)]
 
 
-def replicas_in(info: dict) -> int:
-    """How many replica servers a sandbox's info (``Sandbox.up``) names."""
+def replicas_in(names: dict) -> int:
+    """How many replica servers ``names`` (a sandbox's info, or its ports by role) names."""
     count = 1
-    while f"replica{count + 1}" in info:
+    while f"replica{count + 1}" in names:
         count += 1
     return count
 
@@ -190,10 +190,7 @@ class Sandbox:
     @staticmethod
     def _replicas(state: dict) -> list[str]:
         """The replica servers' roles this sandbox has, in order."""
-        count = 1
-        while f"replica{count + 1}" in state["ports"]:
-            count += 1
-        return replica_roles(count)
+        return replica_roles(replicas_in(state["ports"]))
 
     def down(self) -> list[str]:
         if not self.state_file.exists():

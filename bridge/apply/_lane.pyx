@@ -167,7 +167,7 @@ cdef void sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms,
         if doorbell >= 0:
             waiters[n].fd, waiters[n].events, waiters[n].revents = doorbell, POLLIN, 0
             n += 1
-        if pl != NULL and not pl_load_int(&pl.ended) and not pl.lane_stop:
+        if pl_pollable(pl):
             waiters[n].fd, waiters[n].events, waiters[n].revents = pl.fd, POLLIN, 0
             n += 1
         if poll(waiters, n, wait_ms) > 0 and pl != NULL and waiters[n - 1].fd == pl.fd and waiters[n - 1].revents:
@@ -189,7 +189,7 @@ cdef void wait_answers(int fd, Placements *pl, int timeout_ms) noexcept nogil:
     while True:
         waiters[0].fd, waiters[0].events, waiters[0].revents = fd, POLLIN, 0
         n = 1
-        if pl != NULL and not pl_load_int(&pl.ended) and not pl.lane_stop:
+        if pl_pollable(pl):
             waiters[1].fd, waiters[1].events, waiters[1].revents = pl.fd, POLLIN, 0
             n = 2
         ready = poll(waiters, n, left)
@@ -227,27 +227,16 @@ cdef int recv_more(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t room, bint 
     at both answers' size, so a wait for the rest of a split answer drops it to one byte
     for that wait. Where the run holds the data connection (``pl``) it is served while
     this waits."""
-    cdef ssize_t got = -1
     cdef int one = 1, lowat = 2 * OK_BYTES_MIN
-    cdef bint polled = tcp or pl != NULL
-    if polled:  # after the poll: the answers are in, but for a slow server or a split one
-        got = recv(fd, buf + have, room - have, MSG_DONTWAIT)
-    if got < 0 and (not polled or errno == EAGAIN or errno == EINTR):
+    # after the poll (tcp, or a held data connection) the answers are in, but for a slow
+    # server or a split one; else (a Unix socket) the recv itself waits
+    cdef ssize_t got = recv(fd, buf + have, room - have, MSG_DONTWAIT if tcp or pl != NULL else 0)
+    if got < 0 and (errno == EAGAIN or errno == EINTR):  # EAGAIN also: a socket with a timeout
         if tcp:
             setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(int))
-        if pl != NULL:
-            got = -1
-            while got < 0:
-                wait_answers(fd, pl, -1)
-                got = recv(fd, buf + have, room - have, MSG_DONTWAIT)
-                if got < 0 and errno != EAGAIN and errno != EINTR:
-                    break
-        else:
-            got = recv(fd, buf + have, room - have, 0)
-            while got < 0 and (errno == EINTR or errno == EAGAIN):  # EAGAIN: a socket with a timeout
-                if errno == EAGAIN:
-                    wait_answers(fd, NULL, -1)
-                got = recv(fd, buf + have, room - have, 0)
+        while got < 0 and (errno == EAGAIN or errno == EINTR):
+            wait_answers(fd, pl, -1)
+            got = recv(fd, buf + have, room - have, MSG_DONTWAIT)
         if tcp:
             setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(int))
     if got <= 0:

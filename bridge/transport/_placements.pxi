@@ -248,7 +248,6 @@ cdef int pl_drain_lane(Placements *s) noexcept nogil:
     lane gives the connection back and the thread, which can wait, takes it); -1 once the
     connection ended (``ended`` set, the reason in ``s``)."""
     cdef Py_ssize_t n, kept = s.end - s.start, total
-    cdef uint8_t op
     if s.ended:
         return -1
     if s.start > 0:
@@ -275,6 +274,12 @@ cdef int pl_drain_lane(Placements *s) noexcept nogil:
             pl_store_int(&s.ended, 1)
             return -1
     return 0
+
+
+cdef inline bint pl_pollable(Placements *s) noexcept nogil:
+    """Whether a lane holding ``s`` (NULL: none) waits on its connection too: not once it
+    ended, nor once a message for the receiver thread began."""
+    return s != NULL and not pl_load_int(&s.ended) and not s.lane_stop
 
 
 cdef Py_ssize_t pl_message_bytes(Placements *s) noexcept nogil:
