@@ -17,7 +17,7 @@ import threading
 import time
 
 from bridge.node.counters import PrimaryCounts
-from bridge.node.link import Link
+from bridge.node.member import Member
 from bridge.source.acks import AckRequest, PendingAcks
 from bridge.source.reader import BinlogReader
 
@@ -31,37 +31,31 @@ class SemiSyncAcks:
         self.counts, self._stop = counts, stop
         self.pending = PendingAcks()
         self.timeout_s = 10.0  # the primary's rpl_semi_sync_master_timeout, read at the preflight
-        self.floor = 0  # the replica's applied seq when the session began: covered, whatever its ring says
 
     def __bool__(self) -> bool:
         return bool(self.pending)
 
-    def note(self, reader: BinlogReader, link: Link, placed_seq: int) -> None:
+    def note(self, reader: BinlogReader, member: Member) -> None:
         """The primary asked for an ACK with an event read so far, and every frame up to
-        ``placed_seq`` is placed: the ACK goes once the replica covers that seq (at once
+        the member's last is placed: the ACK goes once the replica covers that seq (at once
         where it does already)."""
         request = reader.take_ack_request()
         if request is not None:
-            self.pending.add(AckRequest(placed_seq, *request, time.monotonic() + self.timeout_s))
+            self.pending.add(AckRequest(member.producer.write_seq, *request, time.monotonic() + self.timeout_s))
         if self.pending:
-            self.settle(reader, link)
+            self.settle(reader, member)
 
-    def settle(self, reader: BinlogReader, link: Link | None) -> None:
+    def settle(self, reader: BinlogReader, member: Member) -> None:
         """Send the ACK of the newest request the replica covers, if any; requests past
-        the primary's timeout are counted as skipped: an ACK never claims what is not true.
-        A link that went down says nothing more: the replica side may be gone with its
-        ring (over rdma a write may still complete into a dead process's memory)."""
-        covered = self.floor
-        remote = link.remote if link is not None and not link.down else None
-        if remote is not None:
-            covered = max(covered, remote.held(self.pending.newest_seq) if self.confirm else remote.last_ack())
+        the primary's timeout are counted as skipped: an ACK never claims what is not true."""
+        covered = member.covered(self.confirm, self.pending.newest_seq)
         ack, skipped = self.pending.settle(covered, time.monotonic())
         self.counts.acks_skipped += skipped
         if ack is not None:
             reader.send_ack(ack.position, ack.log_file)
             self.counts.acks_sent += 1
 
-    def wait(self, reader: BinlogReader, link: Link) -> None:
+    def wait(self, reader: BinlogReader, member: Member) -> None:
         """Before a read that may block, while ACKs wait: wait for whichever comes first,
         the binlog's next bytes, the replica side's answer (tcp, ``received``), the poll
         interval (``applied``) or the oldest request's deadline, settling at each wake.
@@ -69,6 +63,7 @@ class SemiSyncAcks:
         binlog_fd = reader.fileno()
         if binlog_fd is None or reader.readable_now():
             return  # from here only the kernel can have binlog bytes: select sees them
+        link = member.link
         remote = link.remote
         answers = remote.answers_fd if remote is not None and self.confirm else None
         fds = [binlog_fd] if answers is None else [binlog_fd, answers]
@@ -76,7 +71,7 @@ class SemiSyncAcks:
         while self.pending and not self._stop.is_set() and not link.down:
             wait = min(self.pending.next_deadline - time.monotonic(), poll)
             ready = select.select(fds, [], [], max(wait, 0.0))[0]
-            self.settle(reader, link)
+            self.settle(reader, member)
             link.say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
             if binlog_fd in ready:
                 return

@@ -5,7 +5,7 @@ calls), then, where the lane does not run (rdma, TLS on the ring's link, semi-sy
 tcp or rdma, `applied`, an ACK waiting), a run: the transactions the dump's buffer holds
 whole framed into the ring by one call (``RingProducer.place_run``) and published
 together. Everything else goes the per-transaction way in ``step``. PrimaryNode owns the
-state this works on: the reader, the producer, the link, the counters, the acks.
+state this works on: the reader, the member (its producer and link), the counters, the acks.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 
 from bridge.errors import SourceConnectionLost
 from bridge.model import HEARTBEAT_TABLE
+from bridge.node.member import Member
 from bridge.ring.producer import PlacedRun
 from bridge.source import lanes
 from bridge.source.reader import BinlogReader
@@ -36,25 +37,25 @@ class ShipLoop:
     _stall_ns = 0  # the dump's read timeout, for the lane's quiet spells
     _run_ns = 0  # when the last run's packets were read
 
-    def _runs(self, reader: BinlogReader) -> bool:
+    def _runs(self, reader: BinlogReader, member: Member) -> bool:
         """Whether the next transactions may go as a run (``RingProducer.place_run``):
         between transactions, in binlog apply mode, with the binlog's FORMAT_DESCRIPTION
         already in the ring (a run's frames name none)."""
-        return self.apply_mode == "binlog" and not self.assembler.in_transaction and \
-            (reader.format is self._format_sent or event_of(reader.format) == event_of(self._format_sent))
+        return member.apply_mode == "binlog" and not self.assembler.in_transaction and \
+            (reader.format is member.format_sent or event_of(reader.format) == event_of(member.format_sent))
 
-    def _ship_lane(self, reader: BinlogReader) -> bool:
+    def _ship_lane(self, reader: BinlogReader, member: Member) -> bool:
         """The ship lane (bridge.source.ship), where it runs: True when this step is done
         (it placed transactions, or the dump was quiet for its wait), False when the
         general path reads what comes next (not the lane's kind, or no lane here)."""
-        lane = self._lane_for(reader)
+        lane = self._lane_for(reader, member)
         if lane is None:
             return False
         ack_file = reader.log_file.encode() if self.cfg.semi_sync != "off" else None
         placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file)
         if placed:  # the lane counted them as it published (lanes.ShipLane's ``counts``)
-            self._lane_remote.lane_published(self.producer.write_seq)
-            self.last_gtid = lane.gtid
+            self._lane_remote.lane_published(member.producer.write_seq)
+            self.last_gtid = member.last_gtid = lane.gtid
             self.counts.lane_runs += 1
             lane.record_stages(self.stages)
         if lane.ack_error:
@@ -64,23 +65,23 @@ class ShipLoop:
             raise reader.stalled()  # quiet past the read timeout, not even the server's heartbeat
         return placed > 0 or lane.why == lanes.IDLE
 
-    def _lane_for(self, reader: BinlogReader):
+    def _lane_for(self, reader: BinlogReader, member: Member):
         """The ship lane of this reader, producer and ring: over shm (semi-sync `received`
         too: its stores are the confirmation) or plain tcp without semi-sync, while no
         ACK waits, where the dump's reader is the lane's; else None."""
-        remote = self.remote
+        remote, producer = member.remote, member.producer
         if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received"):
             return None
         dump = reader.dump_reader
         if dump is None:
             return None
         lane = self._lane
-        if lane is None or lane.reader is not dump or lane.producer is not self.producer or \
+        if lane is None or lane.reader is not dump or lane.producer is not producer or \
                 self._lane_remote is not remote:
             target = remote.lane_target()
             if target is None or self.cfg.semi_sync != "off" and not target.get("confirms"):
                 return None
-            lane = self._lane = lanes.ShipLane(dump, self.producer, target.get("remote"), target.get("doorbell", -1),
+            lane = self._lane = lanes.ShipLane(dump, producer, target.get("remote"), target.get("doorbell", -1),
                                                HEARTBEAT_TABLE, self.assembler.chunk_bytes, target.get("sock"),
                                                self.counts)
             self._lane_remote = remote
@@ -89,18 +90,19 @@ class ShipLoop:
 
     def _place_run(self, packets: bytes, seq_id: int, semi_sync: bool) -> PlacedRun | None:
         self._run_ns = time.time_ns()  # the packets are read: the "place" stage starts
-        return self.producer.place_run(packets, seq_id, semi_sync, self.assembler.chunk_bytes, HEARTBEAT_TABLE,
+        return self.member.producer.place_run(packets, seq_id, semi_sync, self.assembler.chunk_bytes, HEARTBEAT_TABLE,
                                        RUN_TXNS)
 
-    def _ship_run(self, run: PlacedRun, reader: BinlogReader) -> None:
+    def _ship_run(self, run: PlacedRun, reader: BinlogReader, member: Member) -> None:
         """Common transactions the binlog held whole, framed into the mirror by one call:
         copied to the replica's ring and published together (one wakeup there)."""
-        with memoryview(self.producer.region) as region:
+        remote, producer = member.remote, member.producer
+        with memoryview(producer.region) as region:
             for p in run.placements:
-                self.remote.write(p.offset, region[p.offset:p.offset + p.length])
-        self.remote.publish(self.producer.write_seq, self.producer.head, self.acks.confirm and reader.ack_wanted)
+                remote.write(p.offset, region[p.offset:p.offset + p.length])
+        remote.publish(producer.write_seq, producer.head, self.acks.confirm and reader.ack_wanted)
         self.stages.record("place", (time.time_ns() - self._run_ns) / 1000, run.frames)  # the run's, for each
-        self.last_gtid = run.gtid
+        self.last_gtid = member.last_gtid = run.gtid
         self.counts.transactions_shipped += run.frames - run.heartbeats
         self.counts.heartbeats_shipped += run.heartbeats
         self.counts.taken_whole += run.frames

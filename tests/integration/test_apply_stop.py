@@ -79,7 +79,7 @@ def test_an_apply_error_mid_stream_stops_applying_and_resume_goes_on_after_the_f
         wait_for(lambda: pair.primary_node.counts.transactions_shipped > shipped + 100, timeout_s=30, what="shipping to go on")
         assert not pair.errors and pair.replica_node.session
         assert pair.replica_node.applier.position.applied_seq == halt.seq - 1
-        assert pair.primary_node.apply_stopped["seq"] == halt.seq
+        assert pair.primary_node.member.apply_stopped["seq"] == halt.seq
         # what the operator sees
         status = json.loads(get(pair.replica_node.metrics.address, "/status"))["apply_stopped"]
         assert status["seq"] == halt.seq and status["gtid"] == halt.gtid and status["code"] == 1062
