@@ -198,10 +198,12 @@ class ReplicaConfig:
 @dataclass(frozen=True, slots=True)
 class PrimaryConfig:
     source: MysqlUrl
-    replica: tuple[str, int]
+    replica: tuple[str, int]  # the first replica side (with one, the only)
     secret: str = field(default="", repr=False)
     transport: str = "shm"
     server_id: int = 4242
+    replicas: tuple[tuple[str, int], ...] = ()  # fan-out: every replica side, the first first; () = (replica,)
+    semi_sync_quorum: int = 1  # fan-out: replica sides that must cover a transaction before its ACK
     # used only when the replica has no position yet; "" = the binlog's start; None: not
     # given (the binlog's start too, but refused where the replica already holds data)
     start_gtid: str | None = None

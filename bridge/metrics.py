@@ -234,6 +234,22 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
         family("rdma_bridge_semi_sync_acks_skipped_total", "counter", "ACKs the primary asked for and did not get: "
                "the replica side did not hold (received) or commit (applied) the transaction within the "
                "primary's timeout.", [({"role": role}, semi["acks_skipped"])])
+    members = st.get("replicas")
+    if members:
+        states = ("streaming", "catching up", "down", "fenced", "refused")
+        family("rdma_bridge_replica_state", "gauge", "Fan-out: 1 for each replica side's current state (streaming "
+               "from the shared read, catching up from a dump of its own, down, fenced or refused).",
+               [({"role": role, "replica": m["replica"], "state": state}, m["state"] == state)
+                for m in members for state in states])
+        for key, name, doc in (("ring_backlog_frames", "rdma_bridge_replica_ring_backlog_frames",
+                                "Fan-out: frames placed in each replica side's ring and not yet applied."),
+                               ("ring_backlog_bytes", "rdma_bridge_replica_ring_backlog_bytes",
+                                "Fan-out: bytes placed in each replica side's ring and not yet applied."),
+                               ("queued_bytes", "rdma_bridge_replica_queued_bytes",
+                                "Fan-out: bytes read for a replica side that wait in the primary side's memory for "
+                                "space in its ring (past a bound, or the backpressure timeout, it catches up on "
+                                "its own).")):
+            family(name, "gauge", doc, [({"role": role, "replica": m["replica"]}, m[key]) for m in members])
     quantiles, counts = [], []
     for stage, s in st.get("stages", {}).items():
         for p in PERCENTILES:

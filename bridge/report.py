@@ -83,6 +83,8 @@ def status_table(snapshot: dict) -> str:
                 lines.append(f"  {'  degradations':34s}{degraded}; async {semi['async_total_s']:.1f}s in all, "
                              f"last: {semi['last_reason'] or '-'} at {semi['last_change'] or '-'}; "
                              f"{semi['acks_sent']} ACKs sent, {semi.get('acks_skipped', 0)} skipped")
+            for member in node.get("replicas") or ():
+                lines.append(f"  {'replica ' + member['replica']:34s}{_member(member)}")
         else:
             lines.append(f"replica side  channel {node['channel']!r} into {node['target']}, listening on "
                          f"{node['listen']} ({node['transport']}, {node['workers']} apply worker(s), "
@@ -100,6 +102,17 @@ def status_table(snapshot: dict) -> str:
         else:
             lines.append("  no latency samples yet")
     return "\n".join(lines)
+
+
+def _member(m: dict) -> str:
+    """One replica side of a fan-out, in a line."""
+    out = f"{m['state'].upper() if m['state'] != 'streaming' else 'streaming'} at {m['position']}, " \
+          f"last {m['last_gtid'] or '-'}, ring backlog {m['ring_backlog_frames']} frames"
+    if m["queued_frames"]:
+        out += f", {m['queued_frames']} frames ({m['queued_bytes']} bytes) wait in memory"
+    if m.get("apply_stopped"):
+        out += f"; applying STOPPED at {m['apply_stopped'].get('gtid')}"
+    return out
 
 
 def _applying(stopped: dict | None, delay_s: float) -> str:

@@ -108,7 +108,25 @@ class SemiSync(TypedDict, total=False):
     primary: dict[str, int]
 
 
-class PrimaryStatus(TypedDict):
+class FanOutMember(TypedDict):
+    """One replica side of a fan-out (bridge.node.fanout)."""
+    replica: str  # its host:port
+    state: Literal["streaming", "catching up", "down", "fenced", "refused"]
+    connected: bool
+    last_gtid: str  # the last transaction placed in its ring
+    apply_stopped: ApplyStopped | None
+    position: str  # binlog file:offset after the last transaction it was sent (":0": none yet)
+    ring_backlog_frames: int
+    ring_backlog_bytes: int
+    queued_frames: int  # read, waiting in the primary side's memory for space in its ring
+    queued_bytes: int
+
+
+class FanOut(TypedDict, total=False):
+    replicas: list[FanOutMember]  # fan-out only: every replica side, in --replica order
+
+
+class PrimaryStatus(FanOut):
     role: Literal["primary"]
     source: str  # the URL, password masked
     replica: str
@@ -141,7 +159,10 @@ def deviations(doc: dict, kind: type) -> set[str]:
 
 def _nested(key: str, hint, value):
     """(path, TypedDict, document) for the parts of ``value`` a TypedDict defines:
-    ``X`` or ``X | None`` itself, each value of ``dict[str, X]``."""
+    ``X`` or ``X | None`` itself, each value of ``dict[str, X]``, each item of ``list[X]``."""
+    if isinstance(value, list) and get_origin(hint) is list and is_typeddict(get_args(hint)[0]):
+        yield from ((f"{key}[{i}]", get_args(hint)[0], v) for i, v in enumerate(value) if isinstance(v, dict))
+        return
     if not isinstance(value, dict):
         return
     if get_origin(hint) is dict:

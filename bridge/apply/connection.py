@@ -38,6 +38,7 @@ class ServerInfo:
     version: str
     flavor: str  # mariadb | mysql
     max_allowed_packet: int
+    identity: str = ""  # host, port and server id: two replica sides of one fan-out must not share a server
 
 
 def session_setup(foreign_key_checks: bool) -> str:
@@ -68,11 +69,11 @@ def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connec
             if lock_wait_timeout_s:
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")  # MariaDB and MySQL
                 cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (lock_wait_timeout_s,))
-            cur.execute("SELECT VERSION(), @@max_allowed_packet")
-            version, packet = cur.fetchone()
+            cur.execute("SELECT VERSION(), @@max_allowed_packet, CONCAT(@@hostname, ':', @@port, ' id ', @@server_id)")
+            version, packet, identity = cur.fetchone()
     except pymysql.MySQLError as exc:
         raise apply_error(f"set up the session on replica {url}", exc) from exc
-    return conn, ServerInfo(version, flavor_of(version), int(packet))
+    return conn, ServerInfo(version, flavor_of(version), int(packet), identity)
 
 
 def run_script(conn: pymysql.Connection, context: str, statements: list[bytes],

@@ -11,7 +11,7 @@ import click
 
 from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REPLICA_METRICS_PORT,
                                 RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, filter_options, hostport_param,
-                                metrics_option, tls_options)
+                                hostports_param, metrics_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
 from bridge.model import GtidSet
 from bridge.images import FLAVORS, LOCAL
@@ -173,11 +173,15 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 
 @click.command("start-primary")
 @server_url_option("source", "Primary server")
-@click.option("--replica", required=True, callback=hostport_param, metavar="HOST:PORT",
-              help="The replica side's --listen address.")
+@click.option("--replica", "replicas", required=True, multiple=True, callback=hostports_param, metavar="HOST:PORT",
+              help="The replica side's --listen address. Give it several times to feed several replica sides from "
+                   "one read of the binlog (fan-out): each its own ring, position and backpressure; one that falls "
+                   "behind leaves the shared stream, catches up from a dump of its own (server id --server-id + 1 + "
+                   "its place in this list) and rejoins.")
 @TRANSPORT_OPTION
 @click.option("--server-id", type=int, default=4242, show_default=True,
-              help="Replica server id this reader registers with; unique among the primary's replicas.")
+              help="Replica server id this reader registers with; unique among the primary's replicas (with N "
+                   "--replica, the ids up to this + N are used too, by catch-ups).")
 @click.option("--start-gtid", default=None, metavar="GTIDSET|current",
               help="Where a new channel starts (used once, when the replica has no position): "
                    "a GTID set, 'current' for the primary's position now, or '' for the binlog start. Not "
@@ -198,6 +202,10 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                    "received: ACK once the transaction is placed in the replica's ring; applied: ACK once "
                    "the replica committed it, so a client whose commit returned reads its write on the "
                    "replica. The form (sync/async), degradations and their reasons show in `status`.")
+@click.option("--semi-sync-quorum", type=click.IntRange(min=1), default=1, show_default=True, metavar="K",
+              help="With several --replica: the ACK goes once K replica sides hold (received) or committed "
+                   "(applied) the transaction; one down, catching up or behind does not count. Fewer than K "
+                   "answering: the ACK is skipped and counted, and the primary goes async after its timeout.")
 @PIN_NEAR_NIC
 @click.option("--take-over", is_flag=True,
               help="If another primary side feeds this replica's channel, fence it off and take its place: the "
@@ -207,9 +215,9 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
 @tls_options
-def start_primary(source: str, replica, transport: str, server_id: int, start_gtid: str | None,
+def start_primary(source: str, replicas, transport: str, server_id: int, start_gtid: str | None,
                   backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
-                  pin_near_nic: bool, take_over: bool, metrics, secret_file: str, tls) -> None:
+                  semi_sync_quorum: int, pin_near_nic: bool, take_over: bool, metrics, secret_file: str, tls) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -218,17 +226,25 @@ def start_primary(source: str, replica, transport: str, server_id: int, start_gt
       rdma-bridge start-primary --source mysql://rdma_repl@127.0.0.1:3306 \\
           --replica 127.0.0.1:7400 --transport shm
     Resumes from the replica's recorded position; SIGTERM or Ctrl-C stops cleanly.
+    Fan-out: --replica once per replica side, and --semi-sync-quorum K.
     """
+    from bridge.node.fanout import FanOutNode
     from bridge.node.primary import PrimaryNode
 
+    if semi_sync_quorum > len(replicas):
+        raise click.BadParameter(f"{semi_sync_quorum} is more than the {len(replicas)} --replica given: no ACK "
+                                 "could ever go", param_hint="--semi-sync-quorum")
+    if semi_sync_quorum > 1 and semi_sync == "off":
+        raise click.BadParameter("needs --semi-sync received or applied", param_hint="--semi-sync-quorum")
     _pin(pin_near_nic)
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
-    cfg = PrimaryConfig(source=url, replica=replica, transport=transport, server_id=server_id,
+    cfg = PrimaryConfig(source=url, replica=replicas[0], replicas=replicas, semi_sync_quorum=semi_sync_quorum,
+                        transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
                         reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval, metrics=metrics,
                         semi_sync=semi_sync, take_over=take_over,
                         secret=read_secret(secret_file), tls=tls)
-    node = PrimaryNode(cfg)
+    node = FanOutNode(cfg) if len(replicas) > 1 else PrimaryNode(cfg)
     _on_signals(node.stop)
     try:
         node.run()

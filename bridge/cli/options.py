@@ -87,6 +87,20 @@ def hostport_param(_ctx, _param, value: str) -> tuple[str, int]:
         raise click.BadParameter(str(exc)) from exc
 
 
+def hostports_param(_ctx, _param, values: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """A repeatable HOST:PORT option: each parsed, none twice."""
+    out: list[tuple[str, int]] = []
+    for value in values:
+        try:
+            address = parse_hostport(value)
+        except BridgeError as exc:
+            raise click.BadParameter(str(exc)) from exc
+        if address in out:
+            raise click.BadParameter(f"{value} is given twice: each replica side once")
+        out.append(address)
+    return tuple(out)
+
+
 def _metrics_address(_ctx, _param, value: str) -> tuple[str, int] | None:
     if value.lower() in ("off", "none", ""):
         return None

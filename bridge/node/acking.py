@@ -15,6 +15,7 @@ from __future__ import annotations
 import select
 import threading
 import time
+from collections.abc import Sequence
 
 from bridge.node.counters import PrimaryCounts
 from bridge.node.member import Member
@@ -26,56 +27,63 @@ LONGEST_WAIT_S = 0.25  # one sleep at most while ACKs wait (the control heartbea
 
 
 class SemiSyncAcks:
-    def __init__(self, mode: str, counts: PrimaryCounts, stop: threading.Event) -> None:
+    """``members``: every replica side this primary side feeds, in their order, None
+    where one does not count now (down, detached, catching up, frames not placed yet);
+    an ACK goes once ``quorum`` of them cover the transaction."""
+
+    def __init__(self, mode: str, counts: PrimaryCounts, stop: threading.Event, quorum: int = 1) -> None:
         self.confirm = mode == "received"  # an ACK waits for the replica to hold it (else: to commit it)
-        self.counts, self._stop = counts, stop
+        self.counts, self._stop, self.quorum = counts, stop, quorum
         self.pending = PendingAcks()
         self.timeout_s = 10.0  # the primary's rpl_semi_sync_master_timeout, read at the preflight
 
     def __bool__(self) -> bool:
         return bool(self.pending)
 
-    def note(self, reader: BinlogReader, member: Member) -> None:
+    def note(self, reader: BinlogReader, members: Sequence[Member | None]) -> None:
         """The primary asked for an ACK with an event read so far, and every frame up to
-        the member's last is placed: the ACK goes once the replica covers that seq (at once
-        where it does already)."""
+        each member's last is placed: the ACK goes once the quorum covers those seqs (at
+        once where it does already)."""
         request = reader.take_ack_request()
         if request is not None:
-            self.pending.add(AckRequest(member.producer.write_seq, *request, time.monotonic() + self.timeout_s))
+            seqs = tuple(m.producer.write_seq if m is not None else -1 for m in members)
+            self.pending.add(AckRequest(seqs, *request, time.monotonic() + self.timeout_s))
         if self.pending:
-            self.settle(reader, member)
+            self.settle(reader, members)
 
-    def settle(self, reader: BinlogReader, member: Member) -> None:
-        """Send the ACK of the newest request the replica covers, if any; requests past
+    def settle(self, reader: BinlogReader, members: Sequence[Member | None]) -> None:
+        """Send the ACK of the newest request the quorum covers, if any; requests past
         the primary's timeout are counted as skipped: an ACK never claims what is not true."""
-        covered = member.covered(self.confirm, self.pending.newest_seq)
-        ack, skipped = self.pending.settle(covered, time.monotonic())
+        covered = tuple(m.covered(self.confirm, self.pending.newest_seq(i)) if m is not None else -1
+                        for i, m in enumerate(members))
+        ack, skipped = self.pending.settle(covered, time.monotonic(), self.quorum)
         self.counts.acks_skipped += skipped
         if ack is not None:
             reader.send_ack(ack.position, ack.log_file)
             self.counts.acks_sent += 1
 
-    def wait(self, reader: BinlogReader, member: Member) -> None:
+    def wait(self, reader: BinlogReader, members: Sequence[Member | None]) -> None:
         """Before a read that may block, while ACKs wait: wait for whichever comes first,
-        the binlog's next bytes, the replica side's answer (tcp, ``received``), the poll
+        the binlog's next bytes, a replica side's answer (tcp, ``received``), the poll
         interval (``applied``) or the oldest request's deadline, settling at each wake.
-        Ends as soon as the binlog has bytes."""
+        Ends as soon as the binlog has bytes, or a link went down (the caller sees it)."""
         binlog_fd = reader.fileno()
         if binlog_fd is None or reader.readable_now():
             return  # from here only the kernel can have binlog bytes: select sees them
-        link = member.link
-        remote = link.remote
-        answers = remote.answers_fd if remote is not None and self.confirm else None
-        fds = [binlog_fd] if answers is None else [binlog_fd, answers]
+        links = [m.link for m in members if m is not None and m.link is not None]
+        fds = [binlog_fd]
+        if self.confirm:
+            fds += [fd for fd in (link.remote.answers_fd if link.remote is not None else None for link in links)
+                    if fd is not None]
         poll = LONGEST_WAIT_S if self.confirm else APPLIED_POLL_S
-        while self.pending and not self._stop.is_set() and not link.down:
+        while self.pending and not self._stop.is_set() and not any(link.down for link in links):
             wait = min(self.pending.next_deadline - time.monotonic(), poll)
             ready = select.select(fds, [], [], max(wait, 0.0))[0]
-            self.settle(reader, member)
-            link.say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
+            self.settle(reader, members)
+            for link in links:
+                link.say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)
             if binlog_fd in ready:
                 return
-        link.raise_if_down()
 
     def drop(self) -> None:
         """The dump connection the requests came on closes: none can be answered."""

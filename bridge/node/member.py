@@ -5,7 +5,9 @@ the mirror of its ring (``RingProducer``) and the ring itself once opened, where
 stood when the session began (its applied seq: covered, whatever its ring says), the
 binlog format and apply mode it was sent, and what it said about itself (applying
 stopped, or applying behind on purpose with ``--delay``). ``place`` puts one frame in
-its ring, waiting for space as the backpressure rules say.
+its ring, waiting for space as the backpressure rules say. In a fan-out
+(bridge.node.fanout) ``offer`` never waits: what finds no space is queued in memory and
+``drain`` places it as the replica side frees space.
 
 Who touches what: the node's thread (``PrimaryNode.run``) replaces ``link`` and
 ``producer`` whole; the link's watcher thread writes only ``apply_stopped``, as one
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from bridge.config import PrimaryConfig
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
 BACKPRESSURE_LOG_S = 5.0
 APPLY_STOPPED_LOG_S = 30.0  # while the replica side's applying is stopped, a reminder this often
+# a member's state in a fan-out
+STREAMING, CATCHING_UP, DOWN, FENCED, REFUSED = "streaming", "catching up", "down", "fenced", "refused"
 
 
 class Member:
@@ -52,6 +57,15 @@ class Member:
         self.unplaced: tuple[FrameKind, bytes, str] | None = None  # read, but not in the ring when the link fell
         self.waiting_for_space = False
         self.last_gtid = ""  # the last transaction placed in its ring
+        self.server = ""  # the replica server it applies into (its welcome says: host, port, server id)
+        self.check: Callable[[Member], None] | None = None  # a fan-out's refusal of a second side on one server
+        # its part in a fan-out (bridge.node.fanout)
+        self.index = 0  # its place among the --replica options
+        self.state = DOWN
+        self.catch_up = None  # the PrimaryNode feeding it from a dump of its own while it is not streaming
+        self.queue: deque[tuple[FrameKind, bytes, str, bool]] = deque()  # read, no space in its ring yet
+        self.queued_bytes = 0
+        self.queued_since = 0.0  # when the queue last became non-empty
 
     @property
     def remote(self):
@@ -61,6 +75,13 @@ class Member:
 
     def attach(self, conn: ControlConnection, welcome: dict) -> None:
         """A new session: the replica side welcomed this primary side on ``conn``."""
+        self.server = str(welcome.get("server") or "")
+        if self.check is not None:
+            try:
+                self.check(self)
+            except BaseException:
+                conn.close()
+                raise
         self._apply_state(welcome.get("apply_stopped"))
         self.replica_delay_s = float(welcome.get("delay_s") or 0.0)
         self.link = Link(conn, self.name, self._apply_state)
@@ -184,6 +205,43 @@ class Member:
                      self.producer.backlog_frames, self.name, self.replica_delay_s)
         return now + APPLY_STOPPED_LOG_S
 
+    def offer(self, kind: FrameKind, payload: bytes, gtid: str, confirm: bool = False) -> None:
+        """Fan-out: into the ring now where it has space and nothing waits before it,
+        else queued; never waits."""
+        if not self.queue and self._place_now(kind, payload, gtid, confirm):
+            return
+        if not self.queue:
+            self.queued_since = time.monotonic()
+        self.queue.append((kind, payload, gtid, confirm))
+        self.queued_bytes += len(payload)
+
+    def drain(self) -> None:
+        """Fan-out: the queued frames the ring has space for now, in order."""
+        queue = self.queue
+        while queue:
+            if not self._place_now(*queue[0]):
+                return
+            self.queued_bytes -= len(queue.popleft()[1])
+
+    def _place_now(self, kind: FrameKind, payload: bytes, gtid: str, confirm: bool) -> bool:
+        producer, remote = self.producer, self.remote
+        if remote is None:
+            raise TransportError(f"link to replica {self.name} lost: {self.link.reason if self.link else ''}")
+        try:
+            placements = producer.append(kind, payload)
+        except RingFull:
+            producer.acknowledge(remote.last_ack())  # never waits: the answer asked for now comes later
+            try:
+                placements = producer.append(kind, payload)
+            except RingFull:
+                return False
+        with memoryview(producer.region) as region:
+            for p in placements:
+                remote.write(p.offset, region[p.offset:p.offset + p.length])
+        remote.publish(producer.write_seq, producer.head, confirm)
+        self.last_gtid = gtid
+        return True
+
     def drop_link(self) -> None:
         """Close the session with the replica side; keep the ring's mirror."""
         if self.link is not None:
@@ -193,3 +251,5 @@ class Member:
         """The binlog stream is reopened: the ring's mirror and what was unplaced go."""
         self.drop_link()
         self.producer, self.unplaced = None, None
+        self.queue.clear()
+        self.queued_bytes = 0

@@ -23,6 +23,7 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from bridge import serverinfo
 from bridge.config import PrimaryConfig, backoff_s
@@ -64,20 +65,26 @@ class PrimaryNode(ShipLoop):
     each taking a local reference first (``producer = member.producer``), so a concurrent
     replacement shows them either the old object or the new one, never a mix."""
 
-    def __init__(self, cfg: PrimaryConfig) -> None:
+    def __init__(self, cfg: PrimaryConfig, member: Member | None = None, writer: dict | None = None,
+                 on_transaction: Callable[[PrimaryNode], None] | None = None) -> None:
+        """``member``, ``writer``, ``on_transaction``: a fan-out's catch-up (bridge.node.fanout)
+        feeds one of its members from a dump of its own, as the fan-out's writer, and
+        hears of each transaction it completes."""
         check_available(cfg.transport)
         self.cfg = cfg
         self.tls = tls.prepare(cfg.tls, server_side=False)  # None: plain TCP to the replica side
         self.counts = PrimaryCounts()
         self.last_gtid = ""
+        self.position: tuple[str, int] | None = None  # binlog file and offset after the last transaction shipped
+        self._on_transaction = on_transaction
         self._stop = threading.Event()
-        self.member = Member(cfg.replica, cfg, self.tls, self._stop)  # the replica side this side feeds
+        self.member = member or Member(cfg.replica, cfg, self.tls, self._stop)  # the replica side this side feeds
         self.reader: BinlogReader | None = None
         self.assembler = TransactionAssembler()
         # who this primary side is, for the replica side's one-writer check (bridge.node.fencing)
-        self.writer = {"id": secrets.token_hex(8), "host": socket.gethostname(), "pid": os.getpid(),
-                       "source": str(cfg.source), "server_id": cfg.server_id,
-                       "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self.writer = writer or {"id": secrets.token_hex(8), "host": socket.gethostname(), "pid": os.getpid(),
+                                 "source": str(cfg.source), "server_id": cfg.server_id,
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         self._progress = Progress()
         self.stages = Stages(STAGES["primary"])
         self.gc_pauses = GcPauses(self.stages)
@@ -180,7 +187,7 @@ class PrimaryNode(ShipLoop):
                                    semi_sync=self.cfg.semi_sync != "off", raw_rows=member.apply_mode == "binlog")
         self.counts.binlog_reopens += 1
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s, apply mode %s", self.cfg.source,
-                 resume or "the start of the binlog", welcome["applied_seq"], *self.cfg.replica, self.cfg.transport,
+                 resume or "the start of the binlog", welcome["applied_seq"], *member.address, self.cfg.transport,
                  member.apply_mode)
         self._start_writing()
 
@@ -204,7 +211,7 @@ class PrimaryNode(ShipLoop):
         return settings
 
     def _handshake(self, version: str) -> dict:
-        conn = ControlConnection(connect(self.cfg.replica, self.cfg.connect_timeout_s, self.tls))
+        conn = ControlConnection(connect(self.member.address, self.cfg.connect_timeout_s, self.tls))
         try:
             welcome = self._hello(conn, version)
         except BaseException:
@@ -254,11 +261,15 @@ class PrimaryNode(ShipLoop):
         self.counts.frames_resent += len(frames)
         log.info("link to replica resumed after seq %d: %d frames resent from the ring", applied, len(frames))
         if self.semi_sync is not None and not self.assembler.in_transaction:
-            self.acks.note(self.reader, member)  # asked with the frame the link lost
+            self.acks.note(self.reader, (member,))  # asked with the frame the link lost
 
     def run(self) -> None:
         """Stream until ``stop``, recovering from lost links and binlog streams."""
         self.start_services()
+        self.stream()
+
+    def stream(self) -> None:
+        """``run`` without the services (metrics, monitors): what a fan-out's catch-up runs."""
         attempt = 0
         while not self._stop.is_set():
             try:
@@ -317,7 +328,8 @@ class PrimaryNode(ShipLoop):
         link.say_alive()
         reader = self.reader  # close() from another thread may drop it mid-step
         if self.acks:
-            self.acks.wait(reader, member)
+            self.acks.wait(reader, (member,))
+            link.raise_if_down()
         if self._runs(reader, member):
             if self._ship_lane(reader, member):
                 return None
@@ -343,17 +355,25 @@ class PrimaryNode(ShipLoop):
                 self.counts.heartbeats_shipped += 1
             else:
                 self.counts.transactions_shipped += 1
+        if item is not None and (isinstance(item, Transaction) or item.last):
+            self._shipped(reader)
         self._note_ack(reader, member)
         return item
 
+    def _shipped(self, reader: BinlogReader) -> None:
+        """A whole transaction (or run of them) is placed: where the binlog stands now."""
+        self.position = (reader.log_file, reader.commit_pos)
+        if self._on_transaction is not None:
+            self._on_transaction(self)
+
     def _note_ack(self, reader: BinlogReader, member: Member) -> None:
         if self.semi_sync is not None and not self.assembler.in_transaction:
-            self.acks.note(reader, member)
+            self.acks.note(reader, (member,))
 
     def _settle(self) -> None:
         """While a placement waits for ring space: what is placed may be acknowledged meanwhile."""
         if self.acks and self.reader is not None:
-            self.acks.settle(self.reader, self.member)
+            self.acks.settle(self.reader, (self.member,))
 
     def _read(self, reader: BinlogReader) -> Transaction | Chunk | None:
         """What the binlog completes next, if anything: a common transaction whole in

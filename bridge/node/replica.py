@@ -340,7 +340,7 @@ class ReplicaNode(ApplyLoop):
                     "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel,
                     "apply_mode": mode, "format": self.applier.format.id if self.applier.format else "",
                     "epoch": epoch, "apply_stopped": self.halt.message() if self.halt else None,
-                    "delay_s": self.cfg.delay_s}
+                    "delay_s": self.cfg.delay_s, "server": self.applier.server.identity}
 
     def _end_session(self, reason: str, code: EndCode = EndCode.BAD_FRAME) -> None:
         log.error("session %s ended: %s", self.session, reason)

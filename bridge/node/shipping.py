@@ -58,6 +58,7 @@ class ShipLoop:
             self.last_gtid = member.last_gtid = lane.gtid
             self.counts.lane_runs += 1
             lane.record_stages(self.stages)
+            self._shipped(reader)
         if lane.ack_error:
             raise SourceConnectionLost(f"binlog stream from {self.cfg.source}: semi-sync ACK: "
                                        f"{os.strerror(lane.ack_error)}")
@@ -107,3 +108,4 @@ class ShipLoop:
         self.counts.heartbeats_shipped += run.heartbeats
         self.counts.taken_whole += run.frames
         self.counts.runs += 1
+        self._shipped(reader)

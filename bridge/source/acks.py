@@ -7,6 +7,10 @@ and the primary keeps the highest position acknowledged and releases every commi
 waiting at or before it (MariaDB's ``Repl_semi_sync_master::report_reply_binlog``), so
 one ACK for the newest covered request answers all the older ones.
 
+With several replica sides (fan-out) a request names the seq each of them must cover
+(its own ring's numbering; -1 where one does not count: down, detached, catching up,
+or behind with frames not yet placed) and is covered once ``quorum`` of them do.
+
 A request waits at most the primary's own semi-sync timeout: past it the primary has
 stopped waiting (it went async), so the request is dropped and counted as skipped,
 never acknowledged later, even once covered.
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class AckRequest:
-    seq: int  # the frame seq the replica must cover (the transaction's last frame, or later)
+    seqs: tuple[int, ...]  # per replica side, the frame seq it must cover (its last frame, or later); -1: none
     position: int  # the ACK's binlog position (the asking event's end) ...
     log_file: str  # ... in this binlog file
     deadline: float  # monotonic seconds: the primary stops waiting then
@@ -38,19 +42,23 @@ class PendingAcks:
     def add(self, request: AckRequest) -> None:
         self._queue.append(request)
 
-    @property
-    def newest_seq(self) -> int:
-        return self._queue[-1].seq if self._queue else 0
+    def newest_seq(self, member: int = 0) -> int:
+        """The highest seq a request asks of replica side ``member`` (0: none)."""
+        for request in reversed(self._queue):
+            if request.seqs[member] >= 0:
+                return request.seqs[member]
+        return 0
 
     @property
     def next_deadline(self) -> float:
         return self._queue[0].deadline
 
-    def settle(self, covered_seq: int, now: float) -> tuple[AckRequest | None, int]:
-        """(the newest request ``covered_seq`` covers, to acknowledge; how many requests
-        passed their deadline first, skipped). Both leave the queue."""
+    def settle(self, covered: tuple[int, ...], now: float, quorum: int = 1) -> tuple[AckRequest | None, int]:
+        """(the newest request that ``quorum`` replica sides cover, ``covered`` being the
+        highest seq each holds or committed, to acknowledge; how many requests passed
+        their deadline first, skipped). Both leave the queue."""
         queue, newest, skipped = self._queue, None, 0
-        while queue and (queue[0].seq <= covered_seq or queue[0].deadline < now):
+        while queue and (_count(queue[0].seqs, covered) >= quorum or queue[0].deadline < now):
             request = queue.popleft()
             if request.deadline < now:
                 skipped += 1
@@ -63,3 +71,8 @@ class PendingAcks:
         dropped = len(self._queue)
         self._queue.clear()
         return dropped
+
+
+def _count(seqs: tuple[int, ...], covered: tuple[int, ...]) -> int:
+    """How many replica sides cover the seq asked of them."""
+    return sum(1 for seq, have in zip(seqs, covered) if 0 <= seq <= have)

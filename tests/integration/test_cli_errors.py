@@ -117,3 +117,16 @@ def test_waiting_for_an_absent_primary_costs_no_cpu_and_says_so_honestly():
     _, err = proc.communicate(timeout=10)
     assert waited_cpu_s < 0.3, waited_cpu_s  # the waiting sleeps (a busy wait would cost ~3 s)
     assert "cannot start" in err and "session lost" not in err, err
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("--replica", "127.0.0.1:7400", "--replica", "127.0.0.1:7400"), ("127.0.0.1:7400 is given twice",)),
+    (("--replica", "127.0.0.1:7400", "--replica", "127.0.0.1:7401", "--semi-sync", "received",
+      "--semi-sync-quorum", "3"), ("--semi-sync-quorum", "3 is more than the 2 --replica")),
+    (("--replica", "127.0.0.1:7400", "--replica", "127.0.0.1:7401", "--semi-sync-quorum", "2"),
+     ("--semi-sync-quorum", "needs --semi-sync")),
+])
+def test_fan_out_options_refused_before_anything_starts(args, needles):
+    """Fan-out's bad input: the same replica side twice, a quorum no ACK could reach,
+    a quorum without semi-sync; refused at start, nothing connected."""
+    one_line_error(run("start-primary", "--source", "mysql://u:pw@127.0.0.1:1", *args), *needles)

@@ -1,0 +1,270 @@
+"""One primary side, three replica sides (issue: fan-out with a semi-sync quorum): one
+read of the binlog placed in three rings; a replica side frozen (SIGSTOP) holds the
+others back for nothing and rejoins; one killed and restarted catches up while the
+primary stays semi-sync with a quorum of two; the primary side restarted with the
+replica sides at three different positions. Every replica ends equal to the primary,
+row by row (the keyless ledger table shows a doubled or missing transaction)."""
+
+import signal
+import threading
+import time
+
+import pytest
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bridge.check.compare import compare_databases
+from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig
+from bridge.metrics import prometheus_text
+from bridge.model import GtidSet
+from bridge.node.fanout import FanOutNode
+from bridge.node.replica import ReplicaNode
+from bridge.procs import replica_process, wait_port
+from bridge.report import status_table
+from bridge.sandbox import Sandbox, free_port
+from bridge.statusdoc import PrimaryStatus, deviations
+from bridge.workload import connect, create_schema
+from tests.conftest import primary_position
+from tests.helpers import BackgroundWorkload, channel_row, semi_sync_status, wait_for
+
+REPLICAS = ("replica", "replica2", "replica3")
+RING = 256 << 10  # small: a frozen replica side fills it within a second of the workload
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
+    """A sandbox of its own: a primary and three replica servers."""
+    sandbox = Sandbox(tmp_path_factory.mktemp("fanout"))
+    info = sandbox.up(replicas=3)
+    yield info
+    sandbox.down()
+
+
+class FanOut:
+    """A fan-out primary side in this process (its status read directly) feeding
+    replica sides that are processes (frozen, killed) or nodes in this process."""
+
+    def __init__(self, info, tmp_path, name, transport="shm"):
+        self.info, self.dir, self.transport = info, str(tmp_path), transport
+        self.channel = self.schema = f"{name}_{int(time.time())}"
+        self.primary = connect(MysqlUrl.parse(info["primary_admin"]))
+        self.start_gtid = primary_position(self.primary)
+        self.ports = [free_port() for _ in REPLICAS]
+        self.procs = [None] * len(REPLICAS)
+        self.inproc = []
+        self.node, self.thread, self.errors = None, None, []
+
+    def start_replica(self, i, process=True, target=None, channel=None):
+        if process:
+            proc = replica_process(self.info[REPLICAS[i]], self.ports[i], self.transport, self.channel, self.dir,
+                                   ring_bytes=RING)
+            self.procs[i] = proc.start()
+            wait_port(self.ports[i], alive=proc.check_alive)
+        else:
+            node = ReplicaNode(ReplicaConfig(target=MysqlUrl.parse(self.info[target or REPLICAS[i]]),
+                                             listen=("127.0.0.1", self.ports[i]), transport=self.transport,
+                                             ring_bytes=RING, channel=channel or self.channel))
+            node.start()
+            threading.Thread(target=node.run, daemon=True).start()
+            self.inproc.append(node)
+
+    def start_primary(self, **overrides):
+        replicas = tuple(("127.0.0.1", port) for port in self.ports)
+        cfg = PrimaryConfig(source=MysqlUrl.parse(self.info["primary"]), replica=replicas[0], replicas=replicas,
+                            transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1,
+                            server_id=6100, backpressure_timeout_s=1.0, heartbeat_row_s=0.1, **overrides)
+        self.node = FanOutNode(cfg)
+
+        def run():
+            try:
+                self.node.run()
+            except Exception as exc:  # surfaced by the tests' alive()
+                self.errors.append(exc)
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def stop_primary(self):
+        self.node.stop()
+        self.thread.join(15)
+        self.node.close()
+
+    def alive(self):
+        assert not self.errors, self.errors
+        for proc in self.procs:
+            if proc is not None:
+                proc.check_alive()
+
+    def states(self):
+        return [m["state"] for m in self.node.status()["replicas"]]
+
+    def reached(self, i, target: GtidSet) -> bool:
+        conn = connect(MysqlUrl.parse(self.info[f"{REPLICAS[i]}_admin"]))
+        try:
+            return GtidSet.parse(channel_row(conn, self.channel)[1]).contains_all(target)
+        finally:
+            conn.close()
+
+    def sync(self, which=range(len(REPLICAS)), timeout_s=90.0):
+        target = GtidSet.parse(primary_position(self.primary))
+        wait_for(lambda: all(self.reached(i, target) for i in which), f"replicas {list(which)} at {target}",
+                 timeout_s, alive=self.alive)
+
+    def assert_all_same(self):
+        self.sync()
+        for role in REPLICAS:
+            result = compare_databases(MysqlUrl.parse(self.info["primary_admin"]),
+                                       MysqlUrl.parse(self.info[f"{role}_admin"]), [self.schema])
+            assert result.ok, (role, [(d.table, d.missing, d.extra) for d in result.diffs])
+            assert result.digests[f"{self.schema}.ledger"][0].rows > 0
+
+    def close(self):
+        if self.node is not None:
+            self.stop_primary()
+        for proc in self.procs:
+            if proc is not None:
+                proc.stop()
+        for node in self.inproc:
+            node.stop()
+            node.close()
+        self.primary.close()
+
+
+@pytest.fixture
+def fanout(box, tmp_path, request):
+    made = []
+
+    def make(transport="shm"):
+        made.append(FanOut(box, tmp_path, request.node.name.split("[")[0][5:25], transport))
+        return made[-1]
+    yield make
+    for f in made:
+        f.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_three_replica_sides_from_one_read_end_equal(fanout, transport):
+    f = fanout(transport)
+    for i in range(3):
+        f.start_replica(i, process=False)
+    create_schema(f.primary, f.schema)
+    f.start_primary()
+    with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
+        wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
+        time.sleep(1.0)
+    f.assert_all_same()
+    assert f.states() == ["streaming"] * 3
+    assert f.node.counts.binlog_reopens == 1  # one read of the binlog for all three
+    doc = f.node.status()  # each replica side in /status, /metrics (a replica label) and `status`
+    assert deviations(doc, PrimaryStatus) == set()
+    families = {fam.name: fam for fam in text_string_to_metric_families(prometheus_text("primary", doc))}
+    states = {(s.labels["replica"], s.labels["state"]): s.value for s in families["rdma_bridge_replica_state"].samples}
+    assert sum(states.values()) == 3 and all(states[(f"127.0.0.1:{port}", "streaming")] == 1 for port in f.ports)
+    table = status_table({"taken_at": "now", "nodes": {"primary": doc}})
+    assert all(f"replica 127.0.0.1:{port}" in table for port in f.ports), table
+
+
+def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
+    f = fanout()
+    for i in range(3):
+        f.start_replica(i)
+    create_schema(f.primary, f.schema)
+    f.start_primary()
+    wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
+    with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
+        time.sleep(0.5)
+        f.procs[1].proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: f.states()[1] != "streaming", "the frozen one to leave the shared stream",
+                     alive=f.alive)
+            time.sleep(2.0)  # the workload goes on; the two others keep up
+            f.sync(which=(0, 2), timeout_s=30)
+            assert not f.reached(1, GtidSet.parse(primary_position(f.primary)))  # it is frozen
+            assert f.states()[0] == f.states()[2] == "streaming"
+        finally:
+            f.procs[1].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: f.states() == ["streaming"] * 3, "the frozen one back in the shared stream",
+                 timeout_s=90, alive=f.alive)
+    f.assert_all_same()
+
+
+def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box):
+    f = fanout()
+    for i in range(3):
+        f.start_replica(i)
+    create_schema(f.primary, f.schema)
+    f.start_primary(semi_sync="applied", semi_sync_quorum=2)
+    wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
+    wait_for(lambda: semi_sync_status(semi_sync_box)["clients"] == "1", "the fan-out as semi-sync client")
+    with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
+        wait_for(lambda: semi_sync_status(semi_sync_box)["status"] == "ON", "semi-sync ON", alive=f.alive)
+        async_before = int(semi_sync_status(semi_sync_box)["no_tx"])
+        f.procs[2].stop(signal.SIGKILL)
+        wait_for(lambda: f.states()[2] != "streaming", "the killed one out of the shared stream", alive=f.alive)
+        for _ in range(20):  # two of three still answer: the primary stays semi-sync
+            time.sleep(0.1)
+            assert semi_sync_status(semi_sync_box)["status"] == "ON"
+        f.start_replica(2)
+        wait_for(lambda: f.states() == ["streaming"] * 3, "the restarted one back in the shared stream",
+                 timeout_s=90, alive=f.alive)
+        assert f.node.counts.acks_sent > 0
+    assert int(semi_sync_status(semi_sync_box)["no_tx"]) - async_before <= 2  # a commit in flight at the kill
+    f.assert_all_same()
+
+
+def test_primary_side_restarted_with_replicas_at_three_positions(fanout):
+    f = fanout()
+    for i in range(3):
+        f.start_replica(i)
+    create_schema(f.primary, f.schema)
+    f.start_primary()
+    url = MysqlUrl.parse(f.info["primary_admin"])
+    with BackgroundWorkload(url, f.schema):
+        wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
+        time.sleep(0.5)
+        f.procs[2].stop()  # the third stops first ...
+        time.sleep(0.5)
+        f.stop_primary()  # ... then the primary side, with the second replica side stopped just before
+        f.node = None
+        f.procs[1].stop()
+        time.sleep(0.5)  # the workload goes on: three positions, the first the furthest
+        f.start_replica(1)
+        f.start_replica(2)
+        f.start_primary()
+        wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream again", timeout_s=90,
+                 alive=f.alive)
+        time.sleep(0.5)
+    f.assert_all_same()
+
+
+def test_two_replica_sides_on_one_replica_server_are_refused(box, tmp_path, caplog):
+    """The third replica side applies (another channel) into the first's replica server:
+    the same transactions would apply there twice; it is refused, the others stream."""
+    f = FanOut(box, tmp_path, "one_server")
+    try:
+        f.start_replica(0, process=False)
+        f.start_replica(1, process=False)
+        f.start_replica(2, process=False, target="replica", channel=f.channel + "_b")
+        create_schema(f.primary, f.schema)
+        f.start_primary()
+        wait_for(lambda: f.states()[2] == "refused", "the third refused", alive=f.alive)
+        assert "both apply into the replica server" in caplog.text
+        with f.primary.cursor() as cur:
+            cur.execute(f"CREATE TABLE {f.schema}.after (id INT PRIMARY KEY)")
+            cur.execute(f"INSERT INTO {f.schema}.after VALUES (1)")
+        target = GtidSet.parse(primary_position(f.primary))
+        wait_for(lambda: f.reached(0, target) and f.reached(1, target), "the two others streaming", alive=f.alive)
+        assert f.states()[:2] == ["streaming"] * 2
+    finally:
+        f.close()
+
+
+@pytest.fixture
+def semi_sync_box(box):
+    admin = connect(MysqlUrl.parse(box["primary_admin"]))
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")
+        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=ON")
+    yield admin
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=OFF")
+    admin.close()
