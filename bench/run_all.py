@@ -18,7 +18,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import catchup, checksum, clone, cpu, decode, flame, lag, semisync, stress, workers
+from bench import catchup, checksum, clone, cpu, decode, fanout, flame, lag, semisync, stress, workers
 
 MODES = ("binlog", "sql")
 
@@ -67,6 +67,15 @@ def ratios(result: dict) -> dict:
         out[f"catch-up of mixed writes, {r['workers']} workers vs native {r['workers']} thread(s) "
             "(higher is better)"] = r["ratio_bridge_over_native"]
     out.update(tls_ratios(result))
+    if "fanout" in result:
+        for r in result["fanout"]["rows"]:
+            out[f"fan-out to {r['replicas']} replica side(s): primary side CPU per txn, one read over "
+                f"{r['replicas']} separate primary sides (lower is better)"] = r["ratio_fan_out_over_separate"]
+            out[f"fan-out to {r['replicas']} replica side(s): primary server CPU per txn, one dump over "
+                f"{r['replicas']} (lower is better)"] = r["ratio_primary_server_fan_out_over_separate"]
+        for p, ratio in result["fanout"]["ratio_frozen_over_streaming"].items():
+            out[f"fan-out: first replica's bridge stage {p} with the third frozen over all streaming "
+                "(lower is better)"] = ratio
     out.update(result["clone"]["ratios"] if "clone" in result else {})
     return out
 
@@ -130,6 +139,8 @@ def main() -> None:
     result["lag_tls"] = {t: lag.run([500, 2000], args.seconds, args.state_dir, t) for t in ("tcp", "tcp+tls")}
     log("CPU per transaction ...")
     result["cpu"] = cpu.run(1000, args.cpu_seconds, args.state_dir, log=log)
+    log("fan-out to 1, 2 and 3 replica sides ...")
+    result["fanout"] = fanout.run(1000, args.cpu_seconds, args.state_dir + "-fanout", log=log)
     log("flame graphs of both bridge processes ...")
     result["flame_graphs"] = flame.run(args.cpu_seconds, 1000, args.state_dir, RESULTS, log=log)
     log("decode ...")

@@ -31,12 +31,13 @@ import time
 
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.errors import BridgeError, ConfigError, Fenced, SourceConnectionLost, TransportError
-from bridge.model import Chunk, Transaction
+from bridge.model import HEARTBEAT_TABLE, Chunk, RowEvents, Transaction
 from bridge.node.member import CATCHING_UP, DOWN, FENCED, REFUSED, STREAMING, Member
 from bridge.node.primary import ACK_REFRESH_S, PrimaryNode
-from bridge.node.shipping import event_of
+from bridge.node.shipping import RUN_TXNS, event_of
 from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
+from bridge.wire.native import hot
 
 log = logging.getLogger(__name__)
 MEMBER_QUEUE_BYTES = 64 << 20  # frames a member may have waiting in memory before it is detached
@@ -113,6 +114,11 @@ class FanOutNode(PrimaryNode):
         reader = self.reader
         if self.acks:
             self.acks.wait(reader, self._counted())
+        if self.shared_mode == "binlog" and not self.assembler.in_transaction and \
+                not any(m.parked for m in self.members) and self._run_everywhere(reader):
+            if self.semi_sync is not None:
+                self.acks.note(reader, self._counted())
+            return None
         item = self._read(reader)
         if item is not None:
             self._place_everywhere(item, reader)
@@ -170,12 +176,7 @@ class FanOutNode(PrimaryNode):
                     self._detach(member, str(exc))
             self.last_gtid = item.gtid
             if isinstance(item, Transaction) or item.last:
-                self.position = (reader.log_file, reader.commit_pos)
-                for member in self.members:
-                    catch_up = member.catch_up
-                    if member.state == CATCHING_UP and catch_up is not None and \
-                            catch_up.position == self.position and member.apply_mode == self.shared_mode:
-                        self._hand_back(member)
+                self._passed(reader)
         self.stages.record("place", (time.time_ns() - read_ns) / 1000)
         if isinstance(item, Chunk):
             self.counts.transactions_shipped += item.last
@@ -183,6 +184,97 @@ class FanOutNode(PrimaryNode):
             self.counts.heartbeats_shipped += 1
         else:
             self.counts.transactions_shipped += 1
+
+    def _run_everywhere(self, reader) -> bool:
+        """The transactions the dump's buffer holds whole, framed by one compiled call per
+        streaming member (``RingProducer.place_run``: the same packets, so the same
+        transactions), each member's published together; True when a run went. Only
+        where every streaming member was sent the binlog format in force and has
+        nothing queued. A member whose ring had space for part of the run gets the
+        rest framed one by one into its queue."""
+        placed: dict[Member, object] = {}
+        locked = False
+
+        def place(packets, seq_id: int, semi_sync: bool):
+            nonlocal locked
+            self._lock.acquire()  # only once the packets are here: the wait for them holds nothing
+            locked = True
+            self._run_ns = time.time_ns()
+            streaming = [m for m in self.members if m.state == STREAMING]
+            fmt = event_of(reader.format)
+            if not streaming or any(m.queue or event_of(m.format_sent) != fmt for m in streaming):
+                return None
+            first = streaming[0].producer.place_run(packets, seq_id, semi_sync, self.assembler.chunk_bytes,
+                                                    HEARTBEAT_TABLE, RUN_TXNS)
+            if first is None:
+                return None
+            placed[streaming[0]] = first
+            whole = packets[:first.taken]
+            for member in streaming[1:]:
+                run = member.producer.place_run(whole, seq_id, semi_sync, self.assembler.chunk_bytes,
+                                                HEARTBEAT_TABLE, first.frames)
+                placed[member] = run
+                done = run.taken if run is not None else 0
+                if done < first.taken:
+                    self._queue_rest(member, whole, done, run.seq_id if run is not None else seq_id, semi_sync)
+            return first
+
+        try:
+            first = reader.take_run(place)
+            if first is None:
+                return False
+            confirm = self.acks.confirm and reader.ack_wanted
+            for member, run in placed.items():
+                if run is not None:
+                    self._publish_run(member, run, confirm)
+            self.last_gtid = first.gtid
+            self._passed(reader)
+        finally:
+            if locked:
+                self._lock.release()
+        self.stages.record("place", (time.time_ns() - self._run_ns) / 1000, first.frames)
+        self.counts.transactions_shipped += first.frames - first.heartbeats
+        self.counts.heartbeats_shipped += first.heartbeats
+        self.counts.runs += 1
+        return True
+
+    def _publish_run(self, member: Member, run, confirm: bool) -> None:
+        """A member's part of a run, copied to its ring and published (detached on a failure)."""
+        remote, producer = member.remote, member.producer
+        try:
+            if remote is None:
+                raise TransportError(f"link to replica {member.name} lost")
+            with memoryview(producer.region) as region:
+                for p in run.placements:
+                    remote.write(p.offset, region[p.offset:p.offset + p.length])
+            remote.publish(producer.write_seq, producer.head, confirm)
+            member.last_gtid = run.gtid
+        except TransportError as exc:
+            self._detach(member, str(exc))
+
+    def _queue_rest(self, member: Member, packets, start: int, seq_id: int, semi_sync: bool) -> None:
+        """What a member's ring had no space for, of a run the first member took whole:
+        framed transaction by transaction into its queue."""
+        while start < len(packets):
+            scanned = hot.scan_transaction(packets[start:], seq_id, semi_sync, self.assembler.chunk_bytes, True)
+            if scanned is None:  # cannot be: the first member's call framed these same packets
+                self._detach(member, "a run it could not frame")
+                return
+            taken, seq_id, gtid, data, tables, events, _, _ = scanned
+            now = time.time_ns()
+            member.enqueue(FrameKind.TXN, encode_transaction(Transaction(gtid, (RowEvents(data, tables, events),)),
+                                                           (now, now)), gtid)
+            start += taken
+
+    def _passed(self, reader) -> None:
+        """Under the lock, at a transaction's end: where the shared stream stands, and the
+        hand-back of a catch-up that stands there too."""
+        self.position = (reader.log_file, reader.commit_pos)
+        for member in self.members:
+            catch_up = member.catch_up
+            if member.state == CATCHING_UP and catch_up is not None and catch_up.position == self.position and \
+                    member.apply_mode == self.shared_mode:
+                self._hand_back(member)
 
     @staticmethod
     def _frame(item: Transaction | Chunk, read_ns: int) -> bytes:
@@ -249,20 +341,24 @@ class FanOutNode(PrimaryNode):
         """A catch-up shipped a whole transaction: handed back where the shared stream
         stands at the same place; waits where it is ahead."""
         member = node.member
-        while not self._stop.is_set():
-            with self._lock:
-                if member.state == STREAMING:
-                    return  # the shared stream took it back at this position
-                shared = self.position
-                if member.apply_mode != self.shared_mode:
-                    return  # never back (another apply mode than the shared dump's): it keeps its own
-                if shared is not None and node.position == shared:
-                    self._hand_back(member)
-                    return
-                if shared is not None and node.position < shared:
-                    return  # behind: read on
-            member.link.say_alive()  # ahead: the shared stream comes here soon
-            time.sleep(PARKED_POLL_S)
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    if member.state == STREAMING:
+                        return  # the shared stream took it back at this position
+                    shared = self.position
+                    if member.apply_mode != self.shared_mode:
+                        return  # never back (another apply mode than the shared dump's): it keeps its own
+                    if shared is not None and node.position == shared:
+                        self._hand_back(member)
+                        return
+                    if shared is not None and node.position < shared:
+                        return  # behind: read on
+                    member.parked = True  # ahead: the shared stream steps one transaction at a time to here
+                member.link.say_alive()
+                time.sleep(PARKED_POLL_S)
+        finally:
+            member.parked = False
 
     def _hand_back(self, member: Member) -> None:
         """Under the lock: the member streams from the shared stream from its next transaction."""

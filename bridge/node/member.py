@@ -66,6 +66,7 @@ class Member:
         self.queue: deque[tuple[FrameKind, bytes, str, bool]] = deque()  # read, no space in its ring yet
         self.queued_bytes = 0
         self.queued_since = 0.0  # when the queue last became non-empty
+        self.parked = False  # its catch-up is ahead of the shared stream and waits for it there
 
     @property
     def remote(self):
@@ -210,6 +211,10 @@ class Member:
         else queued; never waits."""
         if not self.queue and self._place_now(kind, payload, gtid, confirm):
             return
+        self.enqueue(kind, payload, gtid, confirm)
+
+    def enqueue(self, kind: FrameKind, payload: bytes, gtid: str, confirm: bool = False) -> None:
+        """Fan-out: behind whatever its queue holds, whatever space its ring has now."""
         if not self.queue:
             self.queued_since = time.monotonic()
         self.queue.append((kind, payload, gtid, confirm))
