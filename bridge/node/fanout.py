@@ -34,7 +34,8 @@ from bridge.errors import BridgeError, ConfigError, Fenced, SourceConnectionLost
 from bridge.model import HEARTBEAT_TABLE, Chunk, RowEvents, Transaction
 from bridge.node.member import CATCHING_UP, DOWN, FENCED, REFUSED, STREAMING, Member
 from bridge.node.primary import ACK_REFRESH_S, PrimaryNode
-from bridge.node.shipping import RUN_TXNS, event_of
+from bridge.node.shipping import LANE_WAIT_MS, RUN_TXNS, event_of
+from bridge.source import lanes
 from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 from bridge.wire.native import hot
@@ -58,6 +59,8 @@ class FanOutNode(PrimaryNode):
         self._lock = threading.Lock()  # the shared stream's placing and position vs. a catch-up's hand-back
         self._threads: list[threading.Thread] = []
         self.shared_mode = ""  # the shared dump's apply mode (the leader's): a member of another never rejoins
+        self._fan_key: tuple | None = None  # what the fan-out's ship lane was built for
+        self._fan_lane_obj = None
 
     # -- the shared stream -------------------------------------------------------------
 
@@ -114,6 +117,8 @@ class FanOutNode(PrimaryNode):
         reader = self.reader
         if self.acks:
             self.acks.wait(reader, self._counted())
+        if self.shared_mode == "binlog" and not self.assembler.in_transaction and self._lane_everywhere(reader):
+            return None
         if self.shared_mode == "binlog" and not self.assembler.in_transaction and \
                 not any(m.parked for m in self.members) and self._run_everywhere(reader):
             if self.semi_sync is not None:
@@ -184,6 +189,59 @@ class FanOutNode(PrimaryNode):
             self.counts.heartbeats_shipped += 1
         else:
             self.counts.transactions_shipped += 1
+
+    def _lane_everywhere(self, reader) -> bool:
+        """The ship lane feeding every member's ring in one compiled call (its further
+        rings, bridge.source.ship), where it can: over shm, without semi-sync, every member
+        streaming with nothing queued and the binlog format in force sent. True when this
+        step is done (transactions placed, or the dump quiet for the lane's wait)."""
+        lane = self._fan_lane(reader)
+        if lane is None:
+            return False
+        streaming = self.members
+        with self._lock:  # no catch-up runs now (the lane is only used without one): nothing waits on it
+            try:
+                placed = reader.run_lane(lane, LANE_WAIT_MS)
+            except TransportError as exc:  # the first ring's doorbell: its replica side is gone
+                self._detach(streaming[0], str(exc))
+                return True
+            if placed:
+                for member in streaming:
+                    member.last_gtid = lane.gtid
+                    member.remote.lane_published(member.producer.write_seq)
+                self.last_gtid = lane.gtid
+                self.counts.lane_runs += 1
+                lane.record_stages(self.stages)
+                self._passed(reader)
+            for i, packets, seq_id in lane.owed:
+                self._queue_rest(streaming[i + 1], packets, 0, seq_id, False)
+        for i in lane.gone:
+            self._detach(streaming[i + 1], "its doorbell failed: the replica side is gone")
+        if placed == 0 and lane.why == lanes.IDLE and time.monotonic_ns() - lane.reader.data_ns >= self._stall_ns:
+            raise reader.stalled()  # quiet past the read timeout, not even the server's heartbeat
+        return placed > 0 or lane.why == lanes.IDLE
+
+    def _fan_lane(self, reader):
+        """The lane for the members as they are now, or None where it cannot run."""
+        members = self.members
+        if self.cfg.semi_sync != "off" or len(members) - 1 > lanes.MAX_RINGS or \
+                any(m.state != STREAMING or m.queue or m.parked for m in members):
+            return None
+        dump, fmt = reader.dump_reader, event_of(reader.format)
+        if dump is None or any(event_of(m.format_sent) != fmt for m in members):
+            return None
+        key = (dump, *((m.producer, m.remote) for m in members))
+        if self._fan_key != key:
+            targets = [m.remote.lane_target() if hasattr(m.remote, "lane_target") else None for m in members]
+            if any(t is None or t.get("sock") is not None or t.get("remote") is None for t in targets):
+                return None  # tcp (or TLS): the runs below
+            self._fan_lane_obj = lanes.ShipLane(
+                dump, members[0].producer, targets[0]["remote"], targets[0].get("doorbell", -1), HEARTBEAT_TABLE,
+                self.assembler.chunk_bytes, None, self.counts,
+                [(m.producer, t["remote"], t.get("doorbell", -1)) for m, t in zip(members[1:], targets[1:])])
+            self._fan_key = key
+            self._stall_ns = int(reader.read_timeout_s * 1e9)
+        return self._fan_lane_obj
 
     def _run_everywhere(self, reader) -> bool:
         """The transactions the dump's buffer holds whole, framed by one compiled call per

@@ -56,7 +56,8 @@ include "../wire/_frames.pxi"
 
 bridge_crc_init()
 
-DUMP_BUFFER, RUN_TXNS, IDLE, NOT_MINE = _twin.DUMP_BUFFER, _twin.RUN_TXNS, _twin.IDLE, _twin.NOT_MINE
+DUMP_BUFFER, RUN_TXNS, IDLE, NOT_MINE, MAX_RINGS = _twin.DUMP_BUFFER, _twin.RUN_TXNS, _twin.IDLE, _twin.NOT_MINE, \
+    _twin.MAX_RINGS
 
 cdef enum:
     C_RUN_TXNS = 64  # bridge.source.ship.RUN_TXNS
@@ -64,6 +65,7 @@ cdef enum:
     C_BATCHES = 256  # bridge.source.ship.BATCHES
     C_IDLE = 0
     C_NOT_MINE = 1
+    C_MAX_RINGS = 7  # bridge.source.ship.MAX_RINGS
     HEAD_AT = 24  # bridge.ring.layout
     WRITE_SEQ_AT = 8
     WAITING_AT = 36
@@ -72,8 +74,8 @@ cdef enum:
     OP_PUBLISH = 2
     OP_HEAD = 9  # placement.HEAD: op u8, offset u32, length u32
 
-if (C_RUN_TXNS, C_PEEK_BYTES, C_BATCHES, C_IDLE, C_NOT_MINE, HEAD_AT, WRITE_SEQ_AT, WAITING_AT, DATA_OFFSET, OP_WRITE,
-        OP_PUBLISH, OP_HEAD) != (RUN_TXNS, _twin.PEEK_BYTES, _twin.BATCHES, IDLE, NOT_MINE, _HEAD_AT, _WRITE_SEQ_AT, _WAITING_AT,
+if (C_RUN_TXNS, C_PEEK_BYTES, C_BATCHES, C_IDLE, C_NOT_MINE, C_MAX_RINGS, HEAD_AT, WRITE_SEQ_AT, WAITING_AT, DATA_OFFSET, OP_WRITE,
+        OP_PUBLISH, OP_HEAD) != (RUN_TXNS, _twin.PEEK_BYTES, _twin.BATCHES, IDLE, NOT_MINE, MAX_RINGS, _HEAD_AT, _WRITE_SEQ_AT, _WAITING_AT,
                                  _DATA_OFFSET, _placement.Op.WRITE, _placement.Op.PUBLISH, _placement.HEAD.size):
     raise ImportError("bridge.source._ship was built from constants its sources no longer have; rebuild it")
 
@@ -165,7 +167,8 @@ cdef class DumpReader:
 
 cdef class ShipLane:
     cdef readonly DumpReader reader
-    cdef readonly object producer, remote, heartbeat, counts
+    cdef readonly object producer, remote, heartbeat, counts, rings
+    cdef public object owed, gone
     cdef readonly int doorbell
     cdef readonly Py_ssize_t max_bytes
     cdef bytes hb_schema, hb_table
@@ -181,8 +184,12 @@ cdef class ShipLane:
     cdef int batches
 
     def __init__(self, DumpReader reader, producer, remote, int doorbell, heartbeat, Py_ssize_t max_bytes,
-                 sock=None, counts=None):
+                 sock=None, counts=None, rings=()):
         self.reader, self.producer, self.remote, self.doorbell = reader, producer, remote, doorbell
+        self.rings = tuple(rings)
+        if self.rings and (sock is not None or len(self.rings) > C_MAX_RINGS):
+            raise ValueError(f"ship lane: further rings over shm only, {C_MAX_RINGS} at most")
+        self.owed, self.gone = [], []
         self.counts = counts
         self.sock = sock
         self.sock_fd = sock.fileno() if sock is not None else -1
@@ -311,7 +318,22 @@ cdef class ShipLane:
         cdef pollfd waiter
         cdef char last[GTID_TEXT]
         cdef uint8_t published[8]
+        # fan-out: the further rings (bridge.source.ship), each its own mirror, ring and bookkeeping
+        cdef Py_buffer more_mirror[C_MAX_RINGS]
+        cdef Py_buffer more_ring[C_MAX_RINGS]
+        cdef uint8_t *mo[C_MAX_RINGS]
+        cdef uint8_t *mr[C_MAX_RINGS]
+        cdef Py_ssize_t msize[C_MAX_RINGS]
+        cdef Py_ssize_t mhead[C_MAX_RINGS]
+        cdef Py_ssize_t mfree[C_MAX_RINGS]
+        cdef uint64_t mseq[C_MAX_RINGS]
+        cdef uint32_t mepoch[C_MAX_RINGS]
+        cdef int mbell[C_MAX_RINGS]
+        cdef int n_more = len(self.rings), got_mirrors = 0, got_rings = 0, i
+        cdef Py_ssize_t mframe_at, mused
         entries = []
+        more_entries = [[] for _ in range(n_more)]
+        self.owed, self.gone = [], []
         if semi_sync:
             ack_name, ack_name_len = PyBytes_AS_STRING(ack_file), len(ack_file)
         self.frames = self.heartbeats = self.batches = self.acks = self.ack_error = 0
@@ -324,6 +346,19 @@ cdef class ShipLane:
                                      f"a {size}-byte data area")
                 o = <uint8_t *>mirror.buf + DATA_OFFSET
                 r = <uint8_t *>ring.buf
+                for i in range(n_more):
+                    other, shared, bell = self.rings[i]
+                    PyObject_GetBuffer(other.region, &more_mirror[i], PyBUF_WRITABLE)
+                    got_mirrors += 1
+                    PyObject_GetBuffer(shared, &more_ring[i], PyBUF_WRITABLE)
+                    got_rings += 1
+                    msize[i], mhead[i], mfree[i] = other.size, other.head, other.size - other.used
+                    mseq[i], mepoch[i], mbell[i] = other.next_seq, other.epoch & 0xFFFFFFFF, bell
+                    if more_mirror[i].len != more_ring[i].len or more_mirror[i].len != DATA_OFFSET + msize[i]:
+                        raise ValueError(f"ship lane: a further mirror of {more_mirror[i].len} bytes and a ring of "
+                                         f"{more_ring[i].len} for a {msize[i]}-byte data area")
+                    mo[i] = <uint8_t *>more_mirror[i].buf + DATA_OFFSET
+                    mr[i] = <uint8_t *>more_ring[i].buf
                 while True:
                     scan = _scan_one(rd.buf + rd.start, rd.end - rd.start, sid, semi_sync, self.max_bytes, &s) \
                         if rd.end > rd.start else SCAN_MORE
@@ -345,6 +380,24 @@ cdef class ShipLane:
                             else:
                                 memcpy(r + DATA_OFFSET + head, o + head, used)
                             entries.append((seq, used, DATA_OFFSET + frame_at, _payload_len(&s), FrameKind.TXN, 0))
+                            for i in range(n_more):  # fan-out: the same transaction into each further ring
+                                mframe_at = mhead[i]
+                                mused = _place_scanned(mo[i], msize[i], &mframe_at, mfree[i], mseq[i], mepoch[i],
+                                                       rd.buf + rd.start, &s)
+                                if not mused:
+                                    self.owed.append((i, PyBytes_FromStringAndSize(<char *>rd.buf + rd.start,
+                                                                                   s.taken), sid))
+                                    continue
+                                if mframe_at < mhead[i]:
+                                    memcpy(mr[i] + DATA_OFFSET + mhead[i], mo[i] + mhead[i], msize[i] - mhead[i])
+                                    memcpy(mr[i] + DATA_OFFSET, mo[i], mused - (msize[i] - mhead[i]))
+                                else:
+                                    memcpy(mr[i] + DATA_OFFSET + mhead[i], mo[i] + mhead[i], mused)
+                                more_entries[i].append((mseq[i], mused, DATA_OFFSET + mframe_at, _payload_len(&s),
+                                                        FrameKind.TXN, 0))
+                                mhead[i] = (mhead[i] + mused) % msize[i]
+                                mfree[i] -= mused
+                                mseq[i] += 1
                             if _is_heartbeat(rd.buf + rd.start, &s, self.hb_schema, self.hb_table):
                                 self.heartbeats += 1
                                 batch_hb += 1
@@ -361,7 +414,7 @@ cdef class ShipLane:
                             pending = True
                             if s.ack >= 0:
                                 ack_pos = s.ack  # published at once, then acknowledged
-                            elif self.frames % C_RUN_TXNS:
+                            elif self.frames % C_RUN_TXNS and not self.owed:
                                 continue
                         else:
                             scan = SCAN_NO  # a full ring or over half of it: the general path waits for space
@@ -381,6 +434,14 @@ cdef class ShipLane:
                         if self.doorbell >= 0 and rd32(r + WAITING_AT):  # the other way round)
                             if write(self.doorbell, b"\x01", 1) < 0 and errno != EAGAIN:
                                 bell_err = errno
+                        for i in range(n_more):  # fan-out: each further ring the same way
+                            wr32(mr[i] + HEAD_AT, <uint32_t>mhead[i])
+                            __atomic_thread_fence(3)
+                            wr64(mr[i] + WRITE_SEQ_AT, mseq[i] - 1)
+                            __atomic_thread_fence(5)
+                            if mbell[i] >= 0 and rd32(mr[i] + WAITING_AT):
+                                if write(mbell[i], b"\x01", 1) < 0 and errno != EAGAIN and i not in self.gone:
+                                    self.gone.append(i)
                     if pending:
                         self._batch(_mono_ns() - whole_ns, batch_n)
                         if self.counts is not None:  # live: status and metrics see them as they happen
@@ -397,6 +458,9 @@ cdef class ShipLane:
                                 self.why = C_NOT_MINE  # the general path meets the broken dump connection
                                 break
                             self.acks += 1
+                    if self.owed:
+                        self.why = C_NOT_MINE  # the node queues what a further ring had no space for
+                        break
                     if scan == SCAN_WHOLE:
                         if _mono_ns() >= deadline:  # a steady stream: back to the node every wait_ms all the same
                             self.why = C_IDLE
@@ -430,12 +494,19 @@ cdef class ShipLane:
                         self.why = C_NOT_MINE  # the end of the stream or an error: the general path meets it
                         break
             finally:
+                for i in range(got_rings):
+                    PyBuffer_Release(&more_ring[i])
+                for i in range(got_mirrors):
+                    PyBuffer_Release(&more_mirror[i])
                 PyBuffer_Release(&ring)
         finally:
             PyBuffer_Release(&mirror)
             if entries:
                 self.producer.placed(entries, head)
                 self.gtid = PyUnicode_DecodeUTF8(last, last_len, NULL)
+            for i in range(got_rings):
+                if more_entries[i]:
+                    self.rings[i][0].placed(more_entries[i], mhead[i])
             self.seq_id = sid
         if bell_err:
             raise TransportError(f"ring the replica's doorbell: {os.strerror(bell_err)}")

@@ -14,7 +14,7 @@ _compiled, why_pure = compiled_or_why("bridge.source._ship")
 COMPILED = _compiled is not None
 _module = _compiled if _compiled is not None else twin
 DumpReader, ShipLane = _module.DumpReader, _module.ShipLane
-IDLE, NOT_MINE = twin.IDLE, twin.NOT_MINE
+IDLE, NOT_MINE, MAX_RINGS = twin.IDLE, twin.NOT_MINE, twin.MAX_RINGS
 
 
 def announce(log: logging.Logger) -> None:

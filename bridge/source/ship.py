@@ -14,6 +14,14 @@ kind (the general path reads them: DDL, a statement, a transaction to chunk, the
 server's heartbeat or rotate events, a full ring, the end of the stream or an error,
 which the general path meets and names), having published what it placed.
 
+Fan-out (bridge.node.fanout): ``rings`` names further shm rings, each with its own
+producer, fed the same transactions in the same call (each framed into its own mirror
+with its own seqs, published with the first). A transaction one of them has no space
+for is placed in the others, handed back in ``owed`` (which ring, its packets, their
+first packet number) and ends the call: the node queues it for that ring. A further
+ring whose doorbell fails (its replica side is gone) is named in ``gone``; the first
+ring's failure raises, as without fan-out.
+
 It runs over shm and tcp (not TLS), in binlog apply mode, without semi-sync, over a dump
 connection without TLS (``bridge.node.primary`` decides). Both twins keep the
 producer's bookkeeping (head, used, next seq, the entries ``unacked`` resends) as
@@ -36,6 +44,7 @@ DUMP_BUFFER = 1 << 18  # bytes the dump's reader holds; a transaction longer tha
 PEEK_BYTES = 1 << 16  # a peek copies at most this much (the general path's one-call scan looks no further)
 BATCHES = 256  # publishes a run keeps apart for the "place" stage (the last one takes the rest)
 RUN_TXNS = 64  # transactions placed between two publishes at most
+MAX_RINGS = 7  # further rings one lane feeds at most (fan-out)
 # why run() returned: nothing to read for wait_ms; bytes that are not the lane's (the general path reads them)
 IDLE, NOT_MINE = 0, 1
 _BLOCKED = (BlockingIOError, InterruptedError)
@@ -112,8 +121,13 @@ class ShipLane:
     as it happens: transactions and heartbeats shipped, taken whole, ACKs sent."""
 
     def __init__(self, reader: DumpReader, producer, remote, doorbell: int, heartbeat: tuple[str, str],
-                 max_bytes: int, sock: socket.socket | None = None, counts=None) -> None:
+                 max_bytes: int, sock: socket.socket | None = None, counts=None, rings=()) -> None:
         self.reader, self.producer, self.remote, self.doorbell = reader, producer, remote, doorbell
+        self.rings = tuple(rings)  # fan-out: further shm rings, each (producer, shared ring, doorbell fd or -1)
+        if self.rings and (sock is not None or len(self.rings) > MAX_RINGS):
+            raise ValueError(f"ship lane: further rings over shm only, {MAX_RINGS} at most")
+        self.owed: list[tuple[int, bytes, int]] = []  # (ring, packets, first packet number) it had no space for
+        self.gone: list[int] = []  # further rings whose doorbell failed (the replica side is gone)
         self.sock, self.counts = sock, counts
         self._out = bytearray()  # tcp: the WRITE messages of what is placed, not yet sent
         self.heartbeat, self.max_bytes = heartbeat, max_bytes
@@ -133,7 +147,7 @@ class ShipLane:
         published at once and acknowledged on the dump connection."""
         reader, producer, semi_sync = self.reader, self.producer, ack_file is not None
         self.frames = self.heartbeats = self.acks = self.ack_error = 0
-        self._batches = []
+        self._batches, self.owed, self.gone = [], [], []
         deadline = time.monotonic_ns() + wait_ms * 1_000_000
         pending, whole_ns, batch_n, batch_hb, ack = False, 0, 0, 0, -1
         while True:
@@ -143,6 +157,15 @@ class ShipLane:
                     if buffered else None
                 if run is None:
                     more = hotpath.scan_wants_more(buffered, seq_id, semi_sync, self.max_bytes)
+                else:
+                    for i, (other, ring, _) in enumerate(self.rings):
+                        placed = other.place_run(buffered[:run.taken], seq_id, semi_sync, self.max_bytes,
+                                                 self.heartbeat, 1)
+                        if placed is None:
+                            self.owed.append((i, bytes(buffered[:run.taken]), seq_id))
+                            continue
+                        for p in placed.placements:
+                            ring[p.offset:p.offset + p.length] = other.region[p.offset:p.offset + p.length]
                 del buffered
             if run is not None:
                 whole_ns = whole_ns or time.monotonic_ns()
@@ -159,7 +182,7 @@ class ShipLane:
                 self.heartbeats += run.heartbeats
                 self.gtid, self.commit_position, ack = run.gtid, run.commit_position, run.ack
                 pending = True
-                if ack < 0 and self.frames % RUN_TXNS:
+                if ack < 0 and self.frames % RUN_TXNS and not self.owed:
                     continue
             if pending:
                 self._publish(producer.write_seq, producer.head)
@@ -176,6 +199,9 @@ class ShipLane:
                         self.why = NOT_MINE  # the general path meets the broken dump connection
                         break
                     self.acks += 1
+            if self.owed:
+                self.why = NOT_MINE  # the node queues what a further ring had no space for
+                break
             if run is not None:
                 if time.monotonic_ns() >= deadline:  # a steady stream: back to the node every wait_ms all the same
                     self.why = IDLE
@@ -246,11 +272,19 @@ class ShipLane:
             finally:
                 self._out.clear()
             return
-        write_publish(self.remote, write_seq, head)
-        if self.doorbell >= 0 and consumer_waiting(self.remote):
-            try:
-                os.write(self.doorbell, b"\x01")
-            except BlockingIOError:
-                pass  # a full FIFO already holds wakeups the replica side has not read
-            except OSError as exc:  # EPIPE: the replica process is gone
-                raise TransportError(f"ring the replica's doorbell: {exc.strerror or exc}") from exc
+        error = None
+        for i, (ring, seq, at, bell) in enumerate(((self.remote, write_seq, head, self.doorbell),
+                                                   *((r, p.write_seq, p.head, b) for p, r, b in self.rings))):
+            write_publish(ring, seq, at)
+            if bell >= 0 and consumer_waiting(ring):
+                try:
+                    os.write(bell, b"\x01")
+                except BlockingIOError:
+                    pass  # a full FIFO already holds wakeups the replica side has not read
+                except OSError as exc:  # EPIPE: the replica process is gone
+                    if i == 0:
+                        error = exc
+                    elif i - 1 not in self.gone:
+                        self.gone.append(i - 1)
+        if error is not None:  # every ring published first: a gone one does not cut the others short
+            raise TransportError(f"ring the replica's doorbell: {error.strerror or error}") from error

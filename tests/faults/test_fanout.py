@@ -154,6 +154,9 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport):
     f.assert_all_same()
     assert f.states() == ["streaming"] * 3
     assert f.node.counts.binlog_reopens == 1  # one read of the binlog for all three
+    assert f.node.counts.lane_runs + f.node.counts.runs > 0  # the compiled framing, not one by one only
+    if transport == "shm":
+        assert f.node.counts.lane_runs > 0  # one lane call feeds all three rings
     doc = f.node.status()  # each replica side in /status, /metrics (a replica label) and `status`
     assert deviations(doc, PrimaryStatus) == set()
     families = {fam.name: fam for fam in text_string_to_metric_families(prometheus_text("primary", doc))}

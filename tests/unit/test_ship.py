@@ -71,7 +71,7 @@ class Setup:
     """One lane of ``module`` over a socket pair: ``feed`` writes dump packets; the ring is
     a bytearray (shm) or, with ``tcp``, is built from the messages the lane sends."""
 
-    def __init__(self, module, tcp: bool = False, head: int = 0, used: int = 0, doorbell: int = -1):
+    def __init__(self, module, tcp: bool = False, head: int = 0, used: int = 0, doorbell: int = -1, rings=()):
         self.dump, self.server = socket.socketpair()
         self.reader = module.DumpReader(self.dump)
         self.producer = RingProducer(SIZE, next_seq=10, head=head, epoch=3)
@@ -82,7 +82,7 @@ class Setup:
         self.data = socket.socketpair() if tcp else None
         self.counts = PrimaryCounts()
         self.lane = module.ShipLane(self.reader, self.producer, None if tcp else self.ring, doorbell, HEARTBEAT,
-                                    1 << 20, self.data[0] if tcp else None, self.counts)
+                                    1 << 20, self.data[0] if tcp else None, self.counts, rings)
 
     def feed(self, data: bytes) -> None:
         self.server.sendall(data)
@@ -290,4 +290,68 @@ def test_semi_sync_a_transaction_that_asks_is_published_then_acknowledged_on_the
         setup.lane.record_stages(stages)
         assert stages.summary(False)["place"]["count"] == 3  # one sample per transaction, by publish
     finally:
+        setup.close()
+
+
+def _further_ring(next_seq: int, head: int, used: int, epoch: int):
+    producer = RingProducer(SIZE, next_seq=next_seq, head=head, epoch=epoch)
+    producer.used = used
+    ring = bytearray(region_bytes(SIZE))
+    init_region(ring, SIZE)
+    return producer, ring
+
+
+@pytest.mark.parametrize("head", [0, SIZE - 200], ids=["start", "pad"])
+def test_both_lanes_feed_further_rings_alike_and_owe_what_one_has_no_space_for(head):
+    """Fan-out: two further rings, each with its own seqs, head and epoch, get the same
+    transactions; the second has space for two of them: the third is placed everywhere
+    else, handed back as owed (its packets, their first number) and the call ends. Both
+    twins leave the same bytes in every ring."""
+    txns = [_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5), _txn(4)]
+    data, _ = _packets(txns)
+    two, number = _packets(txns[:2])
+    three, _ = _packets(txns[:3])
+    results = []
+    for module in MODULES:
+        first = _further_ring(100, head, 0, 7)
+        second = _further_ring(5, 0, SIZE - 2 * 224, 9)
+        setup = Setup(module, head=head, rings=[(*first, -1), (*second, -1)])
+        try:
+            setup.feed(data)
+            time.sleep(0.01)
+            assert setup.run() == 3 and setup.lane.why == ship.NOT_MINE
+            assert [(i, packets, n) for i, packets, n in setup.lane.owed] == [(1, three[len(two):], number)]
+            assert setup.reader.start == len(three) and setup.lane.gone == []
+            assert [f.seq for f in setup.frames()] == [10, 11, 12]
+            got = []
+            for (producer, ring), seqs, tail in ((first, [100, 101, 102], head), (second, [5, 6], 0)):
+                consumer = RingConsumer(memoryview(ring), expected_seq=seqs[0], tail=tail, epoch=producer.epoch)
+                frames = []
+                while (frame := consumer.poll()) is not None:
+                    frames.append(frame)
+                assert [f.seq for f in frames] == seqs
+                assert [decode_transaction(f.payload).gtid for f in frames] == \
+                    [decode_transaction(f.payload).gtid for f in setup.frames()][:len(seqs)]
+                assert [f.seq for f in producer.unacked(seqs[0] - 1)] == seqs
+                got.append((_stamps_zeroed(ring, producer), producer.head, producer.used))
+            results.append(got)
+        finally:
+            setup.close()
+    assert all(r == results[0] for r in results)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_a_further_ring_whose_doorbell_fails_is_named_gone_and_the_others_are_fed(module):
+    read_end, write_end = os.pipe()
+    other = _further_ring(1, 0, 0, 2)
+    other[1][WAITING_AT:WAITING_AT + 4] = (1).to_bytes(4, "little")  # its replica side sleeps on the bell
+    os.close(read_end)  # and is gone
+    setup = Setup(module, rings=[(*other, write_end)])
+    try:
+        setup.feed(_packets([_txn(1), _txn(2)])[0])
+        time.sleep(0.01)
+        assert setup.run() == 2 and setup.lane.gone == [0]  # no exception: the first ring's side is fine
+        assert [f.seq for f in setup.frames()] == [10, 11] and other[0].next_seq == 3
+    finally:
+        os.close(write_end)
         setup.close()
