@@ -171,6 +171,14 @@ def render_html(snapshot: dict) -> str:
         if "error" in node:
             parts.append(f"<p class='err'>not answering: {html.escape(str(node['error']))}</p>")
             continue
+        members = node.get("replicas") or ()
+        if members:  # fan-out: where each replica side stands
+            parts.append("<table><tr><th>replica side</th><th>state</th><th>position</th><th>last GTID</th>"
+                         "<th>ring backlog</th><th>waiting in memory</th></tr>" + "".join(
+                             f"<tr><td>{html.escape(m['replica'])}</td><td>{html.escape(m['state'])}</td>"
+                             f"<td>{html.escape(m['position'])}</td><td>{html.escape(m['last_gtid'] or '-')}</td>"
+                             f"<td>{m['ring_backlog_frames']} frames</td><td>{m['queued_bytes']} bytes</td></tr>"
+                             for m in members) + "</table>")
         for name, s in node["stages"].items():
             parts.append(f"<h3>{html.escape(name)} <small>({html.escape(STAGE_MEANING.get(name, ''))})</small></h3>")
             if not s["count"]:

@@ -162,6 +162,10 @@ def dashboard() -> dict:
             panel(6, "Throughput", [("rate(rdma_bridge_transactions_applied_total[30s])", "applied txn/s"),
                                     ("rate(rdma_bridge_transactions_shipped_total[30s])", "shipped txn/s")],
                   "short", 16, 12),
+            panel(7, "Fan-out: each replica side (1 = streaming from the shared read)",
+                  [('rdma_bridge_replica_state{state="streaming"}', "{{replica}} streaming"),
+                   ("rdma_bridge_replica_ring_backlog_frames", "{{replica}} ring backlog (frames)"),
+                   ("rdma_bridge_replica_queued_bytes", "{{replica}} waiting in memory (bytes)")], "short", 24),
         ],
     }
 

@@ -20,7 +20,7 @@ from bridge.model import GtidSet
 from bridge.node.fanout import FanOutNode
 from bridge.node.replica import ReplicaNode
 from bridge.procs import replica_process, wait_port
-from bridge.report import status_table
+from bridge.report import render_html, status_table
 from bridge.sandbox import Sandbox, free_port
 from bridge.statusdoc import PrimaryStatus, deviations
 from bridge.workload import connect, create_schema
@@ -164,6 +164,8 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport):
     assert sum(states.values()) == 3 and all(states[(f"127.0.0.1:{port}", "streaming")] == 1 for port in f.ports)
     table = status_table({"taken_at": "now", "nodes": {"primary": doc}})
     assert all(f"replica 127.0.0.1:{port}" in table for port in f.ports), table
+    page = render_html({"taken_at": "now", "nodes": {"primary": doc}})
+    assert all(f"<td>127.0.0.1:{port}</td><td>streaming</td>" in page for port in f.ports)
 
 
 def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
