@@ -85,8 +85,10 @@ class FanOutNode(PrimaryNode):
     def connect(self) -> None:
         """The first member whose replica side answers leads (the shared dump starts at its
         position); every other one catches up from its own."""
-        error: BridgeError | None = None
+        error: BridgeError | None = TransportError("no replica side to feed: each is fenced off or refused")
         for member in self.members:
+            if member.state in (FENCED, REFUSED):
+                continue  # out of this fan-out for good
             self.member = member
             try:
                 super().connect()
@@ -99,7 +101,7 @@ class FanOutNode(PrimaryNode):
             member.state = STREAMING
             self.position, self.shared_mode = None, member.apply_mode
             for other in self.members:
-                if other is not member:
+                if other is not member and other.state not in (FENCED, REFUSED):
                     self._detach(other, "joins from its own position")
             return
         self.member = self.members[0]
@@ -362,7 +364,8 @@ class FanOutNode(PrimaryNode):
         """Refused: a second replica side applying into a replica server another member
         applies into (the same transactions would apply there twice)."""
         for other in self.members:
-            if other is not member and member.server and other.server == member.server:
+            if other is not member and member.server and other.server == member.server and \
+                    other.state not in (FENCED, REFUSED):
                 raise OnePerServer(f"replica sides {other.name} and {member.name} both apply into the replica "
                                    f"server {member.server}: one fan-out feeds each replica server once; "
                                    "drop one --replica")
@@ -438,7 +441,8 @@ class FanOutNode(PrimaryNode):
         for member in self.members:
             member.catch_up = None
             member.forget()
-            member.state = DOWN
+            if member.state not in (FENCED, REFUSED):
+                member.state = DOWN
         super().disconnect()
 
     def status(self) -> dict:
