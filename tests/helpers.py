@@ -46,6 +46,27 @@ def wait_for(predicate, what: str, timeout_s: float = 60.0, alive=lambda: None) 
         time.sleep(0.02)
 
 
+def wait_shipped(node, more: int = 30, timeout_s: float = 60.0, alive=lambda: None) -> None:
+    """Until the primary side ``node`` (in this process) has shipped ``more`` transactions
+    past now: the running workload flows through it (instead of a fixed sleep before a
+    fault, which on a slow machine may pass before anything was shipped)."""
+    start = node.counts.transactions_shipped
+    wait_for(lambda: node.counts.transactions_shipped >= start + more, f"{more} more transactions shipped",
+             timeout_s, alive)
+
+
+def wait_written(conn, more: int = 30, timeout_s: float = 60.0, alive=lambda: None) -> None:
+    """Until the primary (``conn``) has committed ``more`` transactions past now (the
+    seqs of its GTID position, summed over domains): the running workload wrote that much."""
+    def seq() -> int:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            pos = cur.fetchone()[0] or ""
+        return sum(int(part.rsplit("-", 1)[1]) for part in pos.split(",") if part)  # each domain's count
+    start = seq()
+    wait_for(lambda: seq() >= start + more, f"{more} more transactions on the primary", timeout_s, alive)
+
+
 class BackgroundWorkload:
     """The mixed workload in a thread, in batches, until the ``with`` block ends."""
 

@@ -25,7 +25,7 @@ from bridge.sandbox import Sandbox, free_port
 from bridge.statusdoc import PrimaryStatus, deviations
 from bridge.workload import connect, create_schema
 from tests.conftest import primary_position
-from tests.helpers import BackgroundWorkload, channel_row, semi_sync_status, wait_for
+from tests.helpers import BackgroundWorkload, channel_row, semi_sync_status, wait_for, wait_shipped, wait_written
 
 REPLICAS = ("replica", "replica2", "replica3")
 RING = 256 << 10  # small: a frozen replica side fills it within a second of the workload
@@ -150,7 +150,7 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport):
     f.start_primary()
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
         wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
-        time.sleep(1.0)
+        wait_shipped(f.node, 200, alive=f.alive)
     f.assert_all_same()
     assert f.states() == ["streaming"] * 3
     assert f.node.counts.binlog_reopens == 1  # one read of the binlog for all three
@@ -176,12 +176,12 @@ def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
     f.start_primary()
     wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
-        time.sleep(0.5)
+        wait_shipped(f.node, alive=f.alive)
         f.procs[1].proc.send_signal(signal.SIGSTOP)
         try:
             wait_for(lambda: f.states()[1] != "streaming", "the frozen one to leave the shared stream",
                      alive=f.alive)
-            time.sleep(2.0)  # the workload goes on; the two others keep up
+            wait_shipped(f.node, 300, alive=f.alive)  # the workload goes on; the two others keep up
             f.sync(which=(0, 2), timeout_s=30)
             assert not f.reached(1, GtidSet.parse(primary_position(f.primary)))  # it is frozen
             assert f.states()[0] == f.states()[2] == "streaming"
@@ -226,19 +226,20 @@ def test_primary_side_restarted_with_replicas_at_three_positions(fanout):
     url = MysqlUrl.parse(f.info["primary_admin"])
     with BackgroundWorkload(url, f.schema):
         wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
-        time.sleep(0.5)
+        wait_shipped(f.node, alive=f.alive)
         f.procs[2].stop()  # the third stops first ...
-        time.sleep(0.5)
+        f.procs[2] = None
+        wait_shipped(f.node, alive=f.alive)
         f.stop_primary()  # ... then the primary side, with the second replica side stopped just before
         f.node = None
         f.procs[1].stop()
-        time.sleep(0.5)  # the workload goes on: three positions, the first the furthest
+        wait_written(f.primary)  # the workload goes on: three positions, the first the furthest
         f.start_replica(1)
         f.start_replica(2)
         f.start_primary()
         wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream again", timeout_s=90,
                  alive=f.alive)
-        time.sleep(0.5)
+        wait_shipped(f.node, alive=f.alive)
     f.assert_all_same()
 
 

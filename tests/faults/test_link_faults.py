@@ -11,7 +11,7 @@ import pytest
 from bridge.workload import connect, create_schema
 from tests.conftest import BridgePair
 from tests.faults.proxy import FaultProxy
-from tests.helpers import BackgroundWorkload, wait_for
+from tests.helpers import BackgroundWorkload, wait_for, wait_shipped
 
 
 def url_via(url, proxy):
@@ -35,7 +35,7 @@ def test_link_cuts_mid_workload(link, urls):
     create_schema(pair.primary, "cut_link")
     with BackgroundWorkload(urls["primary_admin"], "cut_link"):
         for _ in range(3):
-            time.sleep(0.4)
+            wait_shipped(pair.primary_node)
             proxy.cut()
     pair.assert_same("cut_link")
     assert pair.primary_node.counts.reconnects >= 3 and proxy.injected["cut"] == 3
@@ -45,7 +45,7 @@ def test_link_stall_and_delay(link, urls):
     pair, proxy = link
     create_schema(pair.primary, "stall_link")
     with BackgroundWorkload(urls["primary_admin"], "stall_link"):
-        time.sleep(0.3)
+        wait_shipped(pair.primary_node)
         proxy.stall(2.0)
         time.sleep(2.5)
         proxy.delay(0.002)
@@ -76,7 +76,7 @@ def test_binlog_connection_cut_and_stall(urls, caplog):
     try:
         create_schema(pair.primary, "binlog_faults")
         with BackgroundWorkload(urls["primary_admin"], "binlog_faults"):
-            time.sleep(0.4)
+            wait_shipped(pair.primary_node)
             proxy.cut()
             counts = pair.primary_node.counts
             # the stall must find the stream flowing again, not the reconnect's own queries
@@ -107,7 +107,7 @@ def test_replica_connection_cut(urls, workers):
         create_schema(pair.primary, schema)
         with BackgroundWorkload(urls["primary_admin"], schema):
             for n in (1, 2):  # each cut once the replica side is back from the one before
-                time.sleep(0.4)
+                wait_shipped(pair.primary_node)
                 proxy.cut()
                 wait_for(lambda: pair.replica_node.counts.reconnects >= n, f"reconnect {n}", timeout_s=30)
         pair.assert_same(schema)

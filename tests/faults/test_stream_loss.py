@@ -9,7 +9,7 @@ import pytest
 
 from bridge.workload import create_schema
 from tests.conftest import BridgePair, primary_position
-from tests.helpers import BackgroundWorkload
+from tests.helpers import BackgroundWorkload, wait_shipped
 
 
 def dump_threads(conn):
@@ -48,7 +48,7 @@ def test_killed_binlog_stream_resumes_without_duplicates(urls, transport):
         killed = set()
         with BackgroundWorkload(urls["primary_admin"], schema):
             for _ in range(3):
-                time.sleep(0.4)
+                wait_shipped(pair.primary_node)
                 for thread_id in wait_for_dump_thread(pair.primary, killed):
                     with pair.primary.cursor() as cur:
                         cur.execute(f"KILL {thread_id}")

@@ -95,7 +95,8 @@ def test_an_apply_error_mid_stream_stops_applying_and_resume_goes_on_after_the_f
             cur.execute(f"DELETE FROM {s}.t WHERE id=300")
         done = bridge("resume", "--replica", "%s:%d" % pair.replica_node.address)
         assert done.returncode == 0 and f"applying again from seq {halt.seq}" in done.stdout, done
-        time.sleep(1)
+        resumed_at = load.count
+        wait_for(lambda: load.count > resumed_at + 100, timeout_s=30, what="writes after the resume")
         load.done.set()
         load.join()
         assert load.count > 300

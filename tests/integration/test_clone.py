@@ -22,7 +22,7 @@ from bridge.errors import ConfigError
 from bridge.filter import Filter
 from bridge.workload import connect, create_schema
 from tests.conftest import BridgePair
-from tests.helpers import BackgroundWorkload
+from tests.helpers import BackgroundWorkload, wait_shipped, wait_written
 from tests.integration.test_types import ROWS, TYPES_TABLE
 
 ROWS_PER_TABLE = 20_000
@@ -213,7 +213,7 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
             _kill_after_first_copy(args, env, pair, "big", 60)  # one big table copied, the other half way
             killed = _clone_state(pair)
             assert sum(copied for t, _, copied, _ in killed if t) == 1 and not any(f for *_, f in killed)
-            time.sleep(1)  # more writes before the resumed clone's snapshot
+            wait_written(pair.primary, 50)  # more writes before the resumed clone's snapshot
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stderr
             assert "resuming the clone" in done.stderr and "(1 more kept from the clone that stopped)" in done.stdout
@@ -222,7 +222,7 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
             pair.start_gtid = None  # the channel starts at the earlier position
             pair.start_replica()
             pair.start_primary()
-            time.sleep(1)  # the writes go on while the replica side catches up
+            wait_shipped(pair.primary_node, 50)  # the writes go on while the replica side catches up
             stop.set()
             writer.join()
         assert len(rounds) > 100  # the writer wrote all along
@@ -308,7 +308,7 @@ def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_rena
             pair.start_gtid = None
             pair.start_replica()
             pair.start_primary()
-            time.sleep(1)
+            wait_shipped(pair.primary_node, 50)  # the writes go on while the replica side catches up
             stop.set()
             writer.join()
         assert len(rounds) > 50  # the writer wrote into every matrix table all along

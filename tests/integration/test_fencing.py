@@ -16,7 +16,7 @@ from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
 from bridge.workload import connect, create_schema
 from tests.conftest import BridgePair
-from tests.helpers import BackgroundWorkload, wait_for
+from tests.helpers import BackgroundWorkload, wait_for, wait_shipped
 
 
 def second_primary(pair, **overrides) -> PrimaryNode:
@@ -36,13 +36,13 @@ def test_a_second_primary_side_is_refused_naming_the_running_one(urls, fresh_sch
     try:
         create_schema(pair.primary, s)
         with BackgroundWorkload(urls["primary_admin"], s):
-            time.sleep(0.5)
+            wait_shipped(pair.primary_node)
             other = second_primary(pair)
             with pytest.raises(ChannelBusy, match=rf"fed by the primary side pid \d+ on .*server id "
                                                  rf"{pair.server_id}.*--take-over"):
                 other.connect()
             other.close()
-            time.sleep(0.5)
+            wait_shipped(pair.primary_node)  # the running one goes on
         pair.assert_same(s)
         assert not pair.errors and pair.primary_node.counts.reconnects == 0  # the running one never noticed
     finally:
@@ -62,14 +62,14 @@ def take_over(urls, s, transport):
     try:
         create_schema(pair.primary, s)
         with BackgroundWorkload(urls["primary_admin"], s):
-            time.sleep(0.5)
+            wait_shipped(pair.primary_node)
             epochs.append(pair.replica_node.consumer.epoch)
             newcomer = second_primary(pair, take_over=True)
             newcomer.connect()
             pair._thread(newcomer.run, "newcomer")
             wait_for(lambda: pair.errors, "the fenced primary side to stop")
             epochs.append(pair.replica_node.consumer.epoch)
-            time.sleep(0.5)
+            wait_shipped(newcomer)
         (side, error), = pair.errors
         assert side == "primary" and isinstance(error, Fenced) and "took channel" in str(error)
         pair.errors.clear()

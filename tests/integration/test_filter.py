@@ -19,7 +19,7 @@ from bridge.filter import Filter
 from bridge.node.replica import ReplicaNode
 from bridge.workload import MixedWorkload, create_schema
 from tests.conftest import BridgePair
-from tests.helpers import BackgroundWorkload
+from tests.helpers import BackgroundWorkload, wait_shipped, wait_written
 from tests.integration.test_types import ROWS, TYPES_TABLE
 
 
@@ -63,7 +63,7 @@ def test_filtered_renamed_clone_then_stream_ends_equal(urls, fresh_schema, mode)
                      f"ALTER TABLE {s}.ledger ADD COLUMN gone INT", f"ALTER TABLE {s}.types ADD COLUMN extra INT "
                      "DEFAULT 5", f"UPDATE {s}.types SET extra = 6 ORDER BY id LIMIT 2",
                      f"INSERT INTO {out}.t VALUES (2)", f"CREATE TABLE {out}.u (id INT)")
-            time.sleep(1)
+            wait_shipped(pair.primary_node, 50)
         pair.sync()
         compared = compare_databases(urls["primary_admin"], urls["replica_admin"], [s], rules)
         assert compared.ok, [(d.table, d.missing, d.extra, d.sample) for d in compared.diffs]
@@ -143,9 +143,9 @@ def test_a_wider_filter_is_taken_once_clone_copied_the_tables_it_adds(urls, fres
         pair.replica_node = None
         node.close()
         with BackgroundWorkload(urls["primary_admin"], s, seed=5):  # the channel falls behind the copy's snapshot
-            time.sleep(0.5)
+            wait_written(pair.primary)
             result = Cloner(urls["primary_admin"], urls["replica_admin"], channel=pair.channel, rules=wide).run()
-            time.sleep(0.5)
+            wait_written(pair.primary)
         assert set(result.per_table) == {f"{s}.ledger"}
         assert channel_filter(pair.replica, pair.channel) == wide
         pair.replica_options = {}  # the recorded (wider) filter holds
