@@ -3,12 +3,12 @@ transaction each) in source order; hot-spot updates, uniform inserts, DDL and a
 chunked large transaction in the same backlog; both sides compared row by row."""
 
 import threading
-import time
 
 import pytest
 
 from bridge.workload import connect
 from tests.conftest import BridgePair
+from tests.helpers import wait_for
 
 
 def backlog(pair, s):
@@ -35,7 +35,7 @@ def test_backlog_applies_in_groups_and_in_order(urls, fresh_schema, transport):
             cur.execute("FLUSH TABLES WITH READ LOCK")  # the backlog piles up in the ring
         writer = threading.Thread(target=backlog, args=(pair, s))
         writer.start()
-        time.sleep(1.0)
+        wait_for(lambda: pair.primary_node.counts.transactions_shipped >= 300, "a backlog in the ring")
         with lock.cursor() as cur:
             cur.execute("UNLOCK TABLES")
         writer.join()
