@@ -241,7 +241,10 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
                "from the shared read, catching up from a dump of its own, down, fenced or refused).",
                [({"role": role, "replica": m["replica"], "state": state}, m["state"] == state)
                 for m in members for state in states])
-        for key, name, doc in (("ring_backlog_frames", "rdma_bridge_replica_ring_backlog_frames",
+        for key, name, doc in (("behind_s", "rdma_bridge_replica_behind_seconds",
+                                "Fan-out: how long the oldest frame in each replica side's ring that it has not "
+                                "applied has been there (0: it has applied everything placed)."),
+                               ("ring_backlog_frames", "rdma_bridge_replica_ring_backlog_frames",
                                 "Fan-out: frames placed in each replica side's ring and not yet applied."),
                                ("ring_backlog_bytes", "rdma_bridge_replica_ring_backlog_bytes",
                                 "Fan-out: bytes placed in each replica side's ring and not yet applied."),
@@ -249,7 +252,8 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
                                 "Fan-out: bytes read for a replica side that wait in the primary side's memory for "
                                 "space in its ring (past a bound, or the backpressure timeout, it catches up on "
                                 "its own).")):
-            family(name, "gauge", doc, [({"role": role, "replica": m["replica"]}, m[key]) for m in members])
+            family(name, "gauge", doc, [({"role": role, "replica": m["replica"]}, m[key]) for m in members
+                                        if m[key] is not None])
     quantiles, counts = [], []
     for stage, s in st.get("stages", {}).items():
         for p in PERCENTILES:

@@ -107,12 +107,17 @@ def status_table(snapshot: dict) -> str:
 def _member(m: dict) -> str:
     """One replica side of a fan-out, in a line."""
     out = f"{m['state'].upper() if m['state'] != 'streaming' else 'streaming'} at {m['position']}, " \
-          f"last {m['last_gtid'] or '-'}, ring backlog {m['ring_backlog_frames']} frames"
+          f"last {m['last_gtid'] or '-'}, {_seconds(m['behind_s'])} behind, ring backlog {m['ring_backlog_frames']} " \
+          "frames"
     if m["queued_frames"]:
         out += f", {m['queued_frames']} frames ({m['queued_bytes']} bytes) wait in memory"
     if m.get("apply_stopped"):
         out += f"; applying STOPPED at {m['apply_stopped'].get('gtid')}"
     return out
+
+
+def _seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:g} s"
 
 
 def _applying(stopped: dict | None, delay_s: float) -> str:
@@ -174,10 +179,11 @@ def render_html(snapshot: dict) -> str:
         members = node.get("replicas") or ()
         if members:  # fan-out: where each replica side stands
             parts.append("<table><tr><th>replica side</th><th>state</th><th>position</th><th>last GTID</th>"
-                         "<th>ring backlog</th><th>waiting in memory</th></tr>" + "".join(
+                         "<th>behind</th><th>ring backlog</th><th>waiting in memory</th></tr>" + "".join(
                              f"<tr><td>{html.escape(m['replica'])}</td><td>{html.escape(m['state'])}</td>"
                              f"<td>{html.escape(m['position'])}</td><td>{html.escape(m['last_gtid'] or '-')}</td>"
-                             f"<td>{m['ring_backlog_frames']} frames</td><td>{m['queued_bytes']} bytes</td></tr>"
+                             f"<td>{_seconds(m['behind_s'])}</td><td>{m['ring_backlog_frames']} frames</td>"
+                             f"<td>{m['queued_bytes']} bytes</td></tr>"
                              for m in members) + "</table>")
         for name, s in node["stages"].items():
             parts.append(f"<h3>{html.escape(name)} <small>({html.escape(STAGE_MEANING.get(name, ''))})</small></h3>")

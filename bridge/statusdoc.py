@@ -116,6 +116,7 @@ class FanOutMember(TypedDict):
     last_gtid: str  # the last transaction placed in its ring
     apply_stopped: ApplyStopped | None
     position: str  # binlog file:offset after the last transaction it was sent (":0": none yet)
+    behind_s: float | None  # how long the oldest frame in its ring it has not applied has waited (None: no ring)
     ring_backlog_frames: int
     ring_backlog_bytes: int
     queued_frames: int  # read, waiting in the primary side's memory for space in its ring

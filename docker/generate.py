@@ -164,6 +164,7 @@ def dashboard() -> dict:
                   "short", 16, 12),
             panel(7, "Fan-out: each replica side (1 = streaming from the shared read)",
                   [('rdma_bridge_replica_state{state="streaming"}', "{{replica}} streaming"),
+                   ("rdma_bridge_replica_behind_seconds", "{{replica}} behind (s)"),
                    ("rdma_bridge_replica_ring_backlog_frames", "{{replica}} ring backlog (frames)"),
                    ("rdma_bridge_replica_queued_bytes", "{{replica}} waiting in memory (bytes)")], "short", 24),
         ],

@@ -211,6 +211,7 @@ class FanOutNode(PrimaryNode):
                 for member in streaming:
                     member.last_gtid = lane.gtid
                     member.remote.lane_published(member.producer.write_seq)
+                    member.note_published()
                 self.last_gtid = lane.gtid
                 self.counts.lane_runs += 1
                 lane.record_stages(self.stages)
@@ -309,6 +310,7 @@ class FanOutNode(PrimaryNode):
                     remote.write(p.offset, region[p.offset:p.offset + p.length])
             remote.publish(producer.write_seq, producer.head, confirm)
             member.last_gtid = run.gtid
+            member.note_published()
         except TransportError as exc:
             self._detach(member, str(exc))
 
@@ -456,6 +458,7 @@ class FanOutNode(PrimaryNode):
                 "last_gtid": member.last_gtid, "apply_stopped": member.apply_stopped,
                 "position": "%s:%d" % (catch_up.position if catch_up is not None and catch_up.position else
                                        self.position if member.state == STREAMING and self.position else ("", 0)),
+                "behind_s": member.behind_s(),
                 "ring_backlog_frames": producer.backlog_frames if producer else 0,
                 "ring_backlog_bytes": producer.used if producer else 0,
                 "queued_frames": len(member.queue), "queued_bytes": member.queued_bytes}

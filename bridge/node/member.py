@@ -38,6 +38,7 @@ ACK_POLL_S = 0.0005
 BACKPRESSURE_LOG_S = 5.0
 APPLY_STOPPED_LOG_S = 30.0  # while the replica side's applying is stopped, a reminder this often
 # a member's state in a fan-out
+PUBLISHES_KEPT = 4096  # publishes remembered for how long the oldest unapplied frame has waited
 STREAMING, CATCHING_UP, DOWN, FENCED, REFUSED = "streaming", "catching up", "down", "fenced", "refused"
 
 
@@ -67,6 +68,7 @@ class Member:
         self.queued_bytes = 0
         self.queued_since = 0.0  # when the queue last became non-empty
         self.parked = False  # its catch-up is ahead of the shared stream and waits for it there
+        self.published: deque[tuple[int, float]] = deque(maxlen=PUBLISHES_KEPT)  # (write_seq, when) per publish
 
     @property
     def remote(self):
@@ -148,7 +150,31 @@ class Member:
                 remote.write(p.offset, region[p.offset:p.offset + p.length])
         remote.publish(producer.write_seq, producer.head, confirm)
         self.last_gtid = gtid
+        self.note_published()
         return True
+
+    def note_published(self) -> None:
+        """Its ring's write_seq was just published: when, for ``behind_s``."""
+        seq, published = self.producer.write_seq, self.published
+        if not published or published[-1][0] < seq:
+            published.append((seq, time.monotonic()))
+
+    def behind_s(self) -> float | None:
+        """How long the oldest frame in its ring that it has not applied has been there
+        (as of the last acknowledgement this side read; 0: none; None: no ring open,
+        so unknown)."""
+        producer, published = self.producer, self.published
+        if producer is None:
+            return None
+        oldest = producer.oldest_unacked
+        if oldest is None:
+            return 0.0
+        try:
+            while published[0][0] < oldest:
+                published.popleft()
+            return round(time.monotonic() - published[0][1], 3)
+        except IndexError:
+            return 0.0
 
     def _append(self, kind: FrameKind, payload: bytes, gtid: str, settle: Callable[[], None]):
         """Append to the ring, waiting for the replica's ack while it is full: up to
@@ -245,6 +271,7 @@ class Member:
                 remote.write(p.offset, region[p.offset:p.offset + p.length])
         remote.publish(producer.write_seq, producer.head, confirm)
         self.last_gtid = gtid
+        self.note_published()
         return True
 
     def drop_link(self) -> None:
@@ -256,5 +283,6 @@ class Member:
         """The binlog stream is reopened: the ring's mirror and what was unplaced go."""
         self.drop_link()
         self.producer, self.unplaced = None, None
+        self.published.clear()
         self.queue.clear()
         self.queued_bytes = 0

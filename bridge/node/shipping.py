@@ -55,6 +55,7 @@ class ShipLoop:
         placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file)
         if placed:  # the lane counted them as it published (lanes.ShipLane's ``counts``)
             self._lane_remote.lane_published(member.producer.write_seq)
+            member.note_published()
             self.last_gtid = member.last_gtid = lane.gtid
             self.counts.lane_runs += 1
             lane.record_stages(self.stages)
@@ -102,6 +103,7 @@ class ShipLoop:
             for p in run.placements:
                 remote.write(p.offset, region[p.offset:p.offset + p.length])
         remote.publish(producer.write_seq, producer.head, self.acks.confirm and reader.ack_wanted)
+        member.note_published()
         self.stages.record("place", (time.time_ns() - self._run_ns) / 1000, run.frames)  # the run's, for each
         self.last_gtid = member.last_gtid = run.gtid
         self.counts.transactions_shipped += run.frames - run.heartbeats

@@ -148,5 +148,14 @@ class RingProducer:
         return self._inflight[0][0] - 1 if self._inflight else self.write_seq
 
     @property
+    def oldest_unacked(self) -> int | None:
+        """The seq of the oldest frame the replica has not acknowledged, None when none
+        (read from another thread too: the node's may empty it meanwhile)."""
+        try:
+            return self._inflight[0][0]
+        except IndexError:
+            return None
+
+    @property
     def backlog_frames(self) -> int:
         return len(self._inflight)

@@ -73,8 +73,9 @@ class FanOut:
     def start_primary(self, **overrides):
         replicas = tuple(("127.0.0.1", port) for port in self.ports)
         cfg = PrimaryConfig(source=MysqlUrl.parse(self.info["primary"]), replica=replicas[0], replicas=replicas,
-                            transport=self.transport, start_gtid=self.start_gtid, heartbeat_s=0.1,
-                            server_id=6100, backpressure_timeout_s=1.0, heartbeat_row_s=0.1, **overrides)
+                            transport=self.transport, start_gtid=self.start_gtid,
+                            **{"heartbeat_s": 0.1, "server_id": 6100, "backpressure_timeout_s": 1.0,
+                               "heartbeat_row_s": 0.1, **overrides})
         self.node = FanOutNode(cfg)
 
         def run():
@@ -149,12 +150,14 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport):
     for i in range(3):
         f.start_replica(i, process=False)
     create_schema(f.primary, f.schema)
-    f.start_primary()
+    f.start_primary(heartbeat_row_s=0.0)  # no heartbeat rows: once the load stops, nothing new is placed
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
         wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
         wait_shipped(f.node, 200, alive=f.alive)
     f.assert_all_same()
     assert f.states() == ["streaming"] * 3
+    wait_for(lambda: [m["behind_s"] for m in f.node.status()["replicas"]] == [0.0] * 3,
+             "each replica side seen to have applied everything placed", alive=f.alive)
     assert f.node.counts.binlog_reopens == 1  # one read of the binlog for all three
     assert f.node.counts.lane_runs + f.node.counts.runs > 0  # the compiled framing, not one by one only
     if transport == "shm":
@@ -186,6 +189,7 @@ def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
             wait_shipped(f.node, 300, alive=f.alive)  # the workload goes on; the two others keep up
             f.sync(which=(0, 2), timeout_s=30)
             assert not f.reached(1, GtidSet.parse(primary_position(f.primary)))  # it is frozen
+            assert f.node.status()["replicas"][0]["behind_s"] is not None
             assert f.states()[0] == f.states()[2] == "streaming"
         finally:
             f.procs[1].proc.send_signal(signal.SIGCONT)

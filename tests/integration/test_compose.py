@@ -51,6 +51,7 @@ def test_the_dashboard_asks_for_metrics_the_bridge_exports():
                                                           "rdma_bridge_semi_sync_async_streak_seconds",
                                                           "rdma_bridge_replica_state",  # fan-out (bridge.metrics)
                                                           "rdma_bridge_replica_ring_backlog_frames",
+                                                          "rdma_bridge_replica_behind_seconds",
                                                           "rdma_bridge_replica_queued_bytes"}
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "rdma-bridge.json").read_text())
     import re
