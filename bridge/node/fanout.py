@@ -301,16 +301,10 @@ class FanOutNode(PrimaryNode):
 
     def _publish_run(self, member: Member, run, confirm: bool) -> None:
         """A member's part of a run, copied to its ring and published (detached on a failure)."""
-        remote, producer = member.remote, member.producer
         try:
-            if remote is None:
+            if member.remote is None:
                 raise TransportError(f"link to replica {member.name} lost")
-            with memoryview(producer.region) as region:
-                for p in run.placements:
-                    remote.write(p.offset, region[p.offset:p.offset + p.length])
-            remote.publish(producer.write_seq, producer.head, confirm)
-            member.last_gtid = run.gtid
-            member.note_published()
+            member.publish(run.placements, run.gtid, confirm)
         except TransportError as exc:
             self._detach(member, str(exc))
 

@@ -144,6 +144,12 @@ class Member:
             raise
         if placements is None:
             return False  # stopping: not shipped; the replica's position says where to resume
+        self.publish(placements, gtid, confirm)
+        return True
+
+    def publish(self, placements, gtid: str, confirm: bool = False) -> None:
+        """What the mirror holds new (``placements``) copied to the replica's ring and
+        published, ``gtid`` the last transaction among them."""
         remote, producer = self.remote, self.producer
         with memoryview(producer.region) as region:  # no copy of a megabyte chunk
             for p in placements:
@@ -151,7 +157,6 @@ class Member:
         remote.publish(producer.write_seq, producer.head, confirm)
         self.last_gtid = gtid
         self.note_published()
-        return True
 
     def note_published(self) -> None:
         """Its ring's write_seq was just published: when, for ``behind_s``."""
@@ -266,12 +271,7 @@ class Member:
                 placements = producer.append(kind, payload)
             except RingFull:
                 return False
-        with memoryview(producer.region) as region:
-            for p in placements:
-                remote.write(p.offset, region[p.offset:p.offset + p.length])
-        remote.publish(producer.write_seq, producer.head, confirm)
-        self.last_gtid = gtid
-        self.note_published()
+        self.publish(placements, gtid, confirm)
         return True
 
     def drop_link(self) -> None:

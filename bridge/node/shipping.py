@@ -98,14 +98,9 @@ class ShipLoop:
     def _ship_run(self, run: PlacedRun, reader: BinlogReader, member: Member) -> None:
         """Common transactions the binlog held whole, framed into the mirror by one call:
         copied to the replica's ring and published together (one wakeup there)."""
-        remote, producer = member.remote, member.producer
-        with memoryview(producer.region) as region:
-            for p in run.placements:
-                remote.write(p.offset, region[p.offset:p.offset + p.length])
-        remote.publish(producer.write_seq, producer.head, self.acks.confirm and reader.ack_wanted)
-        member.note_published()
+        member.publish(run.placements, run.gtid, self.acks.confirm and reader.ack_wanted)
         self.stages.record("place", (time.time_ns() - self._run_ns) / 1000, run.frames)  # the run's, for each
-        self.last_gtid = member.last_gtid = run.gtid
+        self.last_gtid = run.gtid
         self.counts.transactions_shipped += run.frames - run.heartbeats
         self.counts.heartbeats_shipped += run.heartbeats
         self.counts.taken_whole += run.frames

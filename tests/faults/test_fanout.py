@@ -70,6 +70,13 @@ class FanOut:
             threading.Thread(target=node.run, daemon=True).start()
             self.inproc.append(node)
 
+    def start(self, process=True, **overrides):
+        """Three replica sides (processes, or nodes in this process), the schema, the fan-out."""
+        for i in range(len(REPLICAS)):
+            self.start_replica(i, process)
+        create_schema(self.primary, self.schema)
+        self.start_primary(**overrides)
+
     def start_primary(self, **overrides):
         replicas = tuple(("127.0.0.1", port) for port in self.ports)
         cfg = PrimaryConfig(source=MysqlUrl.parse(self.info["primary"]), replica=replicas[0], replicas=replicas,
@@ -147,10 +154,7 @@ def fanout(box, tmp_path, request):
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_three_replica_sides_from_one_read_end_equal(fanout, transport):
     f = fanout(transport)
-    for i in range(3):
-        f.start_replica(i, process=False)
-    create_schema(f.primary, f.schema)
-    f.start_primary(heartbeat_row_s=0.0)  # no heartbeat rows: once the load stops, nothing new is placed
+    f.start(process=False, heartbeat_row_s=0.0)  # no heartbeat rows: once the load stops, nothing new is placed
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
         wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
         wait_shipped(f.node, 200, alive=f.alive)
@@ -175,10 +179,7 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport):
 
 def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
     f = fanout()
-    for i in range(3):
-        f.start_replica(i)
-    create_schema(f.primary, f.schema)
-    f.start_primary()
+    f.start()
     wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
         wait_shipped(f.node, alive=f.alive)
@@ -200,10 +201,7 @@ def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
 
 def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box):
     f = fanout()
-    for i in range(3):
-        f.start_replica(i)
-    create_schema(f.primary, f.schema)
-    f.start_primary(semi_sync="applied", semi_sync_quorum=2)
+    f.start(semi_sync="applied", semi_sync_quorum=2)
     wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
     wait_for(lambda: semi_sync_status(semi_sync_box)["clients"] == "1", "the fan-out as semi-sync client")
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
@@ -225,10 +223,7 @@ def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout,
 
 def test_primary_side_restarted_with_replicas_at_three_positions(fanout):
     f = fanout()
-    for i in range(3):
-        f.start_replica(i)
-    create_schema(f.primary, f.schema)
-    f.start_primary()
+    f.start()
     url = MysqlUrl.parse(f.info["primary_admin"])
     with BackgroundWorkload(url, f.schema):
         wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
