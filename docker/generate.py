@@ -48,7 +48,8 @@ def mariadb(role: str, grants_file: str, grant_user: str, password_var: str) -> 
 
 
 def bridge_health(port: int) -> dict:
-    probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/status', timeout=2)"
+    # one word, no spaces: podman's Docker API (4.3) splits a CMD healthcheck's arguments at spaces
+    probe = f"__import__('urllib.request').request.urlopen('http://127.0.0.1:{port}/status',timeout=2)"
     return {"test": ["CMD", "python3", "-c", probe], "interval": "2s", "timeout": "5s", "retries": 60}
 
 
@@ -93,7 +94,7 @@ def compose() -> dict:
             "prometheus": {
                 "image": "prom/prometheus:v2.53.0",
                 "volumes": ["./prometheus.yml:/etc/prometheus/prometheus.yml:ro"],
-                "ports": ["127.0.0.1:9090:9090"],
+                "ports": ["127.0.0.1:${PROMETHEUS_PORT:-9090}:9090"],
                 "depends_on": ["bridge-primary", "bridge-replica"],
             },
             "grafana": {
@@ -103,12 +104,37 @@ def compose() -> dict:
                                     "/var/lib/grafana/dashboards/rdma-bridge.json"},
                 "volumes": ["./grafana/provisioning:/etc/grafana/provisioning:ro",
                             "./grafana/dashboards:/var/lib/grafana/dashboards:ro"],
-                "ports": ["127.0.0.1:3000:3000"],
+                "ports": ["127.0.0.1:${GRAFANA_PORT:-3000}:3000"],
                 "depends_on": ["prometheus"],
             },
         },
         "secrets": {"bridge_secret": {"file": "./bridge_secret.txt"}},
     }
+
+
+LOCAL_IMAGES = {"mariadb": "localhost/rdma-bridge-compose-mariadb:10.11", "bridge": "localhost/rdma-bridge:dev",
+                "prometheus": "localhost/rdma-bridge-compose-prometheus:latest"}
+
+
+def local_override() -> dict:
+    """The same topology on images built on this host from Debian's packages, no registry
+    (docker/compose_demo.py builds them): MariaDB and Prometheus from Debian, the bridge on
+    the Debian base; both servers published on loopback for the row-by-row check; Grafana
+    (no Debian package) only with the registry profile."""
+    def server(port_var: str, port: int) -> dict:
+        return {"image": LOCAL_IMAGES["mariadb"], "pull_policy": "never",
+                "ports": [f"127.0.0.1:${{{port_var}:-{port}}}:3306"]}
+
+    bridge = {"image": LOCAL_IMAGES["bridge"], "pull_policy": "never"}
+    return {"services": {
+        "primary": server("PRIMARY_PORT", 13306),
+        "replica": server("REPLICA_PORT", 13307),
+        "bridge-replica": bridge,
+        "bridge-primary": bridge,
+        "workload": bridge,
+        "prometheus": {"image": LOCAL_IMAGES["prometheus"], "pull_policy": "never"},
+        "grafana": {"profiles": ["registry"]},
+    }}
 
 
 def mysql_override() -> dict:
@@ -201,6 +227,7 @@ def outputs() -> dict[Path, str]:
     return {
         HERE / "docker-compose.yml": HEADER + yaml(compose()) + "\n",
         HERE / "docker-compose.mysql.yml": HEADER + yaml(mysql_override()) + "\n",
+        HERE / "docker-compose.local.yml": HEADER + yaml(local_override()) + "\n",
         HERE / "grafana" / "dashboards" / "rdma-bridge.json": json.dumps(dashboard(), indent=2) + "\n",
     }
 

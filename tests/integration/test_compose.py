@@ -1,9 +1,12 @@
 """The compose demo: its files are generated from the sandbox's settings (so both run
-MariaDB the same way) and `docker-compose config` accepts them, MariaDB and the MySQL
-8.4 variant. (No Docker engine here: validated offline.)"""
+MariaDB the same way) and `docker-compose config` accepts them, MariaDB, the MySQL 8.4
+variant and the images built here (`make test-compose` runs that one for real, with
+podman)."""
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +30,8 @@ def test_compose_server_flags_are_the_sandbox_settings():
         assert f'"--{key.replace("_", "-")}={value}"' in text, line
 
 
-@pytest.mark.parametrize("files", [["docker-compose.yml"], ["docker-compose.yml", "docker-compose.mysql.yml"]])
+@pytest.mark.parametrize("files", [["docker-compose.yml"], ["docker-compose.yml", "docker-compose.mysql.yml"],
+                                   ["docker-compose.yml", "docker-compose.local.yml"]])
 def test_docker_compose_config_accepts_the_files(files, tmp_path):
     compose = shutil.which("docker-compose")
     assert compose, "docker-compose is missing: `make deps` installs it (Debian package docker-compose)"
@@ -60,3 +64,18 @@ def test_the_dashboard_asks_for_metrics_the_bridge_exports():
         for target in panel["targets"]:
             for name in re.findall(r"rdma_bridge_[a-z_]+", target["expr"]):
                 assert name in known, (panel["title"], name)
+
+
+def test_the_compose_demo_names_a_taken_port_and_how_to_choose_another():
+    """`make compose-demo` with its Prometheus port taken: one line naming the port and the
+    variable that moves it, before anything is built or started."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, str(DOCKER / "compose_demo.py"), "up"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PROMETHEUS_PORT": str(port)})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"compose-demo: error: 127.0.0.1:{port} is taken (another program, or a demo " \
+                                  "still up: `make compose-down`); choose another with PROMETHEUS_PORT=PORT make " \
+                                  "compose-demo"

@@ -1,0 +1,290 @@
+"""The compose demo for real, on this host, without a registry: `make compose-demo`.
+
+Builds (and keeps) the images from Debian's packages (bridge/images.py: a base made
+with mmdebstrap from this host's apt sources; MariaDB with the official image's start-up
+contract, docker/local/; the bridge on that base, docker/Dockerfile; Prometheus from
+Debian), brings up docker-compose.yml with docker-compose.local.yml through podman's
+Docker-compatible API, lets the workload write, then stops it and checks the replica row
+by row against the primary: `verified`. ``check`` also asks Prometheus whether both
+bridges are scraped and evaluates every query of the Grafana dashboard (Grafana itself has
+no Debian package: registry users run it). ``down`` removes every container, network and
+volume the demo made.
+
+    python docker/compose_demo.py up|check|down
+
+Ports on 127.0.0.1: Prometheus 9090, the primary 13306, the replica 13307; another with
+PROMETHEUS_PORT, PRIMARY_PORT, REPLICA_PORT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+from bridge.errors import BridgeError  # noqa: E402
+from bridge.images import Podman, base_image, ensure_base, ensure_image  # noqa: E402
+
+PROJECT = "rdma-bridge-demo"
+PORTS = {"PROMETHEUS_PORT": 9090, "PRIMARY_PORT": 13306, "REPLICA_PORT": 13307}
+LOCAL = {"mariadb": "localhost/rdma-bridge-compose-mariadb:10.11", "bridge": "localhost/rdma-bridge:dev",
+         "prometheus": "localhost/rdma-bridge-compose-prometheus:latest"}
+WRITTEN = 1000  # transactions the workload writes before the check
+TIMEOUT_S = 300
+
+
+def say(message: str) -> None:
+    print(f"compose-demo: {message}", flush=True)
+
+
+def ports() -> dict[str, int]:
+    return {name: int(os.environ.get(name, default)) for name, default in PORTS.items()}
+
+
+def check_ports_free() -> None:
+    for name, port in ports().items():
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                raise BridgeError(f"127.0.0.1:{port} is taken (another program, or a demo still up: `make "
+                                  f"compose-down`); choose another with {name}=PORT make compose-demo") from None
+
+
+def build_images(podman: Podman) -> None:
+    """Each image this demo runs, built from Debian's packages where this host lacks it
+    (the bridge's always: the code may have changed; podman's layer cache keeps it quick)."""
+    base = ensure_base("bookworm", podman)
+    mariadb = ensure_image("mariadb-10.11", podman)
+    say("images: MariaDB and Prometheus from Debian's packages, the bridge on the same Debian base")
+    if not podman.has_image(LOCAL["mariadb"]):
+        podman("build", "--network", "host", "--build-arg", f"BASE={mariadb}", "-f",
+               str(HERE / "local" / "Containerfile.mariadb"), "-t", LOCAL["mariadb"], str(HERE / "local"),
+               timeout=900)
+    if not podman.has_image(LOCAL["prometheus"]):
+        podman("build", "--network", "host", "--build-arg", f"BASE={base}", "-f",
+               str(HERE / "local" / "Containerfile.prometheus"), "-t", LOCAL["prometheus"], str(HERE / "local"),
+               timeout=900)
+    fill_wheelhouse()
+    podman("build", "--network", "host", "--build-arg", f"BASE={base_image('bookworm')}", "--build-arg",
+           "PIP_OPTIONS=--no-index --find-links docker/wheelhouse", "-f", str(HERE / "Dockerfile"), "-t",
+           LOCAL["bridge"], str(ROOT), timeout=900)
+
+
+def fill_wheelhouse() -> None:
+    """The bridge's dependencies and build requirements as wheels in docker/wheelhouse,
+    fetched by this host's pip (its index and certificates): pip in a container may
+    reach no index, or not trust this host's."""
+    import configparser
+    import tomllib
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    wanted = [line.split("#")[0].strip() for line in cfg["options"]["install_requires"].splitlines()]
+    wanted += tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(HERE / "wheelhouse"),
+                           *[w for w in wanted if w]], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise BridgeError(f"pip wheel (the image's dependencies): {done.stderr.strip()[-600:]}")
+
+
+@contextlib.contextmanager
+def podman_api(podman: Podman):
+    """podman's Docker-compatible API on a socket of its own, for docker-compose: the
+    runtime, cgroup manager and container ulimits this host needs (bridge.images)."""
+    with tempfile.TemporaryDirectory(prefix="rdma-bridge-compose-") as tmp:
+        conf = Path(tmp) / "containers.conf"
+        ulimits = [a for a in podman.run_args if a != "--ulimit"]
+        engine = dict(zip(podman.global_args[::2], podman.global_args[1::2]))
+        conf.write_text("[containers]\ndefault_ulimits = [" + ", ".join(json.dumps(u) for u in ulimits) + "]\n"
+                        "[engine]\n" + "".join(f'{key.removeprefix("--").replace("-", "_")} = {json.dumps(value)}\n'
+                                               for key, value in engine.items()))
+        sock = Path(tmp) / "podman.sock"
+        env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+        service = subprocess.Popen([podman.binary, *podman.global_args, "system", "service", "--time=0",
+                                    f"unix://{sock}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while not sock.exists():
+                if service.poll() is not None or time.monotonic() > deadline:
+                    raise BridgeError(f"podman system service did not start: {service.stderr.read().decode()[-400:]}")
+                time.sleep(0.1)
+            yield {**env, "DOCKER_HOST": f"unix://{sock}", "COMPOSE_PROJECT_NAME": PROJECT,
+                   **{name: str(port) for name, port in ports().items()}}
+        finally:
+            service.terminate()
+            service.wait(timeout=30)
+
+
+def compose(env: dict, *args: str, timeout: float = TIMEOUT_S, podman: Podman | None = None) -> str:
+    """docker-compose with both files; ``podman``: run the services' healthchecks while it
+    waits (podman schedules them with systemd timers, and a host without systemd never runs
+    them: `depends_on: service_healthy` would wait for ever)."""
+    proc = subprocess.Popen(["docker-compose", "-f", str(HERE / "docker-compose.yml"),
+                             "-f", str(HERE / "docker-compose.local.yml"), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and podman is not None and time.monotonic() < deadline:
+        names = podman("ps", "--filter", f"label=com.docker.compose.project={PROJECT}", "--format", "{{.Names}}",
+                       check=False).stdout.decode().split()
+        for name in names:
+            podman("healthcheck", "run", name, check=False)
+        time.sleep(1)
+    try:
+        out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise BridgeError(f"docker-compose {args[0]}: not done in {timeout:.0f}s: {(err or out).strip()[-800:]}")
+    if proc.returncode != 0:
+        raise BridgeError(f"docker-compose {args[0]}: {(err or out).strip()[-800:]}")
+    return out
+
+
+def server_url(port_name: str):
+    from bridge.config import MysqlUrl
+
+    password = os.environ.get("ROOT_PASSWORD", "change-me-root")
+    return MysqlUrl.parse(f"mysql://root:{urllib.parse.quote(password)}@127.0.0.1:{ports()[port_name]}")
+
+
+def wait_connect(url, timeout_s: float = 60.0):
+    """A connection once the published port answers (compose returned once the server
+    was healthy: only the port's forwarding may lag)."""
+    import pymysql
+
+    from bridge.workload import connect
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return connect(url)
+        except pymysql.OperationalError as exc:
+            if exc.args[0] != 2003 or time.monotonic() > deadline:  # refused: not forwarded yet; else say why
+                raise BridgeError(f"connect to {url}: {exc.args[-1]}") from None
+            time.sleep(1)
+
+
+def verify(env: dict) -> bool:
+    """The workload writes WRITTEN transactions; then it stops, the replica catches up,
+    and both servers are compared row by row (as `make demo` does)."""
+    from bridge.check.compare import compare_databases
+    from bridge.check.positions import primary_position, wait_for_replica
+
+    primary_url, replica_url = server_url("PRIMARY_PORT"), server_url("REPLICA_PORT")
+    primary, replica = wait_connect(primary_url), wait_connect(replica_url)
+    try:
+        start = sum(g.seq for g in primary_position(primary).mariadb)
+        deadline = time.monotonic() + TIMEOUT_S
+        while sum(g.seq for g in primary_position(primary).mariadb) < start + WRITTEN:
+            if time.monotonic() > deadline:
+                raise BridgeError(f"the workload wrote fewer than {WRITTEN} transactions in {TIMEOUT_S}s; "
+                                  f"`docker-compose -p {PROJECT} logs workload` says why")
+            time.sleep(0.5)
+        compose(env, "stop", "-t", "2", "workload")
+        target = primary_position(primary)
+        say(f"the workload stopped at {target}; waiting for the replica")
+        wait_for_replica(replica, replica_url, "default", target, TIMEOUT_S)
+        result = compare_databases(primary_url, replica_url, ["demo"])
+    finally:
+        primary.close()
+        replica.close()
+    if result.ok and result.digests:
+        say(f"verified: both databases hold the same rows ({len(result.digests)} tables of schema demo)")
+        return True
+    say("MISMATCH: " + "; ".join(f"{d.table}: {d.missing} missing, {d.extra} extra" for d in result.diffs))
+    return False
+
+
+def prometheus(path: str, **query) -> dict:
+    url = f"http://127.0.0.1:{ports()['PROMETHEUS_PORT']}{path}"
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def check_prometheus() -> bool:
+    """Both bridges scraped and up; every query of the dashboard evaluates without an error."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            targets = prometheus("/api/v1/targets")["data"]["activeTargets"]
+            health = {t["labels"]["instance"]: t["health"] for t in targets}
+        except OSError:
+            health = {}
+        if health and all(h == "up" for h in health.values()) and len(health) == 2:
+            break
+        if time.monotonic() > deadline:
+            say(f"Prometheus targets not all up: {health}")
+            return False
+        time.sleep(1)
+    say(f"Prometheus scrapes both bridges: {', '.join(sorted(health))}")
+    board = json.loads((HERE / "grafana" / "dashboards" / "rdma-bridge.json").read_text())
+    failed = []
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            answer = prometheus("/api/v1/query", query=target["expr"])
+            if answer.get("status") != "success":
+                failed.append(f"{panel['title']}: {target['expr']}: {answer.get('error')}")
+    if failed:
+        say("dashboard queries that fail: " + "; ".join(failed))
+        return False
+    say(f"every dashboard query evaluates ({sum(len(p['targets']) for p in board['panels'])} queries)")
+    return True
+
+
+def up(check: bool = False) -> bool:
+    check_ports_free()
+    podman = Podman.here()
+    secret = HERE / "bridge_secret.txt"
+    if not secret.exists():
+        secret.write_text(secrets.token_hex(32) + "\n")
+        secret.chmod(0o600)
+    build_images(podman)
+    with podman_api(podman) as env:
+        say("starting the primary, the replica, both bridges (tcp, with the secret), the workload and Prometheus")
+        compose(env, "up", "-d", "--no-build", podman=podman)
+        ok = verify(env)
+        if check:
+            ok = check_prometheus() and ok
+    say(f"Prometheus on http://127.0.0.1:{ports()['PROMETHEUS_PORT']}; `make compose-down` removes everything")
+    return ok
+
+
+def down() -> None:
+    podman = Podman.here()
+    with podman_api(podman) as env:
+        compose(env, "down", "-t", "2", "-v", "--remove-orphans")
+    say("every container, network and volume of the demo removed")
+
+
+def main() -> None:
+    what = sys.argv[1] if len(sys.argv) > 1 else "up"
+    try:
+        if what == "down":
+            down()
+            return
+        if what not in ("up", "check"):
+            raise BridgeError(f"{what}: up, check or down")
+        sys.exit(0 if up(check=what == "check") else 1)
+    except BridgeError as exc:
+        print(f"compose-demo: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
