@@ -10,6 +10,7 @@ MARIADBD := $(shell command -v mariadbd 2>/dev/null || ls /usr/sbin/mariadbd 2>/
 OPENSSL := $(shell command -v openssl 2>/dev/null)
 COMPOSE := $(shell command -v docker-compose 2>/dev/null)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
+PROMTOOL := $(shell command -v promtool 2>/dev/null)
 
 MINUTES ?= 5
 FUZZ_INPUTS ?= 1000000
@@ -17,7 +18,7 @@ HOURS ?= 1
 RATE ?= 2000
 SEMI_SYNC ?= received
 
-.PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose
+.PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
 
 # setup.py builds the compiled hot path, tcp receiver and apply lane (Cython, fetched by pip for the build) with
 # the C compiler and Python headers `compiler` installs.
@@ -54,6 +55,15 @@ compose:
 ifeq ($(COMPOSE),)
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+endif
+
+# promtool (Debian's prometheus package) tests the alert rules (contrib/prometheus/) in the
+# tests; the Prometheus server it comes with is not left running where systemd would start it.
+promtool:
+ifeq ($(PROMTOOL),)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+	-systemctl disable --now prometheus >/dev/null 2>&1
 endif
 
 # Headless Chromium (Debian's) renders the HTML latency report in a test.
@@ -121,7 +131,7 @@ bench-rdma: $(STAMP)
 demo: deps
 	$(PY) -m bridge demo
 
-test: deps compose chromium
+test: deps compose chromium promtool
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check
 	$(PY) -m pytest -q tests
@@ -131,7 +141,7 @@ test: deps compose chromium
 unit: $(STAMP) openssl
 	$(PY) -m pytest -q tests/unit
 
-integration: deps compose
+integration: deps compose promtool
 	$(PY) -m pytest -q tests/integration
 
 faults: deps

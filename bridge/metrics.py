@@ -196,6 +196,9 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
             lines.append(f"{name}{{{text}}} {float(value)!r}")
 
     family("rdma_bridge_up", "gauge", "1 while the node runs.", [({"role": role}, 1)])
+    family("rdma_bridge_info", "gauge", "Always 1: what this node serves (the replica side's channel, the primary "
+           "side's replica side), for alerts and dashboards to name it.",
+           [({"role": role, "channel": st.get("channel", ""), "replica": st.get("replica", "")}, 1)])
     for key, (name, kind, doc) in METRICS.items():
         value = st.get("counters", {}).get(key)
         if value is not None:

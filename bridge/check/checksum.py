@@ -200,8 +200,12 @@ class Checksummer:
 
     def __init__(self, primary: MysqlUrl, replica: MysqlUrl, channel: str = "default", chunk_time_s: float = 0.5,
                  max_lag_chunks: int = 3, offline: bool = False, progress: Callable[[str], None] = log.info,
-                 replica_wait_s: float = 300.0) -> None:
+                 replica_wait_s: float = 300.0, max_rows_per_second: float = 0.0) -> None:
+        """``max_rows_per_second``: rows hashed per second at most (0: no limit), so that
+        a scheduled run can go at any hour without hurting the primary."""
         self.primary_url, self.replica_url, self.channel = primary, replica, channel
+        self.max_rows_per_second = max_rows_per_second
+        self._paced_rows, self._paced_since = 0, time.monotonic()
         self.chunk_time_s, self.max_lag_chunks, self.offline = chunk_time_s, max_lag_chunks, offline
         self.progress, self.replica_wait_s = progress, replica_wait_s
         self.primary = connect(primary, "primary")
@@ -273,8 +277,10 @@ class Checksummer:
                 upper = next_upper(cur, plan, lower, size) if plan.index else None
                 where = range_sql(cur, plan.key, lower, upper) if plan.index else "1=1"
                 t0 = time.perf_counter()
-                rows += self._chunk(cur, plan, number, where, _text(lower), _text(upper), hash_sql)
+                done = self._chunk(cur, plan, number, where, _text(lower), _text(upper), hash_sql)
+                rows += done
                 elapsed = time.perf_counter() - t0
+                self._pace(done)
                 number += 1
                 if number % 10 == 0 or upper is None:
                     self.progress(f"{plan.db}.{plan.tbl}: {number} chunks, {rows} rows "
@@ -317,6 +323,15 @@ class Checksummer:
         if not chunk.ok:
             self._offline_results.append(chunk)
         return int(p_cnt)
+
+    def _pace(self, rows: int) -> None:
+        """Sleep as long as ``max_rows_per_second`` asks, counted from the run's start."""
+        if self.max_rows_per_second <= 0:
+            return
+        self._paced_rows += rows
+        ahead = self._paced_rows / self.max_rows_per_second - (time.monotonic() - self._paced_since)
+        if ahead > 0:
+            time.sleep(ahead)
 
     def _throttle(self) -> None:
         """Wait while the replica is behind the chunks just written."""

@@ -198,7 +198,15 @@ def _print_mismatches(mismatches) -> None:
               help="Target time per chunk on the primary; chunk sizes adapt to it.")
 @click.option("--offline", is_flag=True,
               help="Two quiet servers, no bridge: hash each chunk on both directly and compare.")
-def checksum(primary: str, replica: str, channel: str, schemas, tables, chunk_time: float, offline: bool) -> None:
+@click.option("--max-rows-per-second", type=click.FloatRange(min=0), default=0, show_default=True, metavar="ROWS",
+              help="Hash at most this many rows per second (0: no limit), so a scheduled check can run at any "
+                   "hour; it also waits whenever the replica is behind the chunks it wrote.")
+@click.option("--textfile", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write the outcome for Prometheus to FILE (the node exporter's textfile collector, e.g. "
+                   "/var/lib/prometheus/node-exporter/rdma_bridge_checksum.prom): when this complete check ended, "
+                   "tables, chunks, rows, chunks that differ. Replaced whole; a run that fails leaves it as it was.")
+def checksum(primary: str, replica: str, channel: str, schemas, tables, chunk_time: float, offline: bool,
+             max_rows_per_second: float, textfile: str | None) -> None:
     """Prove the replica holds the primary's rows: chunked checksums computed on both
     sides at the same point of the replication stream (through the bridge), so
     concurrent writes cause no false mismatch.
@@ -211,11 +219,18 @@ def checksum(primary: str, replica: str, channel: str, schemas, tables, chunk_ti
     from bridge.check.checksum import Checksummer
 
     checker = Checksummer(MysqlUrl.parse(primary), MysqlUrl.parse(replica), channel, chunk_time, offline=offline,
-                          progress=lambda m: click.echo(m, err=True))
+                          progress=lambda m: click.echo(m, err=True), max_rows_per_second=max_rows_per_second)
     try:
         run = checker.run(list(schemas) or None, list(tables) or None)
     finally:
         checker.close()
+    if textfile:
+        from bridge.check import textfile as prom
+
+        try:
+            prom.write(textfile, prom.render(channel, run))
+        except OSError as exc:
+            raise ConfigError(f"--textfile {textfile}: {exc.strerror or exc}") from exc
     _print_mismatches(run.mismatches)
     click.echo(f"checked {run.tables} tables, {run.chunks} chunks, {run.rows} rows in {run.seconds:.1f}s: "
                + (f"{len(run.mismatches)} chunks differ" if run.mismatches else "no differences"))

@@ -47,6 +47,7 @@ def test_docker_compose_config_accepts_the_files(files, tmp_path):
 
 
 def test_the_dashboard_asks_for_metrics_the_bridge_exports():
+    from bridge.check import textfile
     from bridge.metrics import METRICS, STAGE_METRICS
 
     known = {name for name, _, _ in METRICS.values()} | {STAGE_METRICS["quantiles"], "rdma_bridge_up",
@@ -56,7 +57,8 @@ def test_the_dashboard_asks_for_metrics_the_bridge_exports():
                                                           "rdma_bridge_replica_state",  # fan-out (bridge.metrics)
                                                           "rdma_bridge_replica_ring_backlog_frames",
                                                           "rdma_bridge_replica_behind_seconds",
-                                                          "rdma_bridge_replica_queued_bytes"}
+                                                          "rdma_bridge_replica_queued_bytes",
+                                                          *(name for name, _, _ in textfile.FAMILIES)}
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "rdma-bridge.json").read_text())
     import re
 

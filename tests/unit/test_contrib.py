@@ -12,7 +12,8 @@ import pytest
 from bridge.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-UNITS = sorted((ROOT / "contrib").glob("*.service"))
+NODE_UNITS = [ROOT / "contrib" / f"rdma-bridge-{side}.service" for side in ("primary", "replica")]
+CHECK_UNIT = ROOT / "contrib" / "rdma-bridge-checksum.service"
 
 
 def _unit(path: Path) -> dict[str, str]:
@@ -24,12 +25,14 @@ def _unit(path: Path) -> dict[str, str]:
     return out
 
 
-def test_there_is_a_unit_for_each_side():
-    assert [p.name for p in UNITS] == ["rdma-bridge-primary.service", "rdma-bridge-replica.service"]
+def test_there_is_a_unit_for_each_side_and_for_the_scheduled_check():
+    assert sorted(p.name for p in (ROOT / "contrib").glob("*.service")) == \
+        ["rdma-bridge-checksum.service", "rdma-bridge-primary.service", "rdma-bridge-replica.service"]
 
 
-@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
-def test_a_unit_starts_its_command_with_options_that_exist_and_no_secret_on_the_command_line(path):
+def _command_line(path: Path) -> tuple[dict[str, str], list[str], click.Command, list[str]]:
+    """The unit, its ExecStart's words, the command it starts (its options exist and the
+    required ones are given), the options it passes."""
     unit = _unit(path)
     argv = shlex.split(unit["ExecStart"])
     assert argv[0].endswith("/rdma-bridge")
@@ -43,9 +46,24 @@ def test_a_unit_starts_its_command_with_options_that_exist_and_no_secret_on_the_
     text = path.read_text()
     for var in re.findall(r"\$\{(\w+)\}", unit["ExecStart"]):
         assert f"#   {var}=" in text
-    assert "mysql://" not in unit["ExecStart"] and "--secret-file" in options
+    assert "mysql://" not in unit["ExecStart"]
     assert unit["EnvironmentFile"].startswith("/etc/rdma-bridge/")
+    return unit, argv, command, options
+
+
+@pytest.mark.parametrize("path", NODE_UNITS, ids=lambda p: p.name)
+def test_a_unit_starts_its_command_with_options_that_exist_and_no_secret_on_the_command_line(path):
+    unit, _, _, options = _command_line(path)
+    assert "--secret-file" in options
     assert unit["LimitMEMLOCK"] == "infinity" and unit["Restart"] == "on-failure"
+
+
+def test_the_check_runs_once_per_timer_throttled_and_exports_its_outcome():
+    unit, argv, command, options = _command_line(CHECK_UNIT)
+    assert command.name == "checksum" and unit["Type"] == "oneshot"
+    assert {"--channel", "--max-rows-per-second", "--textfile"} <= set(options)
+    timer = _unit(ROOT / "contrib" / "rdma-bridge-checksum.timer")
+    assert timer["OnCalendar"] and timer["RandomizedDelaySec"] and timer["Persistent"] == "true"
 
 
 def _help_texts(group: click.Group, prefix: list[str]) -> dict[str, str]:
@@ -78,7 +96,7 @@ def test_the_readme_links_the_docs_and_the_docs_link_what_exists():
             assert (doc.parent / target).exists(), f"{doc.name} links {target}"
 
 
-@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NODE_UNITS, ids=lambda p: p.name)
 def test_a_unit_names_the_tls_settings_its_command_reads_from_the_environment(path):
     command = main.commands[shlex.split(_unit(path)["ExecStart"])[1]]
     envvars = {p.envvar for p in command.params if isinstance(p, click.Option) and p.envvar}
