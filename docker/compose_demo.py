@@ -6,7 +6,7 @@ contract, docker/local/; the bridge on that base, docker/Dockerfile; Prometheus 
 Debian), brings up docker-compose.yml with docker-compose.local.yml through podman's
 Docker-compatible API, lets the workload write, then stops it and checks the replica row
 by row against the primary: `verified`. ``check`` also asks Prometheus whether both
-bridges are scraped and evaluates every query of the Grafana dashboard (Grafana itself has
+bridges are scraped and the alert rules loaded, and evaluates every query of the Grafana dashboard (Grafana itself has
 no Debian package: registry users run it). ``down`` removes every container, network and
 volume the demo made.
 
@@ -244,6 +244,13 @@ def check_prometheus() -> bool:
         say("dashboard queries that fail: " + "; ".join(failed))
         return False
     say(f"every dashboard query evaluates ({sum(len(p['targets']) for p in board['panels'])} queries)")
+    groups = prometheus("/api/v1/rules")["data"]["groups"]
+    loaded = sum(len(g["rules"]) for g in groups if g["name"] == "rdma-bridge")
+    defined = (HERE / "alerts.yml").read_text().count("- alert:")
+    if loaded != defined:
+        say(f"Prometheus loaded {loaded} of the {defined} alert rules of alerts.yml")
+        return False
+    say(f"Prometheus loaded the {loaded} alert rules")
     return True
 
 
