@@ -188,6 +188,18 @@ def filter_options(command):
     return with_filter
 
 
+class RequiredInHelp(click.Option):
+    """An option the command checks for itself (its former spelling may stand in for it,
+    so click may not require it), shown as [required] in --help all the same."""
+
+    def get_help_record(self, ctx):
+        self.required = True
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.required = False
+
+
 def renamed_option(new: str, old: str, dest: str, *, new_env: str | None = None, old_env: str | None = None,
                    required: bool = False, default=None, **kwargs):
     """``new`` as an option (with ``new_env``), and its former spelling ``old`` (and
@@ -212,5 +224,6 @@ def renamed_option(new: str, old: str, dest: str, *, new_env: str | None = None,
 
         run = click.option(old, f"{dest}_old_spelling", hidden=True, envvar=old_env, default=None,
                            callback=kwargs.get("callback"))(run)
-        return click.option(new, dest, envvar=new_env, default=default, **kwargs)(run)
+        return click.option(new, dest, envvar=new_env, default=default,
+                            cls=RequiredInHelp if required else click.Option, **kwargs)(run)
     return decorate

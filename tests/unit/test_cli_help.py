@@ -51,3 +51,13 @@ def test_old_spellings_still_work_for_one_release_and_say_the_new_one():
     assert "pw" not in by_env.stderr + by_env.stdout
     missing = runner.invoke(main, ["checksum", "--target", url])
     assert missing.exit_code == 2 and "Missing option '--source' (or $RDMA_BRIDGE_CHECK_SOURCE)" in missing.stderr
+
+
+def test_a_renamed_option_the_command_requires_shows_as_required():
+    """`checksum --source` is required though click may not enforce it (its old spelling
+    stands in for it): --help says [required] all the same."""
+    from click.testing import CliRunner
+
+    shown = CliRunner().invoke(main, ["checksum", "--help"]).output
+    source = shown[shown.index("--source"):shown.index("--target")]
+    assert "[required]" in source and "[required]" in shown[shown.index("--target"):shown.index("--channel")]
