@@ -58,11 +58,12 @@ def test_the_rules_ask_for_metrics_the_bridge_exports():
 
 
 def service_command(env: dict[str, str]) -> list[str]:
-    """The check service's ExecStart, its ${VARIABLES} from ``env``, the installed command
-    replaced by this checkout's."""
+    """The check service's ExecStart as systemd expands it (``${VAR}`` one word, ``$VAR``
+    split into words) from ``env``, the installed command replaced by this checkout's."""
     unit = (CONTRIB / "rdma-bridge-checksum.service").read_text()
     line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    words = shlex.split(re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], line.removeprefix("ExecStart=")))
+    line = re.sub(r"\$\{(\w+)\}", lambda m: shlex.quote(env[m.group(1)]), line.removeprefix("ExecStart="))
+    words = shlex.split(re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), ""), line))
     assert words[0] == "/opt/rdma-bridge/venv/bin/rdma-bridge"
     return [sys.executable, "-m", "bridge", *words[1:]]
 
@@ -85,7 +86,8 @@ def test_the_scheduled_check_finds_records_and_exports_a_difference(pair, urls, 
              f"INSERT INTO {s}.t SELECT seq, seq FROM {s}.seq_1_to_2000")
     pair.sync()
     prom = tmp_path / "rdma_bridge_checksum.prom"
-    env = {"CHANNEL": pair.channel, "MAX_ROWS_PER_SECOND": "100000", "TEXTFILE": str(prom)}
+    env = {"CHANNEL": pair.channel, "MAX_ROWS_PER_SECOND": "100000", "TEXTFILE": str(prom),
+           "CHECK_OPTIONS": f"--schema {s}"}  # this test's schema: others' tests leave differences on purpose
     run_env = {**os.environ, **{f"RDMA_BRIDGE_CHECK_{side}": f"mysql://{u.user}:{u.password}@{u.host}:{u.port}"
                                 for side, u in (("SOURCE", urls["primary_admin"]), ("TARGET", urls["replica_admin"]))}}
     clean = subprocess.run(service_command(env), env=run_env, capture_output=True, text=True, timeout=300)

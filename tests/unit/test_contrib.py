@@ -44,7 +44,7 @@ def _command_line(path: Path) -> tuple[dict[str, str], list[str], click.Command,
     assert required <= set(options)
     # every ${VAR} of the command line is named in the unit's comment, the URL comes from the environment
     text = path.read_text()
-    for var in re.findall(r"\$\{(\w+)\}", unit["ExecStart"]):
+    for var in re.findall(r"\$\{?(\w+)\}?", unit["ExecStart"]):
         assert f"#   {var}=" in text
     assert "mysql://" not in unit["ExecStart"]
     assert unit["EnvironmentFile"].startswith("/etc/rdma-bridge/")
