@@ -36,7 +36,6 @@ from bridge.node.member import CATCHING_UP, DOWN, FENCED, REFUSED, STREAMING, Me
 from bridge.node.primary import ACK_REFRESH_S, PrimaryNode
 from bridge.node.fanship import FanShipLoop
 from bridge.node.shipping import event_of
-from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
@@ -61,23 +60,14 @@ class FanOutNode(FanShipLoop, PrimaryNode):
 
     # -- the shared stream -------------------------------------------------------------
 
-    def stream(self) -> None:
-        attempt = 0
-        while not self._stop.is_set():
-            try:
-                if self.reader is None:
-                    self.connect()
-                attempt = 0
-                while not self._stop.is_set():
-                    self.step()
-            except (TransportError, SourceConnectionLost) as exc:
-                if isinstance(exc, Fenced):
-                    raise
-                self.disconnect()
-                attempt += 1
-                if attempt > self.cfg.reconnect_attempts:
-                    raise
-                self._backoff(attempt, exc)
+    def _open_session(self) -> None:
+        if self.reader is None:
+            self.connect()  # each member's link is looked after in ``step``
+
+    def _recover(self, exc: TransportError | SourceConnectionLost) -> None:
+        """What reaches here is the shared dump lost or no member to lead: start over,
+        each replica side's position deciding (a member's link failure detaches only it)."""
+        self.disconnect()
 
     def connect(self) -> None:
         """The first member whose replica side answers leads (the shared dump starts at its
@@ -89,9 +79,7 @@ class FanOutNode(FanShipLoop, PrimaryNode):
             self.member = member
             try:
                 super().connect()
-            except (TransportError, SourceConnectionLost) as exc:
-                if isinstance(exc, Fenced) or isinstance(exc, SourceConnectionLost):
-                    raise
+            except TransportError as exc:  # this replica side does not answer: the next one may lead
                 member.forget()
                 error = exc
                 continue
@@ -181,13 +169,7 @@ class FanOutNode(FanShipLoop, PrimaryNode):
             self.last_gtid = item.gtid
             if isinstance(item, Transaction) or item.last:
                 self._passed(reader)
-        self.stages.record("place", (time.time_ns() - read_ns) / 1000)
-        if isinstance(item, Chunk):
-            self.counts.transactions_shipped += item.last
-        elif item.is_heartbeat:
-            self.counts.heartbeats_shipped += 1
-        else:
-            self.counts.transactions_shipped += 1
+        self._count_shipped(item, read_ns)
 
     def _passed(self, reader) -> None:
         """Under the lock, at a transaction's end: where the shared stream stands, and the
@@ -198,12 +180,6 @@ class FanOutNode(FanShipLoop, PrimaryNode):
             if member.state == CATCHING_UP and catch_up is not None and catch_up.position == self.position and \
                     member.apply_mode == self.shared_mode:
                 self._hand_back(member)
-
-    @staticmethod
-    def _frame(item: Transaction | Chunk, read_ns: int) -> bytes:
-        if isinstance(item, Chunk):
-            return encode_chunk(item)
-        return encode_transaction(item, (read_ns, time.time_ns()))
 
     # -- detach, catch up, hand back -----------------------------------------------------
 

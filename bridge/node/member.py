@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 ACK_POLL_S = 0.0005
 BACKPRESSURE_LOG_S = 5.0
 APPLY_STOPPED_LOG_S = 30.0  # while the replica side's applying is stopped, a reminder this often
-# a member's state in a fan-out
 PUBLISHES_KEPT = 4096  # publishes remembered for how long the oldest unapplied frame has waited
+# a member's state in a fan-out
 STREAMING, CATCHING_UP, DOWN, FENCED, REFUSED = "streaming", "catching up", "down", "fenced", "refused"
 
 

@@ -273,23 +273,32 @@ class PrimaryNode(ShipLoop):
         attempt = 0
         while not self._stop.is_set():
             try:
-                self._check_fenced()  # the replica side said so while this side was retrying
-                if self.reader is None:
-                    self.connect()
-                elif self.remote is None:
-                    self.resume_link()
+                self._open_session()
                 attempt = 0
                 while not self._stop.is_set():
                     self.step()
             except (TransportError, SourceConnectionLost) as exc:
-                if isinstance(exc, TransportError) and self.reader is not None:
-                    self._drop_link()  # keep the binlog stream: resume_link resends from the ring
-                else:
-                    self.disconnect()
+                self._recover(exc)
                 attempt += 1
                 if attempt > self.cfg.reconnect_attempts:
                     raise
                 self._backoff(attempt, exc)
+
+    def _open_session(self) -> None:
+        """What must be open before stepping: the binlog stream and the replica's ring."""
+        self._check_fenced()  # the replica side said so while this side was retrying
+        if self.reader is None:
+            self.connect()
+        elif self.remote is None:
+            self.resume_link()
+
+    def _recover(self, exc: TransportError | SourceConnectionLost) -> None:
+        """After a failure, before the next attempt: a lost link keeps the binlog stream
+        (resume_link resends from the ring); anything else reopens both."""
+        if isinstance(exc, TransportError) and self.reader is not None:
+            self._drop_link()
+        else:
+            self.disconnect()
 
     def _check_fenced(self) -> None:
         """Another primary side took the channel (the replica side said so, code fenced):
@@ -343,27 +352,40 @@ class PrimaryNode(ShipLoop):
                 event_of(reader.format) != event_of(member.format_sent):
             item = dataclasses.replace(item, format_event=event_of(reader.format))
             member.format_sent = reader.format
-        confirm = self.acks.confirm and item is not None and reader.ack_wanted  # ask the replica at once
-        if isinstance(item, Chunk):
-            self._place(FrameKind.CHUNK, encode_chunk(item), item.gtid, confirm)
-            self.counts.transactions_shipped += item.last
-        elif item is not None:
-            read_ns = time.time_ns()  # the commit event was just read
-            self._place(FrameKind.TXN, encode_transaction(item, (read_ns, time.time_ns())), item.gtid, confirm)
-            self.stages.record("place", (time.time_ns() - read_ns) / 1000)
-            if item.is_heartbeat:
-                self.counts.heartbeats_shipped += 1
-            else:
-                self.counts.transactions_shipped += 1
-        if item is not None and (isinstance(item, Transaction) or item.last):
-            self._shipped(reader)
+        if item is not None:
+            confirm = self.acks.confirm and reader.ack_wanted  # ask the replica at once
+            read_ns = time.time_ns()  # the commit event (or the chunk's last) was just read
+            self._place(FrameKind.CHUNK if isinstance(item, Chunk) else FrameKind.TXN, self._frame(item, read_ns),
+                        item.gtid, confirm)
+            self._count_shipped(item, read_ns)
+            if isinstance(item, Transaction) or item.last:
+                self._shipped(reader)
         self._note_ack(reader, member)
         return item
 
+    @staticmethod
+    def _frame(item: Transaction | Chunk, read_ns: int) -> bytes:
+        """A transaction's or chunk's frame payload (a transaction stamped read -> framed)."""
+        if isinstance(item, Chunk):
+            return encode_chunk(item)
+        return encode_transaction(item, (read_ns, time.time_ns()))
+
+    def _count_shipped(self, item: Transaction | Chunk, read_ns: int) -> None:
+        """Counters and the "place" stage of what was just placed."""
+        if isinstance(item, Chunk):
+            self.counts.transactions_shipped += item.last
+            return
+        self.stages.record("place", (time.time_ns() - read_ns) / 1000)
+        if item.is_heartbeat:
+            self.counts.heartbeats_shipped += 1
+        else:
+            self.counts.transactions_shipped += 1
+
     def _shipped(self, reader: BinlogReader) -> None:
-        """A whole transaction (or run of them) is placed: where the binlog stands now."""
-        self.position = (reader.log_file, reader.commit_pos)
+        """A whole transaction (or run of them) is placed: a catch-up (bridge.node.fanout)
+        hears where the binlog stands now; otherwise nothing is done per transaction."""
         if self._on_transaction is not None:
+            self.position = (reader.log_file, reader.commit_pos)
             self._on_transaction(self)
 
     def _note_ack(self, reader: BinlogReader, member: Member) -> None:
