@@ -22,10 +22,16 @@ PASSWORD_ENV = {"source": "RDMA_BRIDGE_SOURCE_PASSWORD", "target": "RDMA_BRIDGE_
 # mysql://user@host:port?defaults-file=/etc/rdma-bridge/my.cnf   ([client] password=... there)
 # mysql://user@localhost?socket=/run/mysqld/mysqld.sock  (a server on this host, through its
 # unix socket: cheaper per statement than TCP loopback; the account is then user@localhost)
+# mysql://user@host:port?ssl-mode=DISABLED  (as the mysql client's --ssl-mode: PREFERRED, the
+# default, takes TLS whenever the server offers it, as MySQL 8+ and MariaDB 11.4+ do;
+# DISABLED never, and a caching_sha2_password account then sends its password RSA-encrypted
+# with the server's public key; REQUIRED refuses a server without TLS, unverified)
 URL_OPTIONS = {"ssl-ca": "ssl_ca", "ssl-cert": "ssl_cert", "ssl-key": "ssl_key",
                "ssl-verify-cert": "ssl_verify_cert", "ssl-verify-identity": "ssl_verify_identity",
                "defaults-file": "read_default_file", "defaults-group": "read_default_group",
-               "socket": "unix_socket"}
+               "socket": "unix_socket", "ssl-mode": "ssl_mode"}
+SSL_MODES = {"disabled": {"ssl_disabled": True}, "preferred": {},
+             "required": {"ssl": {"verify_mode": False, "check_hostname": False}}}
 _FILE_OPTIONS = ("ssl-ca", "ssl-cert", "ssl-key", "defaults-file", "socket")
 _FLAG_OPTIONS = ("ssl-verify-cert", "ssl-verify-identity")
 
@@ -69,6 +75,9 @@ class MysqlUrl:
     def connect_args(self) -> dict:
         args = {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
         for key, value in self.options:
+            if key == "ssl-mode":
+                args.update(SSL_MODES[value.lower()])
+                continue
             args[URL_OPTIONS[key]] = value.lower() in ("1", "true", "yes", "on") if key in _FLAG_OPTIONS else value
         if "read_default_file" in args:
             args.setdefault("read_default_group", "client")
@@ -92,6 +101,10 @@ def _options(query: str, shown: str) -> tuple[tuple[str, str], ...]:
             raise ConfigError(f"parse url {shown!r}: unknown option {key!r} (known: {', '.join(URL_OPTIONS)})")
         if key in _FILE_OPTIONS and not os.path.exists(value):
             raise ConfigError(f"parse url {shown!r}: {key} file {value!r} does not exist")
+        if key == "ssl-mode" and value.lower() not in SSL_MODES:
+            modes = ", ".join(m.upper() for m in SSL_MODES)
+            raise ConfigError(f"parse url {shown!r}: ssl-mode {value!r}: one of {modes} "
+                              "(to verify the server, give ssl-ca and ssl-verify-cert=1)")
         out.append((key, value))
     _load_tls_files(dict(out), shown)
     return tuple(out)

@@ -25,8 +25,9 @@ CHANNEL = "demo"
 CATCH_UP_TIMEOUT_S = 120.0
 
 
-def run_demo(state_dir: str, transactions: int, transport: str, probes: int, echo, progressbar) -> bool:
-    info = Sandbox(state_dir).up()
+def run_demo(state_dir: str, transactions: int, transport: str, probes: int, echo, progressbar,
+             flavor: str | None = None) -> bool:
+    info = Sandbox(state_dir).up(flavor=flavor)
     echo(f"sandbox: primary {_mask(info['primary'])}, replica {_mask(info['replica'])}")
     primary, replica = MysqlUrl.parse(info["primary_admin"]), MysqlUrl.parse(info["replica_admin"])
     pconn, rconn = connect(primary), connect(replica)
@@ -61,12 +62,8 @@ def run_demo(state_dir: str, transactions: int, transport: str, probes: int, ech
 
 
 def logged_transactions(pconn, start: str) -> int:
-    """Transactions the primary's binlog gained since ``start`` (domain by domain)."""
-    with pconn.cursor() as pc:
-        pc.execute("SELECT @@gtid_binlog_pos")
-        now = GtidSet.parse(pc.fetchone()[0])
-    before = {g.domain: g.seq for g in GtidSet.parse(start).mariadb}
-    return sum(g.seq - before.get(g.domain, 0) for g in now.mariadb)
+    """Transactions the primary's binlog gained since ``start``."""
+    return primary_position(pconn).count() - GtidSet.parse(start).count()
 
 
 def command_name() -> str:
@@ -89,9 +86,8 @@ def _mask(url: str) -> str:
 def reset_channel(pconn, rconn, channel: str) -> str:
     """The demo replays its own schema from scratch each run: its channel starts at
     the primary's position now, before the workload's DROP/CREATE DATABASE."""
-    with pconn.cursor() as pc, rconn.cursor() as rc:
-        pc.execute("SELECT @@gtid_binlog_pos")
-        start = pc.fetchone()[0]
+    start = str(primary_position(pconn))
+    with rconn.cursor() as rc:
         if _has_meta(rc):
             rc.execute(f"DELETE FROM {META} WHERE channel=%s", (channel,))
     return start

@@ -1,11 +1,13 @@
 """Container images built on this host from Debian's own packages, run with podman: no
 registry is needed, only the Debian mirror apt already uses.
 
-A server *flavor* names a MariaDB version and the Debian release that ships it
-(``FLAVORS``). Its image is built once and kept: a base image made with ``mmdebstrap``
-from this host's apt sources (the suites renamed to the release, so no mirror name is
-written anywhere), imported with ``podman import``, then ``mariadb-server`` installed on
-it from a Containerfile (``MARIADB_CONTAINERFILE``). ``Podman`` holds the options this
+A server *flavor* names a MariaDB or MySQL version, the Debian release that ships it
+and its packages (``FLAVORS``). Its image is built once and kept: a base image made
+with ``mmdebstrap`` from this host's apt sources (the suites renamed to the release, so
+no mirror name is written anywhere), imported with ``podman import``, then the server's
+packages installed on it from a Containerfile (``SERVER_CONTAINERFILE``). MySQL 9.7
+comes from ``sid``, which has no -updates or -security suites and whose Release file may
+be past its Valid-Until date on a mirror: apt is told not to check that there. ``Podman`` holds the options this
 host needs (the OCI runtime and cgroup manager a cgroup v1 or hybrid host needs, ulimits
 under the host's hard limits). The sandbox runs a flavor's servers in these images
 (bridge.sandbox, ``sandbox up --flavor``).
@@ -26,12 +28,27 @@ from bridge.errors import SandboxError
 
 log = logging.getLogger(__name__)
 LOCAL = "local"  # the host's own mariadbd, no container
-FLAVORS = {"mariadb-10.11": "bookworm", "mariadb-11.8": "trixie"}  # flavor -> Debian release shipping it
+
+
+@dataclass(frozen=True, slots=True)
+class ImageFlavor:
+    release: str  # the Debian release shipping it
+    packages: str  # what its image installs
+    server: str  # mariadb | mysql (bridge.flavor): how bridge.servers runs it
+
+
+_MARIADB = "mariadb-server mariadb-client"
+FLAVORS = {"mariadb-10.11": ImageFlavor("bookworm", _MARIADB, "mariadb"),
+           "mariadb-11.8": ImageFlavor("trixie", _MARIADB, "mariadb"),
+           "mysql-9.7": ImageFlavor("sid", "mysql-server mysql-client", "mysql")}
+UNRELEASED = ("sid",)  # only the suite itself; its Release file's Valid-Until is not checked
+NO_VALID_UNTIL = 'Acquire::Check-Valid-Until "false"'
 APT_SOURCES = (Path("/etc/apt/sources.list.d"), Path("/etc/apt/sources.list"))
-MARIADB_CONTAINERFILE = """ARG BASE
+SERVER_CONTAINERFILE = """ARG BASE
 FROM ${BASE}
+ARG PACKAGES
 RUN apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mariadb-server mariadb-client \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${PACKAGES} \\
  && rm -rf /var/lib/apt/lists/*
 """
 PACKAGES = "podman mmdebstrap runc iptables uidmap"  # what `make` installs for the container flavors
@@ -42,7 +59,7 @@ def base_image(release: str) -> str:
     return f"localhost/rdma-bridge-base:{release}"
 
 
-def mariadb_image(flavor: str) -> str:
+def server_image(flavor: str) -> str:
     return f"localhost/rdma-bridge-{flavor}:latest"
 
 
@@ -51,6 +68,11 @@ def check_flavor(flavor: str) -> str:
         raise SandboxError(f"server flavor {flavor!r}: unknown; choose {LOCAL} (this host's mariadbd) or "
                            f"{', '.join(FLAVORS)} (a container built here from Debian's packages)")
     return flavor
+
+
+def server_kind(flavor: str) -> str:
+    """mariadb or mysql: the server a flavor runs (this host's own is MariaDB)."""
+    return "mariadb" if flavor == LOCAL else FLAVORS[check_flavor(flavor)].server
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,18 +119,18 @@ def _ulimits() -> tuple[str, ...]:
 
 
 def ensure_image(flavor: str, podman: Podman | None = None) -> str:
-    """The flavor's MariaDB image, built first if this host does not have it."""
+    """The flavor's server image, built first if this host does not have it."""
     podman = podman or Podman.here()
-    name = mariadb_image(flavor)
+    name = server_image(flavor)
     if podman.has_image(name):
         return name
-    release = FLAVORS[flavor]
-    base = ensure_base(release, podman)
-    log.info("building %s: Debian %s's mariadb-server on %s", name, release, base)
+    spec = FLAVORS[flavor]
+    base = ensure_base(spec.release, podman)
+    log.info("building %s: Debian %s's %s on %s", name, spec.release, spec.packages, base)
     with tempfile.TemporaryDirectory(prefix="rdma-bridge-image-") as context:
-        (Path(context) / "Containerfile").write_text(MARIADB_CONTAINERFILE)
-        podman("build", "--network", "host", "--build-arg", f"BASE={base}", "-t", name, context,
-               timeout=BUILD_TIMEOUT_S)
+        (Path(context) / "Containerfile").write_text(SERVER_CONTAINERFILE)
+        podman("build", "--network", "host", "--build-arg", f"BASE={base}", "--build-arg",
+               f"PACKAGES={spec.packages}", "-t", name, context, timeout=BUILD_TIMEOUT_S)
     return name
 
 
@@ -124,7 +146,8 @@ def ensure_base(release: str, podman: Podman) -> str:
     log.info("building %s with mmdebstrap from this host's apt sources", name)
     with tempfile.TemporaryDirectory(prefix="rdma-bridge-rootfs-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        made = subprocess.run([mmdebstrap, "--variant=minbase", "--format=tar", release, str(tar), "-"],
+        options = [f"--aptopt={NO_VALID_UNTIL}"] if release in UNRELEASED else []  # kept in the image
+        made = subprocess.run([mmdebstrap, "--variant=minbase", "--format=tar", *options, release, str(tar), "-"],
                               input=sources.encode(), capture_output=True, timeout=BUILD_TIMEOUT_S)
         if made.returncode != 0:
             raise SandboxError(f"mmdebstrap {release}: {_tail(made.stderr)}")
@@ -134,13 +157,34 @@ def ensure_base(release: str, podman: Podman) -> str:
 
 def apt_sources(release: str, sources: tuple[Path, ...] = APT_SOURCES, codename: str | None = None) -> str:
     """This host's Debian apt sources (deb822 or one-line), the suites renamed from the
-    host's release to ``release`` (bookworm-security -> trixie-security and so on)."""
+    host's release to ``release`` (bookworm-security -> trixie-security and so on); for
+    an unreleased suite (sid) only the suite itself, the entries of -updates and
+    -security dropped."""
     codename = codename or _host_codename()
-    text = "\n\n".join(_read_sources(sources)) + "\n"
-    if "debian" not in text:
+    entries = _read_sources(sources)
+    if not entries:
         raise SandboxError("apt sources: no Debian mirror in /etc/apt/sources.list(.d); the container images are "
                            "built from Debian's packages")
-    return re.sub(rf"\b{re.escape(codename)}(?=[-\s]|$)", release, text, flags=re.MULTILINE)
+    renamed = [re.sub(rf"\b{re.escape(codename)}(?=[-\s]|$)", release, e, flags=re.MULTILINE) for e in entries]
+    if release in UNRELEASED:
+        renamed = [kept for kept in (_only_suite(e, release) for e in renamed) if kept]
+    return "\n\n".join(renamed) + "\n"
+
+
+def _only_suite(entry: str, release: str) -> str:
+    """A deb822 stanza or a one-line entry with ``release-*`` suites removed; '' when none is left."""
+    if entry.startswith("deb "):
+        fields = re.sub(r"\[[^]]*\]", "", entry).split()  # deb URI SUITE COMPONENT...
+        return entry if len(fields) > 2 and fields[2] == release else ""
+    lines = []
+    for line in entry.splitlines():
+        if line.startswith("Suites:"):
+            suites = [s for s in line.split()[1:] if s == release]
+            if not suites:
+                return ""
+            line = "Suites: " + " ".join(suites)
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _read_sources(sources: tuple[Path, ...]) -> list[str]:

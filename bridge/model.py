@@ -14,14 +14,15 @@ from bridge import sqlnames
 from bridge.errors import ConfigError
 
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
-_MYSQL_GTID = re.compile(r"^([0-9a-fA-F-]{36}):(\d+)$")
+_MYSQL_GTID = re.compile(r"^([0-9a-fA-F-]{36}(?::[A-Za-z_][A-Za-z0-9_]{0,31})?):(\d+)$")  # uuid[:tag]:n (8.4+)
+_TAG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Gtid:
     """One transaction id. MariaDB: (domain, server, seq); MySQL: (uuid, seq)."""
 
-    domain: str  # MariaDB domain id as decimal text, or the MySQL source uuid
+    domain: str  # MariaDB domain id as decimal text, or the MySQL source uuid (uuid:tag for a tagged GTID)
     seq: int
     server: int = -1  # MariaDB only; -1 for MySQL
 
@@ -38,8 +39,9 @@ class Gtid:
         if m := _MARIADB_GTID.match(text):
             return cls(domain=m.group(1), server=int(m.group(2)), seq=int(m.group(3)))
         if m := _MYSQL_GTID.match(text):
-            return cls(domain=m.group(1).lower(), seq=int(m.group(2)))
-        raise ConfigError(f"parse gtid: {text!r} is neither domain-server-seq nor uuid:n")
+            uuid, _, tag = m.group(1).partition(":")
+            return cls(domain=uuid.lower() + (f":{tag.lower()}" if tag else ""), seq=int(m.group(2)))
+        raise ConfigError(f"parse gtid: {text!r} is neither domain-server-seq nor uuid[:tag]:n")
 
     def __str__(self) -> str:
         if self.is_mariadb:
@@ -67,12 +69,21 @@ class GtidSet:
         if all(_MARIADB_GTID.match(p) for p in parts):
             by_domain = {g.domain: g for g in map(Gtid.parse, parts)}
             return cls(mariadb=tuple(sorted(by_domain.values(), key=_domain_key)))
-        return cls(mysql=tuple(sorted(_parse_mysql_part(p) for p in parts)))
+        merged: dict[str, Intervals] = {}
+        for part in parts:
+            for key, ivs in _parse_mysql_part(part):
+                for lo, hi in ivs:
+                    merged[key] = _merge(merged.get(key, ()), lo, hi)
+        return cls(mysql=tuple(sorted(merged.items())))
 
     def __str__(self) -> str:
         if self.mariadb:
             return ",".join(str(g) for g in self.mariadb)
-        return ",".join(uuid + "".join(_interval_text(i) for i in ivs) for uuid, ivs in self.mysql)
+        out: dict[str, str] = {}  # uuid -> its text: untagged intervals first, then each tag's (MySQL's form)
+        for key, ivs in self.mysql:
+            uuid, _, tag = key.partition(":")
+            out[uuid] = out.get(uuid, uuid) + (f":{tag}" if tag else "") + "".join(_interval_text(i) for i in ivs)
+        return ",".join(out.values())
 
     def __bool__(self) -> bool:
         return bool(self.mariadb or self.mysql)
@@ -105,20 +116,60 @@ class GtidSet:
     def add_text(self, gtid: str) -> GtidSet:
         return self.add(Gtid.parse(gtid))
 
+    def minus(self, other: GtidSet) -> GtidSet:
+        """MySQL sets: the transactions of this set that ``other`` lacks (MariaDB's
+        per-domain positions compare by domain instead: empty here)."""
+        theirs = dict(other.mysql)
+        left = tuple((key, kept) for key, ivs in self.mysql if (kept := _subtract(ivs, theirs.get(key, ()))))
+        return GtidSet(mysql=left)
+
+    def count(self) -> int:
+        """A number that grows by one per transaction the set gains (MariaDB: the sum of
+        each domain's last seq; MySQL: the transactions in its intervals)."""
+        return sum(g.seq for g in self.mariadb) + sum(hi - lo + 1 for _, ivs in self.mysql for lo, hi in ivs)
+
+    def parts(self) -> list[str]:
+        """Each GTID or interval of the set on its own (``uuid:1-5``), for messages."""
+        return [str(g) for g in self.mariadb] + [f"{key}{_interval_text(iv)}" for key, ivs in self.mysql for iv in ivs]
+
 
 def _domain_key(g: Gtid) -> int:
     return int(g.domain)
 
 
-def _parse_mysql_part(text: str) -> tuple[str, Intervals]:
+def _parse_mysql_part(text: str) -> list[tuple[str, Intervals]]:
+    """``uuid:1-5:7[:tag:1-3...]`` -> [(uuid, intervals), (uuid:tag, intervals), ...]."""
     uuid, _, rest = text.partition(":")
     if not rest or len(uuid) != 36:
-        raise ConfigError(f"parse gtid set: {text!r} is not uuid:interval[:interval]")
-    ivs = []
-    for piece in rest.split(":"):
-        lo, _, hi = piece.partition("-")
-        ivs.append((int(lo), int(hi or lo)))
-    return uuid.lower(), tuple(sorted(ivs))
+        raise ConfigError(f"parse gtid set: {text!r} is not uuid[:tag]:interval[:interval]")
+    found: dict[str, list[tuple[int, int]]] = {}
+    key = uuid.lower()
+    try:
+        for piece in rest.split(":"):
+            if _TAG.match(piece):
+                key = f"{uuid.lower()}:{piece.lower()}"
+                continue
+            lo, _, hi = piece.partition("-")
+            found.setdefault(key, []).append((int(lo), int(hi or lo)))
+    except ValueError as exc:
+        raise ConfigError(f"parse gtid set: {text!r} is not uuid[:tag]:interval[:interval]") from exc
+    return [(k, tuple(sorted(ivs))) for k, ivs in found.items()]
+
+
+def _subtract(ivs: Intervals, away: Intervals) -> Intervals:
+    out = []
+    for lo, hi in ivs:
+        for a, b in away:
+            if b < lo or a > hi:
+                continue
+            if a > lo:
+                out.append((lo, a - 1))
+            lo = b + 1
+            if lo > hi:
+                break
+        if lo <= hi:
+            out.append((lo, hi))
+    return tuple(out)
 
 
 def _interval_text(iv: tuple[int, int]) -> str:
@@ -126,9 +177,10 @@ def _interval_text(iv: tuple[int, int]) -> str:
     return f":{lo}" if lo == hi else f":{lo}-{hi}"
 
 
-def _merge(ivs: Intervals, n: int) -> Intervals:
+def _merge(ivs: Intervals, n: int, last: int | None = None) -> Intervals:
+    """``ivs`` with ``n`` (to ``last``) added, adjacent intervals joined."""
     merged: list[list[int]] = []
-    for lo, hi in sorted([*ivs, (n, n)]):
+    for lo, hi in sorted([*ivs, (n, n if last is None else last)]):
         if merged and lo <= merged[-1][1] + 1:
             merged[-1][1] = max(merged[-1][1], hi)
         else:

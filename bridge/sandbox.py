@@ -25,48 +25,19 @@ import pymysql
 
 from bridge.certs import make_set
 from bridge.errors import SandboxError
-from bridge.images import LOCAL, check_flavor
-from bridge.servers import INSTALL_DB_ARGS, servers_for
+from bridge.flavor import Flavor
+from bridge.images import LOCAL, check_flavor, server_kind
+from bridge.servercnf import ROLES, server_cnf
+from bridge.servers import servers_for
 from bridge.sqlfiles import sql_statements
 
 DEFAULT_STATE_DIR = ".sandbox"
 READY_TIMEOUT_S = 30.0
 
-COMMON_CNF = """[mariadbd]
-datadir={dir}/data
-socket={dir}/mysqld.sock
-pid-file={dir}/mysqld.pid
-log-error={dir}/error.log
-tmpdir={dir}/tmp
-port={port}
-bind-address=127.0.0.1
-server_id={server_id}
-skip-name-resolve
-character_set_server=utf8mb4
-collation_server=utf8mb4_general_ci
-innodb_log_file_size=16M
-innodb_buffer_pool_size=64M
-gtid_strict_mode=ON
-gtid_domain_id=0
-max_connections=200
-"""
-PRIMARY_CNF = """log_bin=mysql-bin
-binlog_format=ROW
-binlog_row_image=FULL
-binlog_row_metadata=FULL
-rpl_semi_sync_master_wait_point=AFTER_SYNC
-rpl_semi_sync_master_timeout=1000
-"""
-LOCAL_CHARSET_CNF = "character_set_server=utf8mb4\ncollation_server=utf8mb4_general_ci\n"  # container flavors: theirs
-NATIVE_CNF = """relay_log=relay-bin
-slave_parallel_mode=optimistic
-"""
-# primary2: a second primary, in its own GTID domain (several primaries into one replica)
-ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF),
-         "primary2": (4, PRIMARY_CNF + "gtid_domain_id=1\n")}
-_READER = ("rdma_repl", "primary_grants.sql", "repl")  # (user, grants file, password key)
-_APPLIER = ("rdma_apply", "replica_grants.sql", "apply")
+_READER = ("rdma_repl", "primary", "repl")  # (user, grants file's role, password key)
+_APPLIER = ("rdma_apply", "replica", "apply")
 ACCOUNTS = {"primary": _READER, "primary2": _READER, "replica": _APPLIER}
+ACCOUNTS_BY_NAME = {"reader": _READER, "applier": _APPLIER, "admin": ("rdma_admin", "", "admin")}
 MAX_REPLICAS = 8  # sandbox up --replicas N: replica, replica2 .. replicaN (server ids 11..)
 
 
@@ -83,22 +54,8 @@ def replicas_in(names: dict) -> int:
     return count
 
 
-def _role(role: str) -> tuple[int, str]:
-    """(server id, extra my.cnf lines) of a role; replicaN: 9 + N, like the replica."""
-    if role in ROLES:
-        return ROLES[role]
-    return 9 + int(role.removeprefix("replica")), ""
-
-
 def _account(role: str) -> tuple[str, str, str]:
     return ACCOUNTS.get(role) or _APPLIER
-# sandbox up --tls: every server serves TLS with a certificate of the sandbox's own CA, and
-# refuses clients over TCP without it (unix-socket clients, as root here, are let in)
-TLS_CNF = """ssl-ca={tls}/ca.pem
-ssl-cert={tls}/localhost.pem
-ssl-key={tls}/localhost-key.pem
-require_secure_transport=ON
-"""
 TLS_NAMES = ["localhost", "127.0.0.1"]
 
 
@@ -216,26 +173,25 @@ class Sandbox:
 
     def info(self, state: dict | None = None) -> dict:
         state = state or json.loads(self.state_file.read_text())
-        p, r = state["ports"]["primary"], state["ports"]["replica"]
         pw = state["passwords"]
         tls = f"?ssl-ca={self.dir / 'tls' / 'ca.pem'}&ssl-verify-cert=1" if state.get("tls") else ""
-        info = {
-            "state_dir": str(self.dir),
-            "primary": f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{p}{tls}",
-            "replica": f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{r}{tls}",
-            "primary_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{p}{tls}",
-            "replica_admin": f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{r}{tls}",
-        }
+
+        def url(role: str, account: str) -> str:
+            """A MySQL server's URL says no TLS where the sandbox serves none (MySQL offers
+            TLS with a certificate of its own, which a client takes by default)."""
+            user, _, key = ACCOUNTS_BY_NAME[account]
+            query = tls or ("?ssl-mode=DISABLED" if server_kind(self._server(state, role).flavor) == "mysql" else "")
+            return f"mysql://{user}:{pw[key]}@127.0.0.1:{state['ports'][role]}{query}"
+
+        info = {"state_dir": str(self.dir), "primary": url("primary", "reader"), "replica": url("replica", "applier"),
+                "primary_admin": url("primary", "admin"), "replica_admin": url("replica", "admin")}
         for role in self._replicas(state)[1:]:  # replica2, replica2_admin, ...: every value stays a URL
-            info[role] = f"mysql://rdma_apply:{pw['apply']}@127.0.0.1:{state['ports'][role]}{tls}"
-            info[f"{role}_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports'][role]}{tls}"
+            info[role], info[f"{role}_admin"] = url(role, "applier"), url(role, "admin")
         if "primary2" in state["ports"]:
-            q = state["ports"]["primary2"]
-            info["primary2"] = f"mysql://rdma_repl:{pw['repl']}@127.0.0.1:{q}{tls}"
-            info["primary2_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{q}{tls}"
+            info["primary2"], info["primary2_admin"] = url("primary2", "reader"), url("primary2", "admin")
         if "native" in state["ports"]:
             info["native_socket"] = str(self.dir / "native" / "mysqld.sock")
-            info["native_admin"] = f"mysql://rdma_admin:{pw['admin']}@127.0.0.1:{state['ports']['native']}{tls}"
+            info["native_admin"] = url("native", "admin")
         if state.get("tls"):  # the same certificate serves the bridge's two ends on this host
             info["tls"] = {"cert": str(self.dir / "tls" / "localhost.pem"),
                            "key": str(self.dir / "tls" / "localhost-key.pem"),
@@ -247,11 +203,12 @@ class Sandbox:
         return _root(self._server(json.loads(self.state_file.read_text()), "native"))
 
     def _configure_native(self, state: dict) -> None:
-        """Copy the primary's schemas (mariadb-dump, one consistent snapshot) and
-        replicate from the snapshot's GTID position: a native replica started at the
+        """Copy the primary's schemas (mariadb-dump or mysqldump, one consistent snapshot)
+        and replicate from the snapshot's GTID position: a native replica started at the
         position alone would stop at the first row event for a table it lacks (the
         bridge's rdma_bridge.heartbeat, created on the primary by an earlier run)."""
         primary = _root(self._server(state, "primary"))
+        flavor = Flavor.of(primary)
         with primary.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin=0")
             cur.execute("CREATE USER IF NOT EXISTS 'rdma_native'@'127.0.0.1' IDENTIFIED BY %s",
@@ -260,43 +217,47 @@ class Sandbox:
             cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME NOT IN "
                         "('mysql', 'information_schema', 'performance_schema', 'sys')")
             schemas = [row[0] for row in cur.fetchall()]
-            cur.execute("SELECT @@gtid_binlog_pos")
+            cur.execute(flavor.gtid_position_sql)
             position = cur.fetchone()[0]
         primary.close()
         if schemas:
-            position = self._copy_schemas(state, schemas)
+            position = self._copy_schemas(state, schemas, flavor)
         native = _root(self._server(state, "native"))
         with native.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
             cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s",
                         (state["passwords"]["admin"],))
             cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
-            cur.execute("SET GLOBAL gtid_slave_pos=%s", (position,))
-            tls = ", MASTER_SSL=1, MASTER_SSL_VERIFY_SERVER_CERT=1, MASTER_SSL_CA=%s" if state.get("tls") else ""
-            cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='rdma_native', "
-                        "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos" + tls,
-                        (state["ports"]["primary"], state["passwords"]["apply"],
-                         *([str(self.dir / "tls" / "ca.pem")] if tls else [])))
-            cur.execute("START SLAVE")
+            if not flavor.is_mysql:  # MySQL's position came with the dump (its GTID_PURGED)
+                cur.execute("SET GLOBAL gtid_slave_pos=%s", (position,))
+            statement, params = flavor.change_source(state["ports"]["primary"], "rdma_native",
+                                                     state["passwords"]["apply"],
+                                                     str(self.dir / "tls" / "ca.pem") if state.get("tls") else None)
+            cur.execute(statement, params)
+            cur.execute(flavor.start_replica)
         native.close()
         state["native_configured"] = True
         self._save(state)
 
-    def _copy_schemas(self, state: dict, schemas: list[str]) -> str:
-        """The primary's ``schemas`` into the native replica; the snapshot's GTID position."""
+    def _copy_schemas(self, state: dict, schemas: list[str], flavor: Flavor) -> str:
+        """The primary's ``schemas`` into the native replica; the snapshot's GTID position
+        (MariaDB's; MySQL's dump sets the replica's GTID_PURGED itself)."""
         primary, native = self._server(state, "primary"), self._server(state, "native")
+        gtid_options = ("--set-gtid-purged=ON",) if flavor.is_mysql else ("--master-data=2", "--gtid")
         dump = subprocess.run(self._servers(primary).command(
-            "mariadb-dump", f"--socket={primary.socket}", "--user=root", "--single-transaction", "--master-data=2",
-            "--gtid", "--routines", "--events", "--triggers", "--databases", *schemas), capture_output=True)
+            flavor.dump_program, f"--socket={primary.socket}", "--user=root", "--single-transaction", *gtid_options,
+            "--routines", "--events", "--triggers", "--databases", *schemas), capture_output=True)
         found = re.search(rb"gtid_slave_pos='([^']*)'", dump.stdout)
-        if dump.returncode != 0 or not found:
+        if dump.returncode != 0 or not (found or flavor.is_mysql):
             why = dump.stderr.decode(errors='replace').strip()[-500:] or 'no GTID position in the dump'
             raise SandboxError(f"sandbox: copying the primary's schemas for the native replica failed: {why}")
-        loaded = subprocess.run(self._servers(native).command("mariadb", f"--socket={native.socket}", "--user=root"),
+        loaded = subprocess.run(self._servers(native).command(flavor.client_program, f"--socket={native.socket}",
+                                                              "--user=root"),
                                 input=dump.stdout, capture_output=True)
         if loaded.returncode != 0:
             raise SandboxError(f"sandbox: loading the primary's schemas into the native replica failed: "
                                f"{loaded.stderr.decode(errors='replace').strip()[-500:]}")
-        return found.group(1).decode()
+        return found.group(1).decode() if found else ""
 
     # --- state -----------------------------------------------------------
 
@@ -342,16 +303,14 @@ class Sandbox:
         return pid is not None and _alive(pid) and server.socket.exists()
 
     def _start(self, server: ServerState, tls: bool = False) -> None:
-        server_id, extra = _role(server.role)
         cnf = server.dir / "my.cnf"
         server.dir.mkdir(parents=True, exist_ok=True)
-        common = COMMON_CNF if server.flavor == LOCAL else COMMON_CNF.replace(LOCAL_CHARSET_CNF, "")  # theirs
-        cnf.write_text(common.format(dir=server.dir, port=server.port, server_id=server_id) +
-                       extra + (TLS_CNF.format(tls=self.dir / "tls") if tls else ""))
+        cnf.write_text(server_cnf(server_kind(server.flavor), server.role, str(server.dir), server.port,
+                                  local=server.flavor == LOCAL, tls_dir=str(self.dir / "tls") if tls else None))
         servers = self._servers(server)
         if not (server.dir / "data").exists():
             (server.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: no clash with other servers' temp files
-            self._install_db(server, servers.command("mariadb-install-db", f"--defaults-file={cnf}", *INSTALL_DB_ARGS))
+            self._install_db(server, servers.install_command(cnf))
         (server.dir / "tmp").mkdir(exist_ok=True)
         servers.start(server.role, cnf)
         self._wait_ready(server)
@@ -399,7 +358,7 @@ class Sandbox:
             conn = _root(self._server(state, role))
             with conn.cursor() as cur:
                 cur.execute("SET SESSION sql_log_bin=0")  # the sandbox's own accounts are not replicated
-                for stmt in sql_statements(grants, user=user, password=pw[key]):
+                for stmt in sql_statements(Flavor.of(conn).grants_file(grants), user=user, password=pw[key]):
                     cur.execute(stmt)
                 cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s", (pw["admin"],))
                 cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")

@@ -1,9 +1,14 @@
 """How the sandbox runs one server of a flavor (bridge.images): this host's mariadbd as
-a child process (``LocalServers``), or the flavor's MariaDB in a podman container
-(``ContainerServers``) that shares this host's network and process namespace and sees
-the sandbox's state directory at the same path. Either way the server writes its pid
-file, socket and logs where the sandbox expects them, and the pid in the pid file is
-a process of this host: the sandbox checks, stops and reaps servers the same way.
+a child process (``LocalServers``), or the flavor's MariaDB or MySQL in a podman
+container (``ContainerServers``) that shares this host's network and process namespace
+and sees the sandbox's state directory at the same path. Either way the server writes
+its pid file, socket and logs where the sandbox expects them, and the pid in the pid
+file is a process of this host: the sandbox checks, stops and reaps servers the same way.
+
+``PROGRAMS`` names each server kind's programs: MariaDB's datadir is made by
+``mariadb-install-db``, MySQL's by ``mysqld --initialize-insecure`` (root without a
+password over the socket, like the MariaDB one); both run as root (``--user=root``), so
+the state directory needs no other owner.
 """
 
 from __future__ import annotations
@@ -12,13 +17,29 @@ import hashlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.errors import SandboxError
-from bridge.images import LOCAL, Podman, ensure_image
+from bridge.images import LOCAL, Podman, ensure_image, server_kind
 
 SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
-INSTALL_DB_ARGS = ("--user=root", "--auth-root-authentication-method=normal", "--skip-test-db")
+
+
+@dataclass(frozen=True, slots=True)
+class Programs:
+    server: str
+    install: tuple[str, ...]  # the program and its arguments after --defaults-file
+    client: str
+    dump: str
+    section: str  # the my.cnf group the server reads
+
+
+PROGRAMS = {
+    "mariadb": Programs("mariadbd", ("mariadb-install-db", "--user=root", "--auth-root-authentication-method=normal",
+                                     "--skip-test-db"), "mariadb", "mariadb-dump", "mariadbd"),
+    "mysql": Programs("mysqld", ("mysqld", "--initialize-insecure", "--user=root"), "mysql", "mysqldump", "mysqld"),
+}
 
 
 def find_binary(name: str) -> str:
@@ -29,7 +50,26 @@ def find_binary(name: str) -> str:
     return found
 
 
-class LocalServers:
+class _Servers:
+    flavor: str
+
+    @property
+    def programs(self) -> Programs:
+        return PROGRAMS[server_kind(self.flavor)]
+
+    def install_command(self, cnf: Path) -> list[str]:
+        """The command that makes a new datadir as ``cnf`` says."""
+        first, *rest = self.programs.install
+        return self.command(first, f"--defaults-file={cnf}", *rest)
+
+    def command(self, name: str, *args: str) -> list[str]:
+        raise NotImplementedError
+
+    def server_args(self, cnf: Path) -> list[str]:
+        return [self.programs.server, f"--defaults-file={cnf}", "--user=root"]
+
+
+class LocalServers(_Servers):
     flavor = LOCAL
 
     def command(self, name: str, *args: str) -> list[str]:
@@ -37,12 +77,12 @@ class LocalServers:
         return [find_binary(name), *args]
 
     def start(self, role: str, cnf: Path) -> None:
-        subprocess.Popen(self.command("mariadbd", f"--defaults-file={cnf}", "--user=root"),
+        subprocess.Popen(self.command(*self.server_args(cnf)),
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
 
 
-class ContainerServers:
+class ContainerServers(_Servers):
     """Servers and their tools in the flavor's image, one container per running server."""
 
     def __init__(self, flavor: str, state_dir: Path) -> None:
@@ -62,8 +102,7 @@ class ContainerServers:
     def start(self, role: str, cnf: Path) -> None:
         name = f"{self._prefix}-{role}"
         self.podman("rm", "--force", name, check=False)  # one left by a server that was killed
-        self.podman(*self._run("--detach", "--rm", "--name", name, self.image, "mariadbd",
-                               f"--defaults-file={cnf}", "--user=root"))
+        self.podman(*self._run("--detach", "--rm", "--name", name, self.image, *self.server_args(cnf)))
 
 
 def servers_for(flavor: str, state_dir: Path) -> LocalServers | ContainerServers:

@@ -9,13 +9,16 @@ import time
 
 import pytest
 
+from bridge.check import positions
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig
+from bridge.flavor import Flavor
 from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
 from bridge.sandbox import Sandbox
 from bridge.workload import connect
+from tests.helpers import set_semi_sync
 
 _channels = itertools.count(1)
 STOP_WAIT_S = 10.0  # for both nodes' threads to notice stop() before they are closed under them
@@ -45,10 +48,24 @@ def urls(sandbox):
     return {k: MysqlUrl.parse(v) for k, v in info.items() if v.startswith("mysql://")}
 
 
+@pytest.fixture(scope="session")
+def flavors(urls) -> tuple[Flavor, Flavor]:
+    """(primary, replica) flavors of the sandbox's servers (bridge.flavor)."""
+    found = []
+    for role in ("primary_admin", "replica_admin"):
+        conn = connect(urls[role])
+        found.append(Flavor.of(conn))
+        conn.close()
+    return found[0], found[1]
+
+
+@pytest.fixture(scope="session")
+def mysql_primary(flavors) -> bool:
+    return flavors[0].is_mysql
+
+
 def primary_position(conn) -> str:
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@gtid_binlog_pos")
-        return cur.fetchone()[0]
+    return str(positions.primary_position(conn))
 
 
 class BridgePair:
@@ -170,13 +187,9 @@ def pair(request, urls):
 def semi_sync_primary(urls):
     """Semi-sync ON at the sandbox primary with a 1 s timeout (a test may set another), OFF after."""
     admin = connect(urls["primary_admin"])
-    with admin.cursor() as cur:
-        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")  # ms: a lost ACK costs a test 1 s
-        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=ON")
+    set_semi_sync(admin, timeout=1000, enabled="ON")  # ms: a lost ACK costs a test 1 s
     yield admin
-    with admin.cursor() as cur:
-        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=OFF")
-        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")
+    set_semi_sync(admin, enabled="OFF", timeout=1000)
     admin.close()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from bridge.check.positions import primary_position
+from bridge.flavor import Flavor
 from bridge.workload import MixedWorkload, connect
 
 
@@ -21,10 +23,20 @@ def applied_seq(conn, channel) -> int:
 
 
 def semi_sync_status(conn) -> dict:
-    """The primary's Rpl_semi_sync_master_* status, without the prefix (status, yes_tx, no_tx, clients...)."""
+    """The primary's Rpl_semi_sync_master_* (MySQL: _source_*) status, without the prefix
+    (status, yes_tx, no_tx, clients...)."""
+    prefix = Flavor.of(conn).semi_sync_status_prefix.lower()
     with conn.cursor() as cur:
-        cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'")
-        return {k.lower().removeprefix("rpl_semi_sync_master_"): v for k, v in cur.fetchall()}
+        cur.execute("SHOW GLOBAL STATUS LIKE %s", (prefix + "%",))
+        return {k.lower().removeprefix(prefix): v for k, v in cur.fetchall()}
+
+
+def set_semi_sync(conn, **settings) -> None:
+    """SET GLOBAL rpl_semi_sync_master_<name> (MySQL: _source_) = value, for each name=value."""
+    flavor = Flavor.of(conn)
+    with conn.cursor() as cur:
+        for name, value in settings.items():
+            cur.execute(f"SET GLOBAL {flavor.semi_sync_variable(name)}={value}")
 
 
 def semi_sync_on(admin, pair, schema: str) -> None:
@@ -59,10 +71,7 @@ def wait_written(conn, more: int = 30, timeout_s: float = 60.0, alive=lambda: No
     """Until the primary (``conn``) has committed ``more`` transactions past now (the
     seqs of its GTID position, summed over domains): the running workload wrote that much."""
     def seq() -> int:
-        with conn.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            pos = cur.fetchone()[0] or ""
-        return sum(int(part.rsplit("-", 1)[1]) for part in pos.split(",") if part)  # each domain's count
+        return primary_position(conn).count()
     start = seq()
     wait_for(lambda: seq() >= start + more, f"{more} more transactions on the primary", timeout_s, alive)
 

@@ -32,8 +32,8 @@ from bridge.apply import modes, repairs, sql
 from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
                                   record_skip, record_stop, schemas_with_tables)
-from bridge.apply.connection import (apply_error, connect, current_grants, rollback, run_script, session_setup,
-                                     trigger_names)
+from bridge.apply.connection import (GTID_AUTOMATIC, apply_error, connect, current_grants, gtid_next, rollback,
+                                     run_script, session_setup, trigger_names)
 from bridge.apply.sql_rows import SqlRows
 from bridge.apply.statements import StatementReplayer
 from bridge.config import MysqlUrl
@@ -64,11 +64,13 @@ class Applier:
         self.lock_wait_timeout_s = lock_wait_timeout_s
         self.mode = mode
         self.same_flavor = True  # the primary is of the replica's flavor (sql_mode, collations replay as they are)
+        self.keeps_gtids = False  # each transaction commits with its primary's GTID (MySQL into MySQL: set_mode)
         self.format: binlog.FormatDescription | None = None  # the primary's, as of the applied position
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
         self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
         self._open_repair: dict | None = None  # the marker of a repair cut in chunks, until its last chunk
         self._unique_keys: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
+        self._non_transactional: dict[tuple[str, str], bool] = {}
         self.rules = EVERYTHING  # the channel's filter (the replica node sets it): a repair's table is renamed too
         self._binlog, self._sql, self._statements = BinlogRows(url, channel), SqlRows(channel), StatementReplayer()
         self._connect()
@@ -131,9 +133,21 @@ class Applier:
         """The apply mode of a new session (nothing may be in flight); the primary's names
         of its collation ids, for a statement whose id the replica does not know."""
         self._statements.primary_collations = primary_collations or {}
+        self.keeps_gtids = same_flavor and self.server.takes_gtid_next
         if (mode, same_flavor) != (self.mode, self.same_flavor):
             self.mode, self.same_flavor = mode, same_flavor
             self._setup_session()
+
+    def gtid_script(self, gtid: str) -> tuple[list[bytes], list[bytes]]:
+        """(before the transaction, after its COMMIT): where the replica keeps the
+        primary's GTIDs, the transaction commits with ``gtid`` (a MySQL primary's, so
+        gtid_executed on the replica holds the primary's transactions, and a transaction
+        whose GTID it already holds is skipped by the server itself)."""
+        if not self.keeps_gtids:
+            return [], []
+        # GTID_NEXT only outside a transaction; a read (information_schema under
+        # autocommit=0) may have opened one, which holds no writes: ended first
+        return [b"COMMIT", gtid_next(gtid)], [GTID_AUTOMATIC]
 
     def _load_position(self) -> Position:
         try:
@@ -228,6 +242,10 @@ class Applier:
         items = [(seq, txn) for seq, txn in items if seq > self.position.applied_seq]
         if not items:
             return  # already applied before a reconnect: exactly once
+        if self.keeps_gtids and len(items) > 1:  # one GTID per replica transaction
+            for item in items:
+                self.apply_group([item])
+            return
         first, last = items[0][0], items[-1][0]
         if first != self.position.applied_seq + 1 or last - first + 1 != len(items):
             raise ApplyError(f"apply seq {first}..{last}: expected seq {self.position.applied_seq + 1}, "
@@ -238,7 +256,8 @@ class Applier:
         context = f"apply seq {first} ({items[0][1].gtid})" if len(items) == 1 else \
             f"apply seq {first}..{last} ({items[0][1].gtid}..{items[-1][1].gtid})"
         fmt = self.format_for(items[0][1])
-        self._apply_rows(context, last, [c for _, txn in items for c in txn.changes], gtids, fmt)
+        self._apply_rows(context, last, [c for _, txn in items for c in txn.changes], gtids, fmt,
+                         self.gtid_script(items[0][1].gtid))
         self.position, self.format = Position(last, gtids), fmt
 
     def execute_rows(self, context: str, changes, fmt: binlog.FormatDescription | None) -> None:
@@ -259,7 +278,7 @@ class Applier:
         self.position, self.format = Position(seq, gtids), fmt
 
     def rollback(self) -> None:
-        rollback(self.conn, self.url)
+        rollback(self.conn, self.url, gtid_next=self.keeps_gtids)
 
     def skip(self, seq: int, gtid: str, error: str, by: str, item: Transaction | Chunk | None = None) -> None:
         """Move the position past transaction ``seq`` without applying it, recorded in
@@ -270,7 +289,8 @@ class Applier:
             raise ApplyError(f"skip seq {seq} ({gtid}): the replica is at seq {self.position.applied_seq}")
         gtids = self.position.gtid_set.add_text(gtid)
         stamps = getattr(item, "stamps", ())  # a Transaction's: (read, shipped) ns on the primary side
-        record_skip(self.conn, self.channel, seq, gtids, gtid, error, by, stamps[0] if stamps else None)
+        record_skip(self.conn, self.channel, seq, gtids, gtid, error, by, stamps[0] if stamps else None,
+                    self.gtid_script(gtid))  # the skipped GTID as an empty transaction, as on a native replica
         self.position = Position(seq, gtids)
         if item is not None and item.format_event:
             self.format = self.format_for(item)
@@ -300,7 +320,23 @@ class Applier:
 
     def forget_keys(self) -> None:
         self._unique_keys.clear()
+        self._non_transactional.clear()
         self._sql.forget()
+
+    def _commits_alone(self, changes) -> bool:
+        """Rows of a non-transactional table (MyISAM): MySQL commits them, and their GTID,
+        at the end of their statement, so the position cannot share their transaction."""
+        tables = {t for c in changes for t in (c.tables if isinstance(c, RowEvents) else ((c.schema, c.table),))}
+        for table in tables:
+            known = self._non_transactional.get(table)
+            if known is None:
+                with self.conn.cursor() as cur:
+                    cur.execute(sql.ENGINE_SELECT, table)
+                    row = cur.fetchone()
+                known = self._non_transactional[table] = bool(row and str(row[0]).lower() in sql.NON_TRANSACTIONAL)
+            if known:
+                return True
+        return False
 
     def _apply_repair(self, seq: int, txn: Transaction) -> None:
         """A `rdma-bridge repair` transaction: its rows (the marker, and the primary's
@@ -312,17 +348,21 @@ class Applier:
         fields = self._marker_fields(txn.changes[0], fmt)
         context = f"apply seq {seq} ({txn.gtid}): repair of {fields['db']}.{fields['tbl']}"
         gtids = self.position.gtid_set.add_text(txn.gtid)
-        self._replace_range(context, fields, txn.changes, seq, gtids, fmt)
+        self._replace_range(context, fields, txn.changes, seq, gtids, fmt, self.gtid_script(txn.gtid))
         self.position, self.format = Position(seq, gtids), fmt
 
-    def _replace_range(self, context: str, fields: dict, changes, seq: int, gtids: GtidSet, fmt) -> None:
+    def _replace_range(self, context: str, fields: dict, changes, seq: int, gtids: GtidSet, fmt,
+                       gtid_script: tuple[list[bytes], list[bytes]] = ([], [])) -> None:
         """The last rows of a repair (the copy), then the replica's rows of the range
-        replaced by the copy, the position and COMMIT; all rolled back on failure."""
+        replaced by the copy, the position and COMMIT; all rolled back on failure.
+        ``gtid_script``: before the first rows and after the COMMIT (``gtid_script``;
+        a repair cut in chunks set its GTID with its first chunk)."""
+        head, after = gtid_script
         replace = repairs.replace_range(context, self.rules.target(fields["db"]), fields,
                                         self._position_statement(seq, gtids), self.mode == "sql")
         try:
-            self._apply_rows(context, 0, changes, None, fmt)
-            run_script(self.conn, context, replace, lambda i: " (replacing the range)" if i < 3 else "")
+            self._apply_rows(context, 0, changes, None, fmt, (head, []))
+            run_script(self.conn, context, replace + after, lambda i: " (replacing the range)" if i < 3 else "")
         except BaseException:
             self.rollback()
             raise
@@ -351,16 +391,28 @@ class Applier:
 
     # --- rows ----------------------------------------------------------------------
 
-    def _apply_rows(self, context: str, seq: int, changes, gtids: GtidSet | None, fmt) -> None:
+    def _apply_rows(self, context: str, seq: int, changes, gtids: GtidSet | None, fmt,
+                    gtid_script: tuple[list[bytes], list[bytes]] = ([], [])) -> None:
         """Row changes (+ the position and COMMIT when ``gtids`` is given); rolled back
-        on any failure."""
+        on any failure. ``gtid_script``: statements before the rows and after the COMMIT
+        (``gtid_script``)."""
         changes, beats = self._heartbeats(changes, fmt)
+        head, after = gtid_script
+        if head and gtids is not None and self._commits_alone(changes):
+            # MyISAM rows commit statement by statement: the position cannot share their
+            # transaction (it never could be atomic with them). In binlog mode the one BINLOG
+            # statement commits with the GTID (a replay is skipped by it), the position after;
+            # in sql mode each row's statement commits on its own, so the GTID goes with the position
+            rows_script, position_script = ((head, []), ([b"COMMIT", *after], [])) if self.mode == "binlog" else \
+                (([b"COMMIT"], []), (head, after))
+            self._apply_rows(context, seq, changes, None, fmt, rows_script)
+            return self._apply_rows(context, seq, [], gtids, fmt, position_script)
         try:
             if self.mode == "binlog":
-                tail = beats + ([] if gtids is None else [b"COMMIT"])
-                self._binlog.run(context, changes, tail, fmt, None if gtids is None else (seq, gtids))
+                tail = beats + ([] if gtids is None else [b"COMMIT", *after])
+                self._binlog.run(context, changes, tail, fmt, None if gtids is None else (seq, gtids), head)
             else:
-                self._sql.run(context, seq, changes, gtids, beats)
+                self._sql.run(context, seq, changes, gtids, beats, head, after)
         except BaseException as exc:
             self.rollback()
             if isinstance(exc, ApplyError) and exc.code == servererrors.ROW_NOT_FOUND and not self._position_recorded():
@@ -421,12 +473,14 @@ class Applier:
             self._open_repair = self._marker_fields(chunk.changes[0], fmt) if chunk.is_repair else None
         self._open = (chunk.gtid, seq - 1)
         context = f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}"
+        head, after = self.gtid_script(chunk.gtid)  # set with the first chunk, given back after the last
+        script = (head if starts else [], after if chunk.last else [])
         try:
             # rolls the whole transaction back on failure
             if chunk.last and self._open_repair is not None:
-                self._replace_range(context, self._open_repair, chunk.changes, seq, gtids, fmt)
+                self._replace_range(context, self._open_repair, chunk.changes, seq, gtids, fmt, script)
             else:
-                self._apply_rows(context, seq, chunk.changes, gtids, fmt)
+                self._apply_rows(context, seq, chunk.changes, gtids, fmt, script)
         except BaseException:
             self._open = None
             raise
@@ -464,14 +518,17 @@ class Applier:
         with self.conn.cursor() as cur:
             cur.execute(sql.DDL_PENDING, (seq, self.channel))
             self.conn.commit()
+        head, after = self.gtid_script(txn.gtid)  # the first statement that runs commits with the GTID
         for change in txn.changes:
             if isinstance(change, Statement):
-                self._statements.run(context, change, fmt, self.mode, self.same_flavor, after_crash)
+                if self._statements.run(context, change, fmt, self.mode, self.same_flavor, after_crash, head, after):
+                    head = after = []
             elif isinstance(change, RowEvents):
                 self._binlog.run(context, [change], [], fmt)
             else:
                 self._sql.run(context, seq, [change], None)
-        run_script(self.conn, context, [self._position_statement(seq, gtids), b"COMMIT"])
+        # a statement not replayed (FLUSH, accounts) leaves its GTID to the position's transaction
+        run_script(self.conn, context, [*head, self._position_statement(seq, gtids), b"COMMIT", *after])
 
     def close(self) -> None:
         try:

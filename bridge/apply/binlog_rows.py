@@ -19,7 +19,7 @@ import pymysql
 
 from bridge import dbconn
 from bridge.apply import binlog_sql, sql
-from bridge.apply.connection import ServerInfo, apply_error, rollback, run_query, run_script
+from bridge.apply.connection import GTID_AUTOMATIC, ServerInfo, apply_error, rollback, run_query, run_script
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, RemoteProtocolError, TargetConnectionLost
 from bridge.model import GtidSet, RowEvents
@@ -57,9 +57,9 @@ class BinlogRows:
         self.conn, self.server, self._format, self._fmt = conn, server, b"", None
 
     def run(self, context: str, changes, tail: list[bytes], fmt: binlog.FormatDescription | None,
-            position: tuple[int, GtidSet] | None = None) -> None:
-        """The row events, the channel's ``position`` (seq, GTID set) if given, then
-        ``tail``. The caller rolls back on failure."""
+            position: tuple[int, GtidSet] | None = None, head: list[bytes] = ()) -> None:
+        """``head`` (GTID_NEXT), the row events, the channel's ``position`` (seq, GTID set)
+        if given, then ``tail``. The caller rolls back on failure."""
         rows = [c for c in changes if isinstance(c, RowEvents)]
         if len(rows) != len(changes):
             raise RemoteProtocolError(f"{context}: decoded rows in a binlog-mode session")
@@ -71,11 +71,12 @@ class BinlogRows:
                 datas.append(self._position_events(*position))
             else:
                 tail = [sql.position_write(self.conn.escape, self.channel, *position)] + tail
-        query = hot.one_trip(datas, tail, limit) if self.goes_on else None
+        query = hot.one_trip(datas, tail, limit - sum(len(h) + 1 for h in head)) if self.goes_on else None
         if query is not None:  # the common case: one statement, one round trip
-            run_query(self.conn, context, query, 1 + len(tail), lambda i: _tables_of(rows) if i == 0 else "")
+            run_query(self.conn, context, b";".join([*head, query]), len(head) + 1 + len(tail),
+                      lambda i: _tables_of(rows) if i == len(head) else "")
             return
-        for trip in self._trips(self._statements(context, datas, limit) + tail, limit):
+        for trip in self._trips([*head, *self._statements(context, datas, limit), *tail], limit):
             run_script(self.conn, context, trip,
                        lambda i, trip=trip: _tables_of(rows) if trip[i].startswith(b"BINLOG") else "")
 
@@ -133,13 +134,12 @@ class BinlogRows:
         if self._format == fmt.event:
             return
         try:
-            run_script(self.conn, "apply the primary's FORMAT_DESCRIPTION event",
-                       [binlog.binlog_statement(fmt.event)])
+            run_script(self.conn, "apply the primary's FORMAT_DESCRIPTION event", self._format_script(fmt))
         except ApplyError as exc:
             if exc.code in DENIED:
                 raise ApplyError(f"{context}: {self.url.user} may not run BINLOG on the replica ({exc}): "
                                  f"GRANT BINLOG REPLAY ON *.* TO '{self.url.user}'@'<host>' (MariaDB; MySQL: "
-                                 "BINLOG_ADMIN), or start-replica --apply-mode sql", exc.code) from exc
+                                 "REPLICATION_APPLIER), or start-replica --apply-mode sql", exc.code) from exc
             raise
         self._format, self._fmt = fmt.event, fmt
         if self.goes_on is None:
@@ -147,6 +147,16 @@ class BinlogRows:
             self.position_table = self._probe_position(fmt)
         if self.position_table is not None:
             self._position_map = self.position_table.table_map(fmt)
+
+    def _format_script(self, fmt: binlog.FormatDescription) -> list[bytes]:
+        """The FORMAT_DESCRIPTION through BINLOG. On MySQL with GTIDs the event leaves
+        GTID_NEXT 'NOT_YET_DETERMINED' (every later statement is then anonymous, which
+        gtid_mode=ON refuses) unless a transaction is open (it may not change it then):
+        run between transactions (a new format only comes between them; a read may have
+        left a snapshot open, ended first), and the session's own setting put back."""
+        if not self.server.takes_gtid_next:
+            return [binlog.binlog_statement(fmt.event)]
+        return [b"COMMIT", binlog.binlog_statement(fmt.event), GTID_AUTOMATIC]
 
     def _probe(self, fmt: binlog.FormatDescription) -> bool:
         """Does this server run the statements after a BINLOG of row events? One row

@@ -84,15 +84,19 @@ def _cut(data: bytes, limit: int) -> list[bytes]:
 
 
 def probe_events(fmt: binlog.FormatDescription) -> bytes:
-    """A TABLE_MAP and a WRITE_ROWS (v1) event inserting one row into
-    rdma_bridge.bridge_probe (id INT NOT NULL), in the stream's format (CRC32 or not):
+    """A TABLE_MAP and a WRITE_ROWS event inserting one row into
+    rdma_bridge.bridge_probe (id INT NOT NULL), in the stream's format (CRC32 or not;
+    v1 rows as MariaDB logs them, v2 as MySQL does: MySQL 8's BINLOG refuses v1):
     run inside a transaction that is rolled back, it shows whether this server goes on
     with the statements after a BINLOG and whether the user may run BINLOG at all."""
     names = b"".join(bytes([len(n)]) + n + b"\0" for n in (PROBE_SCHEMA.encode(), PROBE_TABLE.encode()))
     table_id = _PROBE_TABLE_ID.to_bytes(6, "little")
     table_map = table_id + b"\x01\x00" + names + b"\x01" + bytes([3]) + b"\x00" + b"\x00"  # 1 column, LONG, no meta
-    rows = table_id + struct.pack("<H", binlog.STMT_END_F) + b"\x01\x01" + b"\x00" + struct.pack("<i", 1)
-    return _event(binlog.TABLE_MAP, table_map, fmt) + _event(binlog.WRITE_ROWS_V1, rows, fmt)
+    v2 = binlog.flavor_of(fmt.server_version) == "mysql"
+    extra = struct.pack("<H", 2) if v2 else b""  # v2: the extra data's length, itself included (no extra data)
+    rows = table_id + struct.pack("<H", binlog.STMT_END_F) + extra + b"\x01\x01" + b"\x00" + struct.pack("<i", 1)
+    return _event(binlog.TABLE_MAP, table_map, fmt) + _event(binlog.WRITE_ROWS_V2 if v2 else binlog.WRITE_ROWS_V1,
+                                                             rows, fmt)
 
 
 def _event(kind: int, body: bytes, fmt: binlog.FormatDescription) -> bytes:

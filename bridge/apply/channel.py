@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pymysql
 
 from bridge.apply import sql
-from bridge.apply.connection import apply_error
+from bridge.apply.connection import apply_error, rollback
 from bridge.config import MysqlUrl
 from bridge.errors import ChannelLocked, StartRefused
 from bridge.filter import EVERYTHING, Filter
@@ -144,20 +144,28 @@ def load_catch_up(conn: pymysql.Connection, channel: str, position: GtidSet,
 
 
 def record_skip(conn: pymysql.Connection, channel: str, seq: int, gtids: GtidSet, gtid: str, error: str,
-                by: str, read_ns: int | None = None) -> None:
+                by: str, read_ns: int | None = None,
+                gtid_script: tuple[list[bytes], list[bytes]] = ([], [])) -> None:
     """The position moved past a transaction that is not applied, and the record of
     it, in one replica transaction. ``skipped_at`` is the moment of the skip (SYSDATE:
     the session's TIMESTAMP is the last replayed event's), ``read_at`` when the primary
-    side read the transaction (None: not known, a chunk)."""
+    side read the transaction (None: not known, a chunk). ``gtid_script``: statements
+    before and after it (the applier's ``gtid_script``)."""
+    head, after = gtid_script
     try:
         with conn.cursor() as cur:
+            for statement in head:
+                cur.execute(statement)
             cur.execute(sql.position_write(conn.escape, channel, seq, gtids).decode())
             cur.execute(f"{sql.TAG}INSERT INTO {SKIPPED} (channel, seq, gtid, error, skipped_by, skipped_at, read_at) "
                         "VALUES (%s, %s, %s, %s, %s, SYSDATE(6), FROM_UNIXTIME(%s))",
                         (channel, seq, gtid, error[:4000], by[:255], None if read_ns is None else read_ns / 1e9))
         conn.commit()
+        with conn.cursor() as cur:
+            for statement in after:
+                cur.execute(statement)
     except pymysql.MySQLError as exc:
-        conn.rollback()
+        rollback(conn, "the replica", gtid_next=bool(after))
         raise apply_error(f"skip seq {seq} ({gtid})", exc) from exc
 
 

@@ -24,8 +24,8 @@ from bridge import dbconn, servererrors
 from bridge.apply import sql
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
+from bridge.flavor import Flavor
 from bridge.grants import global_privileges
-from bridge.wire.binlog import flavor_of
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
@@ -39,6 +39,22 @@ class ServerInfo:
     flavor: str  # mariadb | mysql
     max_allowed_packet: int
     identity: str = ""  # host, port and server id: two replica sides of one fan-out must not share a server
+    gtid_mode: str = ""  # MySQL's @@GLOBAL.gtid_mode ('' on MariaDB)
+
+    @property
+    def takes_gtid_next(self) -> bool:
+        """A MySQL replica that assigns GTIDs: each replicated transaction can keep its
+        primary's GTID (SET GTID_NEXT), as a native MySQL replica keeps it."""
+        return self.flavor == "mysql" and self.gtid_mode.upper() in ("ON", "ON_PERMISSIVE")
+
+
+GTID_AUTOMATIC = b"SET @@SESSION.GTID_NEXT='AUTOMATIC'"
+
+
+def gtid_next(gtid: str) -> bytes:
+    """The statement that makes the next transaction commit with the primary's ``gtid``
+    (MySQL; what mysqlbinlog prints before each transaction)."""
+    return b"SET @@SESSION.GTID_NEXT='" + gtid.encode() + b"'"
 
 
 def session_setup(foreign_key_checks: bool) -> str:
@@ -71,9 +87,14 @@ def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connec
                 cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (lock_wait_timeout_s,))
             cur.execute("SELECT VERSION(), @@max_allowed_packet, CONCAT(@@hostname, ':', @@port, ' id ', @@server_id)")
             version, packet, identity = cur.fetchone()
+            flavor = Flavor.of(conn)
+            gtid_mode = ""
+            if flavor.is_mysql:
+                cur.execute("SELECT @@GLOBAL.gtid_mode")
+                gtid_mode = cur.fetchone()[0]
     except pymysql.MySQLError as exc:
         raise apply_error(f"set up the session on replica {url}", exc) from exc
-    return conn, ServerInfo(version, flavor_of(version), int(packet), identity)
+    return conn, ServerInfo(version, flavor.kind, int(packet), identity, gtid_mode)
 
 
 def run_script(conn: pymysql.Connection, context: str, statements: list[bytes],
@@ -139,9 +160,14 @@ def _set_lowat(conn: pymysql.Connection, n: int) -> None:
         pass  # closed under us: the send or read that follows says so
 
 
-def rollback(conn: pymysql.Connection, url: MysqlUrl) -> None:
+def rollback(conn: pymysql.Connection, url: MysqlUrl, gtid_next: bool = False) -> None:
+    """Roll back; ``gtid_next``: also give up a GTID the transaction was to commit with
+    (after a ROLLBACK, MySQL refuses every statement until GTID_NEXT is set again)."""
     try:
         conn.rollback()
+        if gtid_next:
+            with conn.cursor() as cur:
+                cur.execute(GTID_AUTOMATIC)
     except pymysql.MySQLError as exc:
         log.warning("rollback on replica %s failed: %s", url, exc)
 

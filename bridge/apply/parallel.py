@@ -7,7 +7,9 @@ that one commits. Segment k commits (with the position row: seq and GTID set thr
 its last transaction) only after segment k-1 committed, so the replica only ever
 shows a prefix of the primary's history and the position row is exact at every
 commit. DDL, chunked transactions and single-segment windows go through the first
-connection alone: they are barriers.
+connection alone: they are barriers. A MySQL replica that keeps the primary's GTIDs
+(bridge.apply.applier, ``keeps_gtids``) commits one transaction per GTID in order, so
+there every window is applied serially.
 
 If a segment fails (a lock wait on a later segment's row that the writesets did not
 predict, a deadlock, or any other error), the segments after it roll back
@@ -206,6 +208,9 @@ class ParallelApplier:
         if not items:
             return  # already applied before a reconnect: exactly once
         self.stats.windows += 1
+        if self.main.keeps_gtids:  # one GTID per replica transaction, committed in order: no segments
+            self._apply_serially(items)
+            return
         fmt = self.main.format_for(items[0][1])
         segments = scheduler.plan(items, self.workers, self.main.unique_keys, fmt.checksum_bytes if fmt else 0)
         if len(segments) == 1 or all(seg.waits_for == seg.index - 1 for seg in segments[1:]):

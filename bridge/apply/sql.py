@@ -90,6 +90,10 @@ HEARTBEAT_DELETE = f"{TAG}DELETE FROM {HEARTBEAT} WHERE source=%s"
 POSITION_SELECT = f"SELECT applied_seq, gtid_set, pending_ddl_seq FROM {META} WHERE channel=%s"
 UNIQUE_KEYS_SELECT = ("SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema=%s "
                       "AND table_name=%s AND non_unique=0 ORDER BY index_name='PRIMARY' DESC, index_name, seq_in_index")
+ENGINE_SELECT = "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s"
+# Engines whose writes commit at once, outside any transaction (MyISAM and the like).
+NON_TRANSACTIONAL = frozenset({"myisam", "aria", "memory", "csv", "archive", "mrg_myisam", "merge", "blackhole",
+                               "federated"})
 POSITION_INSERT = (f"{TAG}INSERT INTO {META} (channel, applied_seq, gtid_set) "
                    "VALUES (%s, %s, %s)")
 
@@ -172,7 +176,9 @@ def without_columns(c: RowChange, dropped: frozenset[str]) -> RowChange:
 
 
 TRAITS_SELECT = ("SELECT (SELECT GROUP_CONCAT(COLUMN_NAME SEPARATOR '\\0') FROM information_schema.COLUMNS "
-                 "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND EXTRA LIKE '%%GENERATED%%'), "
+                 "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+                 "AND (EXTRA LIKE '%%VIRTUAL GENERATED%%' OR EXTRA LIKE '%%STORED GENERATED%%')), "  # not MySQL's
+                 # DEFAULT_GENERATED (an expression default): a column the row still carries
                  "EXISTS (SELECT 1 FROM information_schema.REFERENTIAL_CONSTRAINTS "
                  "WHERE UNIQUE_CONSTRAINT_SCHEMA=%s AND REFERENCED_TABLE_NAME=%s)")
 

@@ -34,23 +34,27 @@ class SqlRows:
         """The replica's tables may have changed (DDL)."""
         self._traits.clear()
 
-    def run(self, context: str, seq: int, changes, gtids: GtidSet | None, extra: list[bytes] = ()) -> None:
-        """The rows (+ the position and COMMIT when ``gtids`` is given). UPDATE/DELETE
-        row counts are checked after the server ran the batch, so their COMMIT must
-        wait for the check; INSERT-only work fails with an SQL error that stops the
-        batch, so its COMMIT can travel in the same round trip. The caller rolls back
-        on failure."""
+    def run(self, context: str, seq: int, changes, gtids: GtidSet | None, extra: list[bytes] = (),
+            head: list[bytes] = (), after: list[bytes] = ()) -> None:
+        """``head`` (GTID_NEXT), the rows (+ the position and COMMIT when ``gtids`` is
+        given, then ``after``). UPDATE/DELETE row counts are checked after the server
+        ran the batch, so their COMMIT must wait for the check; INSERT-only work fails
+        with an SQL error that stops the batch, so its COMMIT can travel in the same
+        round trip. The caller rolls back on failure."""
         if any(not isinstance(c, RowChange) for c in changes):
             raise RemoteProtocolError(f"{context}: raw row events in an sql-mode session")
-        statements = self.statements(changes) + [(s.decode(), None, UNCHECKED) for s in extra]
+        unchecked = [(s.decode(), None, UNCHECKED) for s in head]
+        statements = unchecked + self.statements(changes) + [(s.decode(), None, UNCHECKED) for s in extra]
         commit_in_batch = gtids is not None and all(c.kind == "insert" for c in changes)
         if gtids is not None:
             statements.append((sql.POSITION_WRITE, [self.channel, seq, str(gtids)], UNCHECKED))
         if commit_in_batch:
-            statements.append(("COMMIT", None, UNCHECKED))
+            statements += [("COMMIT", None, UNCHECKED)] + [(s.decode(), None, UNCHECKED) for s in after]
         self.run_batched(context, statements)
         if gtids is not None and not commit_in_batch:
             self.conn.commit()
+            if after:
+                self.run_batched(context, [(s.decode(), None, UNCHECKED) for s in after])
 
     def statements(self, changes: list[RowChange]) -> list:
         """(text, params, what to check) for the rows."""

@@ -41,15 +41,17 @@ class StatementReplayer:
         self.conn = conn
 
     def run(self, context: str, st: Statement, fmt: binlog.FormatDescription | None, mode: str,
-            same_flavor: bool, after_crash: bool) -> None:
+            same_flavor: bool, after_crash: bool, head: list[bytes] = (), after: list[bytes] = ()) -> bool:
         """``after_crash``: this statement's transaction was marked pending when the
-        applier stopped, so it may have taken effect already."""
+        applier stopped, so it may have taken effect already. ``head`` runs right before
+        the statement, ``after`` right after it (GTID_NEXT: the statement commits with
+        the primary's GTID). False: not replayed (``head`` did not run)."""
         kind = sql.statement_kind(st.sql)
         if kind == "flush" or (kind == "account" and not self.accounts):
             self.accounts_left_out += kind == "account"
             log.info("%s: %s statement not replayed on the replica%s: %.60s", context, kind,
                      "" if kind == "flush" else " (--account-statements)", st.sql)
-            return
+            return False
         self.accounts_replayed += kind == "account"
         plan = self._plan(context, st, fmt, same_flavor)
         trigger = replay.created_trigger(plan.text) if mode == "sql" else None
@@ -58,14 +60,15 @@ class StatementReplayer:
                              "from firing for replicated rows (native replication never fires it): restart the "
                              "replica side with --apply-mode binlog (same flavor on both sides)")
         with self.conn.cursor() as cur:
-            if plan.session:
+            if plan.session:  # MySQL takes some of these only outside a transaction: none is open
                 run_script(self.conn, f"{context}: session of the statement", list(plan.session))
             try:
-                self._execute(cur, context, plan, after_crash)
+                self._execute(cur, context, plan, after_crash, head, after)
             finally:
                 if plan.session:
                     run_script(self.conn, f"{context}: restore the session",
-                               [*plan.restore, session_setup(mode == "sql").encode()])
+                               [b"COMMIT", *plan.restore, session_setup(mode == "sql").encode()])
+        return True
 
     def _plan(self, context: str, st: Statement, fmt, same_flavor: bool) -> replay.Replay:
         if not st.raw:
@@ -74,7 +77,8 @@ class StatementReplayer:
             raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
         return replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._replica_collations())
 
-    def _execute(self, cur, context: str, plan: replay.Replay, after_crash: bool) -> None:
+    def _execute(self, cur, context: str, plan: replay.Replay, after_crash: bool, head: list[bytes],
+                 after: list[bytes]) -> None:
         if plan.schema:
             try:
                 cur.execute(f"USE {sql.quote_name(plan.schema)}")
@@ -82,7 +86,13 @@ class StatementReplayer:
                 if exc.args[0] != servererrors.UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
                     raise apply_error(f"{context}: USE {plan.schema}", exc) from exc
         try:
-            cur.execute(sql.TAG.encode() + plan.sql)
+            for statement in head:
+                cur.execute(statement)
+            try:
+                cur.execute(sql.TAG.encode() + plan.sql)
+            finally:
+                for statement in after:
+                    cur.execute(statement)
             # still in the statement's session: ALTER EVENT records the sql_mode it runs in
             self._disable_event(cur, replay.event_to_disable(plan.text, plan.schema),
                                 None if replay.names_definer(plan.text) else plan.invoker)
@@ -115,4 +125,5 @@ class StatementReplayer:
             with self.conn.cursor() as cur:
                 self._collations = (serverinfo.read_collations(cur),
                                     serverinfo.has_variable(cur, "character_set_collations"))
+            self.conn.commit()  # MySQL reads information_schema in a transaction, which the session's SETs refuse
         return replay.ReplicaCollations(*self._collations, self.primary_collations)

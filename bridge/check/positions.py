@@ -12,12 +12,14 @@ import pymysql
 from bridge import servererrors, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
+from bridge.flavor import Flavor
 from bridge.model import GtidSet
 
 
 def primary_position(conn) -> GtidSet:
+    """Every transaction in the primary's binlog (bridge.flavor says how to ask)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT @@gtid_binlog_pos")
+        cur.execute(Flavor.of(conn).gtid_position_sql)
         return GtidSet.parse(cur.fetchone()[0])
 
 

@@ -12,6 +12,8 @@ from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING
                                 TRANSPORT, hostport_param, renamed_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, read_secret
 from bridge.errors import ConfigError
+from bridge.images import FLAVORS, LOCAL
+from bridge.sandbox import DEFAULT_STATE_DIR
 
 
 # --- status and report -------------------------------------------------------
@@ -388,9 +390,16 @@ def workload(target: str, schema: str, transactions: int, rate: float) -> None:
 @click.option("--transport", type=click.Choice(["shm", "tcp"]), default="shm", show_default=True,
               help="How the demo's bridge carries the ring: shared memory (one host) or TCP.")
 @click.option("--probes", type=int, default=300, show_default=True, help="Lag samples after the workload.")
-def demo(state_dir: str, transactions: int, transport: str, probes: int) -> None:
+@click.option("--flavor", type=click.Choice([LOCAL, *FLAVORS]), default=None,
+              help="The sandbox's servers: this host's MariaDB (default), or a version run in a container built "
+                   "here from Debian's packages, e.g. --flavor mysql-9.7 (its own state directory, "
+                   ".sandbox-mysql-9.7, unless --state-dir is given).")
+def demo(state_dir: str, transactions: int, transport: str, probes: int, flavor: str | None) -> None:
     """Sandbox up, both bridges started, a mixed workload, then a verified match."""
     from bridge.demo import run_demo
 
-    ok = run_demo(state_dir, transactions, transport, probes, echo=click.echo, progressbar=click.progressbar)
+    if flavor not in (None, LOCAL) and state_dir == DEFAULT_STATE_DIR:
+        state_dir = f"{DEFAULT_STATE_DIR}-{flavor}"
+    ok = run_demo(state_dir, transactions, transport, probes, echo=click.echo, progressbar=click.progressbar,
+                  flavor=flavor)
     sys.exit(0 if ok else 1)

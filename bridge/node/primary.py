@@ -29,6 +29,7 @@ from bridge import serverinfo
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BridgeError, EndCode, SourceConnectionLost, TransportError
+from bridge.flavor import Flavor
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
@@ -75,6 +76,7 @@ class PrimaryNode(ShipLoop):
         self.tls = tls.prepare(cfg.tls, server_side=False)  # None: plain TCP to the replica side
         self.counts = PrimaryCounts()
         self.last_gtid = ""
+        self.flavor: Flavor | None = None  # the primary's, read at the preflight
         self.position: tuple[str, int] | None = None  # binlog file and offset after the last transaction shipped
         self._on_transaction = on_transaction
         self._stop = threading.Event()
@@ -183,7 +185,7 @@ class PrimaryNode(ShipLoop):
         self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
         member.open(welcome)
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
-                                   mariadb=binlog.flavor_of(settings["version"]) == "mariadb", report_as=self.report_as,
+                                   flavor=self.flavor, report_as=self.report_as,
                                    semi_sync=self.cfg.semi_sync != "off", raw_rows=member.apply_mode == "binlog")
         self.counts.binlog_reopens += 1
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s, apply mode %s", self.cfg.source,
@@ -196,6 +198,7 @@ class PrimaryNode(ShipLoop):
         writes anything anywhere); ``check=False``: only read them."""
         conn = preflight.connect(self.cfg.source, "primary")
         try:
+            self.flavor = Flavor.of(conn)
             settings = preflight.read_settings(conn)
             settings["binlog_start"] = preflight.binlog_start(conn)
             if not check:

@@ -3,7 +3,7 @@ second: transactions and bytes between the primary's binlog position and what th
 replica committed (not yet read from the binlog, plus read but not yet applied), the
 rate the replica applies at, and when it will have caught up at that rate.
 
-A thread polls the primary (``@@gtid_binlog_pos``, ``SHOW MASTER STATUS`` and, when the
+A thread polls the primary (its GTID position and binlog status, by bridge.flavor, and, when the
 reader is on an older binlog file, ``SHOW BINARY LOGS`` for the sizes in between);
 ``figures`` is the pure part. Heartbeat lag (seconds behind) is the replica side's.
 """
@@ -21,6 +21,7 @@ import pymysql
 
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
+from bridge.flavor import Flavor
 from bridge.model import Gtid, GtidSet
 from bridge.source.preflight import connect
 
@@ -116,7 +117,6 @@ class BehindMonitor:
         self.url, self._reading, self.poll_s = url, reading, poll_s
         self._figures: dict | None = None
         self._apply, self._write = Rate(), Rate()
-        self._is_mariadb: bool | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="behind-monitor", daemon=True)
 
@@ -145,10 +145,11 @@ class BehindMonitor:
         reading = self._reading()
         if reading is None:  # no session yet
             return
+        flavor = Flavor.of(conn)
         with conn.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos" if self._mariadb(cur) else "SELECT @@gtid_executed")
+            cur.execute(flavor.gtid_position_sql)
             gtids = GtidSet.parse(cur.fetchone()[0])
-            cur.execute("SHOW MASTER STATUS")
+            cur.execute(flavor.binlog_status)
             row = cur.fetchone()
             sizes = {}
             if row and reading.log_file and row[0] != reading.log_file:
@@ -158,12 +159,6 @@ class BehindMonitor:
         primary = Primary(gtids, row[0] if row else "", int(row[1]) if row else 0, sizes)
         self._figures = figures(primary, reading, self._apply.add(now, reading.acked_seq),
                                 self._write.add(now, total_seq(gtids)))
-
-    def _mariadb(self, cur) -> bool:
-        if self._is_mariadb is None:
-            cur.execute("SELECT VERSION()")
-            self._is_mariadb = "mariadb" in cur.fetchone()[0].lower()
-        return self._is_mariadb
 
     def close(self) -> None:
         self._stop.set()

@@ -10,6 +10,7 @@ import pymysql
 from bridge import dbconn, servererrors
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
+from bridge.flavor import Flavor, kind_of
 from bridge.model import GtidSet
 
 REQUIRED = (
@@ -32,8 +33,8 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
 
 
 SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",
-            "version", "gtid_binlog_pos", "gtid_executed", "gtid_strict_mode", "log_bin_compress",
-            "binlog_transaction_compression", "binlog_row_value_options")
+            "version", "gtid_binlog_pos", "gtid_executed", "gtid_purged", "gtid_strict_mode", "gtid_mode",
+            "log_bin_compress", "binlog_transaction_compression", "binlog_row_value_options")
 # Compressed events (MariaDB log_bin_compress, MySQL binlog_transaction_compression) cannot
 # be applied by the replica's BINLOG statement, nor decoded by the reader.
 UNSUPPORTED = (("log_bin_compress", "set log_bin_compress=OFF (compressed binlog events cannot be replicated by "
@@ -56,7 +57,11 @@ def check_primary(settings: dict[str, str], our_server_id: int, url: MysqlUrl) -
                 for name, want, fix in REQUIRED if settings[name].upper() != want]
     problems += [f"{name} is ON: {fix}" for name, fix in UNSUPPORTED if settings[name].upper() == "ON"]
     if "PARTIAL_JSON" in settings["binlog_row_value_options"].upper():  # MySQL
-        problems.append("binlog_row_value_options is PARTIAL_JSON: set it to '' (the bridge needs full row images)")
+        problems.append("binlog_row_value_options is PARTIAL_JSON: SET GLOBAL binlog_row_value_options='' (and in "
+                        "my.cnf): the bridge needs full row images, not partial JSON updates")
+    if kind_of(settings["version"]) == "mysql" and settings["gtid_mode"].upper() != "ON":
+        problems.append(f"gtid_mode is {settings['gtid_mode'] or 'OFF'}, need ON: the bridge positions by GTID; set "
+                        "enforce_gtid_consistency=ON and gtid_mode=ON (docs/operations.md, MySQL)")
     if int(settings["server_id"]) == our_server_id:
         problems.append(f"server_id clash: the primary's server_id is {our_server_id}; pass another --server-id")
     if problems:
@@ -68,7 +73,7 @@ def check_server_id_free(conn, our_server_id: int, url: MysqlUrl, report_as: str
     forth. A registration under our own name is a previous run of this bridge that
     the primary has not reaped yet: the new stream replaces it."""
     with conn.cursor() as cur:
-        cur.execute("SHOW SLAVE HOSTS")
+        cur.execute(Flavor.of(conn).show_replicas)
         others = [host for server_id, host, *_ in cur.fetchall()
                   if int(server_id) == our_server_id and host != report_as]
     if others:
@@ -79,7 +84,7 @@ def check_server_id_free(conn, our_server_id: int, url: MysqlUrl, report_as: str
 def check_position(settings: dict[str, str], resume: GtidSet, url: MysqlUrl) -> None:
     """A GTID in a domain the primary does not know is silently accepted by MariaDB
     and streams from the start; a position ahead of the primary is a different
-    history. Both are refused here."""
+    history. Both are refused here (MySQL refuses both itself, error 1236)."""
     primary = GtidSet.parse(settings["gtid_binlog_pos"])
     for g in resume.mariadb:
         have = next((p for p in primary.mariadb if p.domain == g.domain), None)
@@ -92,8 +97,12 @@ def check_position(settings: dict[str, str], resume: GtidSet, url: MysqlUrl) -> 
 
 
 def binlog_start(conn) -> str:
-    """MariaDB: the GTID state before the primary's oldest binlog, i.e. what was
-    purged ('' when nothing was, and on MySQL, whose gtid_purged says it instead)."""
+    """The GTID state before the primary's oldest binlog, i.e. what was purged ('' when
+    nothing was): MariaDB's from its oldest binlog, MySQL's ``gtid_purged``."""
+    if Flavor.of(conn).is_mysql:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.gtid_purged")
+            return str(cur.fetchone()[0] or "")
     try:
         with conn.cursor() as cur:
             if not cur.execute("SHOW BINARY LOGS"):
@@ -114,6 +123,7 @@ def check_not_purged(start: GtidSet, resume: GtidSet, url: MysqlUrl) -> None:
         have = next((g.seq for g in resume.mariadb if g.domain == first.domain), 0)
         if first.seq > have:
             missing.append(f"domain {first.domain}: seq {have + 1} to {first.seq}")
+    missing += [str(part) for part in start.minus(resume).parts()]  # MySQL: gtid_purged not applied
     if missing:
         raise BinlogPurged(f"resume from {resume or '(the start of the binlog)'} on {url}: the primary's binlogs "
                            f"start after {start}, the transactions in between were purged ({'; '.join(missing)}); "

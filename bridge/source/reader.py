@@ -38,6 +38,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from bridge import dbconn, servererrors
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
+from bridge.flavor import Flavor
 from bridge.model import BitValue, InvalidTemporal, RowEvents, Transaction
 from bridge.source import _compat, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
@@ -67,22 +68,25 @@ class BinlogReader:
     until an event or a heartbeat arrives."""
 
     def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
-                 mariadb: bool = True, report_as: str = "rdma-bridge", fast_rows: bool = True,
+                 flavor: Flavor | None = None, report_as: str = "rdma-bridge", fast_rows: bool = True,
                  semi_sync: bool = False, raw_rows: bool = False) -> None:
+        """``flavor``: the primary's (bridge.flavor), read here when not given."""
         self.url = url
         self._heartbeat_s = heartbeat_s
+        flavor = flavor or _read_flavor(url)
         wrapper = type("_Stream", (StreamConnection,), {"semi_sync": semi_sync,
+                                                         "semi_sync_variable": flavor.dump_semi_sync_variable,
                                                          "fast_path": staticmethod(self._fast_event)})
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
             # heartbeats arrive every heartbeat_s, so silence past a few of them is a stalled link
             connection_settings={**url.connect_args(), "connect_timeout": 10,
                                  "read_timeout": max(2.0, 4 * heartbeat_s)},  # read_timeout_s
-            server_id=server_id, blocking=True, is_mariadb=mariadb, slave_heartbeat=heartbeat_s,
+            server_id=server_id, blocking=True, is_mariadb=not flavor.is_mysql, slave_heartbeat=heartbeat_s,
             only_events=[MariadbGtidEvent, GtidEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent,
                          HeartbeatLogEvent],
             pymysql_wrapper=wrapper, enable_logging=False,
-            report_slave=report_as,  # shown by SHOW SLAVE HOSTS, which the server_id check reads
+            report_slave=report_as,  # shown by SHOW REPLICAS / SHOW SLAVE HOSTS, which the server_id check reads
             **position)
         self._converters: dict[int, tuple] = {}
         self.fast_rows = fast_rows  # our row-image decoder where it covers the table (tests compare both)
@@ -419,3 +423,14 @@ def _timestamp(v):
     if isinstance(v, dt.datetime) and v.replace(microsecond=0) == _EPOCH and not v.microsecond:
         return InvalidTemporal("0000-00-00 00:00:00")
     return v
+
+
+def _read_flavor(url: MysqlUrl) -> Flavor:
+    try:
+        conn = dbconn.connect(url, read_timeout=30)
+    except pymysql.MySQLError as exc:
+        raise SourceError(f"connect to primary {url}: {exc.args[-1] if exc.args else exc}") from exc
+    try:
+        return Flavor.of(conn)
+    finally:
+        conn.close()

@@ -1,8 +1,9 @@
 """Semi-sync replication form as a first-class signal (semi-sync silently
 degrades to async after an ACK timeout, and nobody notices for hours).
 
-``SemiSyncMonitor`` polls the primary's ``Rpl_semi_sync_master_status`` (and its
-counters) and keeps: the current form (sync/async), how long the current async streak
+``SemiSyncMonitor`` polls the primary's ``Rpl_semi_sync_master_status`` (MySQL's
+source plugin: ``Rpl_semi_sync_source_status``; bridge.flavor names them) and its
+counters and keeps: the current form (sync/async), how long the current async streak
 is, the total async time, the number of degradations by reason, and the last reason
 and time. The reason comes from the bridge's own view at the moment of the switch
 (``reason_hint``): ``link down``, ``backpressure`` (the ring stayed full, so nothing
@@ -22,24 +23,31 @@ import pymysql
 
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError, PreflightError
+from bridge.flavor import Flavor
 from bridge.source.preflight import connect
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
-STATUS_SQL = "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'"
 REASONS = ("ack timeout", "backpressure", "link down", "bridge stopped")
 
 
 def check_enabled(conn, url: MysqlUrl) -> int:
-    """Refuse a primary without semi-sync enabled; returns its ACK timeout in ms."""
+    """Refuse a primary without semi-sync enabled (or without a semi-sync plugin, naming
+    the one to install); returns its ACK timeout in ms."""
+    flavor = Flavor.of(conn)
+    enabled, timeout = flavor.semi_sync_variable("enabled"), flavor.semi_sync_variable("timeout")
+    if not flavor.semi_sync and flavor.is_mysql:
+        raise PreflightError(f"primary {url}: no semi-sync plugin is loaded (neither rpl_semi_sync_source nor "
+                             f"rpl_semi_sync_master): {flavor.semi_sync_plugins}, then SET GLOBAL {enabled}=ON (and "
+                             "both in my.cnf), or run with --semi-sync off")
     with conn.cursor() as cur:
-        cur.execute("SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_master_%'")
+        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s, %s)", (enabled, timeout))
         variables = {k.lower(): v for k, v in cur.fetchall()}
-    if variables.get("rpl_semi_sync_master_enabled", "OFF").upper() != "ON":
-        raise PreflightError(f"primary {url}: semi-sync is disabled (rpl_semi_sync_master_enabled="
-                             f"{variables.get('rpl_semi_sync_master_enabled', 'not available')}); "
-                             "SET GLOBAL rpl_semi_sync_master_enabled=ON (and in my.cnf), or run with --semi-sync off")
-    return int(variables.get("rpl_semi_sync_master_timeout", "10000"))
+    if variables.get(enabled, "OFF").upper() != "ON":
+        raise PreflightError(f"primary {url}: semi-sync is disabled ({enabled}="
+                             f"{variables.get(enabled, 'not available')}); "
+                             f"SET GLOBAL {enabled}=ON (and in my.cnf), or run with --semi-sync off")
+    return int(variables.get(timeout, "10000"))
 
 
 def _now() -> str:
@@ -101,9 +109,10 @@ class SemiSyncMonitor:
             try:
                 if conn is None:
                     conn = connect(self.url, "primary (semi-sync monitor)")
+                prefix = Flavor.of(conn).semi_sync_status_prefix.lower()
                 with conn.cursor() as cur:
-                    cur.execute(STATUS_SQL)
-                    rows = {k.lower().removeprefix("rpl_semi_sync_master_"): v for k, v in cur.fetchall()}
+                    cur.execute("SHOW GLOBAL STATUS LIKE %s", (prefix + "%",))
+                    rows = {k.lower().removeprefix(prefix): v for k, v in cur.fetchall()}
                 counters = {k: int(v) for k, v in rows.items() if v.isdigit()}
                 self.observe(rows.get("status", "OFF").upper() == "ON", counters)
             except (pymysql.MySQLError, BridgeError) as exc:

@@ -48,6 +48,7 @@ class StreamConnection(pymysql.connections.Connection):
 
     fast_path = None
     semi_sync = False  # announce a semi-sync replica; strip the 0xEF header; note ACK requests
+    semi_sync_variable = "@rpl_semi_sync_slave"  # MySQL's source plugin: @rpl_semi_sync_replica (bridge.flavor)
     ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
     dumping = False  # the dump command was sent: every packet from here is an event
     stashed = None  # a packet BinlogReader read itself but leaves to the library
@@ -56,7 +57,7 @@ class StreamConnection(pymysql.connections.Connection):
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in _DUMP_COMMANDS:
             if self.semi_sync:
-                self.query("SET @rpl_semi_sync_slave=1")  # before the dump, or the server sends no header
+                self.query(f"SET {self.semi_sync_variable}=1")  # before the dump, or the server sends no header
                 self._next_seq_id = 0
             self.dumping = True
             if not isinstance(self._sock, ssl.SSLSocket):  # every answer before it was read whole: nothing is buffered

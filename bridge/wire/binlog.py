@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bridge.errors import RemoteProtocolError
+from bridge.flavor import kind_of
 
 HEADER_BYTES = 19
 _HEADER = struct.Struct("<IBIIIH")
@@ -82,8 +83,8 @@ def split_events(data) -> Iterator[bytes]:
 # --- FORMAT_DESCRIPTION ------------------------------------------------------
 
 def flavor_of(server_version: str) -> str:
-    """mariadb or mysql, from a server's version string."""
-    return "mariadb" if "mariadb" in server_version.lower() else "mysql"
+    """mariadb or mysql, from a server's version string (bridge.flavor decides)."""
+    return kind_of(server_version)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,21 @@ def test_apt_sources_are_the_hosts_debian_ones_renamed_to_the_release(tmp_path):
     assert "\n\nTypes: deb\nURIs: http://mirror.example/debian-security" in text  # stanzas stay apart
 
 
+def test_sid_sources_keep_only_the_suite_itself(tmp_path):
+    listing = tmp_path / "sources.list.d"
+    listing.mkdir()
+    (listing / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n")
+    one_line = tmp_path / "sources.list"
+    one_line.write_text("deb [arch=amd64] http://mirror.example/debian bookworm main\n"
+                        "deb http://mirror.example/debian bookworm-updates main\n")
+    text = images.apt_sources("sid", (listing, one_line), codename="bookworm")
+    assert "Suites: sid\n" in text and "sid-" not in text and "debian-security" not in text
+    assert "deb [arch=amd64] http://mirror.example/debian sid main" in text
+    assert images.server_kind("mysql-9.7") == "mysql" and images.server_kind("local") == "mariadb"
+
+
 def test_an_unknown_flavor_is_refused_naming_the_known_ones():
     with pytest.raises(SandboxError, match="mariadb-9.9.*unknown.*local.*mariadb-11.8"):
         images.check_flavor("mariadb-9.9")
