@@ -18,7 +18,7 @@ from bridge.errors import ProtocolError
 from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import init_region, region_bytes, write_publish
-from bridge.wire import codec, control, placement, tablemap
+from bridge.wire import codec, control, mysqljson, placement, tablemap
 from bridge.wire.frame import Frame, FrameKind, encode_frame
 from tests.unit.test_binlog_events import FDE, QUERY, TABLE_MAP, USER_VAR_STR, WRITE  # captured from MariaDB 10.11
 
@@ -42,7 +42,9 @@ def seeds(rng: random.Random) -> list[tuple[str, bytes]]:
             ("control", control.encode_message(control.hello("control", transport="tcp", start_gtid="0-1-1"))),
             ("placement", placement.encode_write(64, b"abc") + placement.encode_publish(9, 128)),
             ("placement", placement.ANSWER + placement.encode_publish(3, 64, answer=True)),
-            ("frame", encode_frame(Frame(FrameKind.TXN, 1, codec.encode_transaction(txn))))]
+            ("frame", encode_frame(Frame(FrameKind.TXN, 1, codec.encode_transaction(txn)))),
+            ("mysql_json", b"\x00\x01\x00\x0c\x00\x0b\x00\x01\x00\x04\x01\x00k"),
+            ("mysql_json", b"\x02\x02\x00\x0c\x00\x05\x01\x00\x0c\x0a\x00\x01a")]
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:
@@ -75,10 +77,17 @@ def walk_rows(data: bytes) -> None:
     list(tablemap.rows_of(data, 4))
 
 
+class _EveryCollation(dict):
+    """A replica that knows every collation id (the decoder, not the replica's lookup, is fuzzed)."""
+
+    def get(self, _key, _default=None):
+        return ("utf8mb4_general_ci", "utf8mb4")
+
+
 def replay_query(data: bytes) -> None:
     from bridge.apply import replay  # the replica's reader of raw statements (pure)
 
-    replay.statements(data, 4, True, lambda _id: None)
+    replay.statements(data, 4, True, replay.ReplicaCollations(_EveryCollation()))
 
 
 TARGETS = {
@@ -89,6 +98,7 @@ TARGETS = {
     "control": lambda d: control.MessageDecoder().feed(d),
     "placement": lambda d: placement.parse_head(d[:placement.HEAD.size].ljust(placement.HEAD.size, b"\0"), 4160),
     "frame": ring_poll,
+    "mysql_json": mysqljson.to_text,
 }
 
 

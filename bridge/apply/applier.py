@@ -518,16 +518,22 @@ class Applier:
         with self.conn.cursor() as cur:
             cur.execute(sql.DDL_PENDING, (seq, self.channel))
             self.conn.commit()
-        head, after = self.gtid_script(txn.gtid)  # the first statement that runs commits with the GTID
+        # the GTID (where kept) is set before the first statement or rows that run: a DDL's own
+        # commit takes it; statement-format DML (and MySQL's CREATE ... SELECT) stays in the
+        # transaction that the position's COMMIT ends, as does a statement not replayed
+        head, after = self.gtid_script(txn.gtid)
         for change in txn.changes:
             if isinstance(change, Statement):
-                if self._statements.run(context, change, fmt, self.mode, self.same_flavor, after_crash, head, after):
-                    head = after = []
+                commits = sql.commits_implicitly(change.sql)
+                if self._statements.run(context, change, fmt, self.mode, self.same_flavor, after_crash, head,
+                                        after if commits else []):
+                    head, after = [], [] if commits else after
             elif isinstance(change, RowEvents):
-                self._binlog.run(context, [change], [], fmt)
+                self._binlog.run(context, [change], [], fmt, head=head)
+                head = []
             else:
-                self._sql.run(context, seq, [change], None)
-        # a statement not replayed (FLUSH, accounts) leaves its GTID to the position's transaction
+                self._sql.run(context, seq, [change], None, head=head)
+                head = []
         run_script(self.conn, context, [*head, self._position_statement(seq, gtids), b"COMMIT", *after])
 
     def close(self) -> None:

@@ -28,7 +28,12 @@ from bridge.wire import binlog
 # session setup (bridge.apply.connection) does not set again.
 RESET_REPLAYED = (b"SET SESSION timestamp=DEFAULT, auto_increment_increment=DEFAULT, auto_increment_offset=DEFAULT, "
                   b"insert_id=0, collation_database=DEFAULT, lc_time_names=DEFAULT, unique_checks=1, "
-                  b"sql_auto_is_null=0, explicit_defaults_for_timestamp=DEFAULT")
+                  b"sql_auto_is_null=0")
+# explicit_defaults_for_timestamp decides what a TIMESTAMP column a DDL creates becomes.
+# MySQL refuses to set it inside a transaction (error 1766), where statement-format DML
+# runs: it is set (and reset) only around a statement that commits implicitly (DDL).
+EXPLICIT_DEFAULTS = b"SET @@session.explicit_defaults_for_timestamp="
+RESET_EXPLICIT_DEFAULTS = b"SET SESSION explicit_defaults_for_timestamp=DEFAULT"
 RESET_CHARSET_COLLATIONS = b"SET SESSION character_set_collations=DEFAULT"  # where the replica has it
 # sql_mode bits both flavors give the same meaning (MySQL 5.7 numbering, which MariaDB
 # and MySQL 8 keep); only these are replayed when the primary is of the other flavor.
@@ -82,12 +87,19 @@ def split_raw(raw: bytes) -> tuple[list[bytes], bytes]:
     return events[:-1], events[-1]
 
 
-def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: ReplicaCollations) -> Replay:
+def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: ReplicaCollations,
+               in_transaction: bool = False) -> Replay:
+    """``in_transaction``: the statement runs inside a transaction (statement-format DML):
+    nothing that MySQL refuses to set there (explicit_defaults_for_timestamp)."""
     context, query_event = split_raw(raw)
     q = binlog.parse_query(query_event, checksum_bytes)
     session = [*_session(q, same_flavor, collations)]
     session += [_context(binlog.parse_context(ev, checksum_bytes), collations) for ev in context]
     restore = (RESET_REPLAYED, RESET_CHARSET_COLLATIONS) if collations.has_charset_collations else (RESET_REPLAYED,)
+    if in_transaction:
+        session = [s for s in session if not s.startswith(EXPLICIT_DEFAULTS)]
+    else:
+        restore += (RESET_EXPLICIT_DEFAULTS,)
     return Replay(q.schema, tuple(session), q.sql, q.text, q.status.get(binlog.Q_INVOKER), restore)
 
 
@@ -119,7 +131,7 @@ def _session(q: binlog.QueryEvent, same_flavor: bool, collations: ReplicaCollati
     if explicit is None and q.flags2 is not None:
         explicit = int(bool(q.flags2 & binlog.OPTION_EXPLICIT_DEF_TIMESTAMP))
     if explicit is not None:  # decides what a TIMESTAMP column without a DEFAULT becomes
-        yield b"SET @@session.explicit_defaults_for_timestamp=%d" % explicit
+        yield EXPLICIT_DEFAULTS + b"%d" % explicit
     yield b"SET TIMESTAMP=%d.%06d" % (q.timestamp, q.microseconds)
 
 

@@ -106,6 +106,19 @@ _ACCOUNT = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:(?:CREATE|DROP|ALTER|RENAME)\s+(
 _FLUSH = re.compile(r"^\s*(?:/\*.*?\*/\s*)*FLUSH\b", re.IGNORECASE | re.DOTALL)
 
 
+# Statements that run inside the replica's transaction; any other (DDL) commits implicitly.
+# MySQL 8's CREATE TABLE ... SELECT is logged as "CREATE TABLE ... START TRANSACTION" and
+# its rows, one transaction (atomic DDL).
+_IN_TRANSACTION = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:INSERT|UPDATE|DELETE|REPLACE|LOAD|SELECT|DO|CALL|SET|SAVEPOINT|"
+                             r"RELEASE|ROLLBACK|XA)\b|\bSTART\s+TRANSACTION\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def commits_implicitly(statement_sql: str) -> bool:
+    """The statement ends the transaction it runs in (DDL), as opposed to
+    statement-format DML, which runs inside it."""
+    return not _IN_TRANSACTION.search(statement_sql)
+
+
 def statement_kind(statement_sql: str) -> str:
     """account (users, roles, grants, passwords), flush, or other."""
     if _ACCOUNT.match(statement_sql):

@@ -53,7 +53,7 @@ class StatementReplayer:
                      "" if kind == "flush" else " (--account-statements)", st.sql)
             return False
         self.accounts_replayed += kind == "account"
-        plan = self._plan(context, st, fmt, same_flavor)
+        plan = self._plan(context, st, fmt, same_flavor, not sql.commits_implicitly(st.sql))
         trigger = replay.created_trigger(plan.text) if mode == "sql" else None
         if trigger:
             raise ApplyError(f"{context}: the primary created trigger {trigger}; apply mode sql cannot keep it "
@@ -67,15 +67,15 @@ class StatementReplayer:
             finally:
                 if plan.session:
                     run_script(self.conn, f"{context}: restore the session",
-                               [b"COMMIT", *plan.restore, session_setup(mode == "sql").encode()])
+                               [*plan.restore, session_setup(mode == "sql").encode()])
         return True
 
-    def _plan(self, context: str, st: Statement, fmt, same_flavor: bool) -> replay.Replay:
+    def _plan(self, context: str, st: Statement, fmt, same_flavor: bool, in_transaction: bool) -> replay.Replay:
         if not st.raw:
             return replay.Replay(st.schema, (), st.sql.encode(), st.sql)
         if fmt is None:
             raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
-        return replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._replica_collations())
+        return replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._replica_collations(), in_transaction)
 
     def _execute(self, cur, context: str, plan: replay.Replay, after_crash: bool, head: list[bytes],
                  after: list[bytes]) -> None:
@@ -114,6 +114,7 @@ class StatementReplayer:
                     (schema, event))
         row = cur.fetchone()
         if row is None:
+            self.conn.commit()  # the read's snapshot (MySQL opens one), after the event's DDL: nothing else
             return
         user, host = invoker or row[0].rsplit("@", 1)
         cur.execute(f"{sql.TAG}ALTER DEFINER={self.conn.escape(user)}@{self.conn.escape(host)} EVENT {name} "

@@ -12,7 +12,8 @@ replica at the same point of the stream: ``this_*`` is each server's own hash of
 same chunk, ``master_*`` the primary's. Concurrent writes cannot cause a false
 mismatch. The tables are the channel's own (bridge.sqlnames.owned): another channel
 into the same replica neither applies nor reads them. The hash: COUNT(*) and the SUMs
-of each row's CRC32 and CRC32C (MD5 halves where a server lacks CRC32C), over every
+of each row's CRC32 and CRC32C (MD5 or SHA2 halves where a server lacks CRC32C, as
+MySQL does: the best hash both servers have, bridge.flavor), over every
 column with NULL markers: a duplicated row adds, it cannot cancel like a bare XOR of
 CRC32s. The chunk size adapts to a target time per chunk; the run waits
 while the replica falls behind; mismatches are recorded on the replica in the
@@ -39,6 +40,7 @@ from bridge.check.ranges import range_sql, unique_key
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError, ConfigError
 from bridge.filter import EVERYTHING, Filter
+from bridge.flavor import Flavor
 
 log = logging.getLogger(__name__)
 SCHEMA = sqlnames.SCHEMA
@@ -116,26 +118,20 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
     return conn
 
 
-def row_hash_sql(columns: tuple[str, ...], crc: bool = False) -> str:
+def row_hash_sql(columns: tuple[str, ...], hash_kind: str = "crc32c") -> str:
     """The chunk hash over every column with NULL markers, as sums (a duplicated row
-    adds, it cannot cancel). ``crc``: CRC32 and CRC32C (two polynomials, 64 bits per
-    row; ~3.6x faster than MD5 here; MariaDB 10.8+); else the two 64-bit halves of MD5."""
+    adds, it cannot cancel). ``hash_kind`` (bridge.flavor.ROW_HASHES): ``crc32c``, CRC32
+    and CRC32C (two polynomials, 64 bits per row; ~3.6x faster than MD5 here; MariaDB
+    10.8+); ``md5`` or ``sha2``, the two leading 64-bit halves of that digest (MySQL 9 has
+    no MD5; both flavors have SHA2)."""
     cols = [quote_name(c) for c in columns]
     row = f"CONCAT_WS('#', {', '.join(cols)}, CONCAT({', '.join(f'ISNULL({c})' for c in cols)}))"
-    if crc:
+    if hash_kind == "crc32c":
         return f"CONCAT(COALESCE(SUM(CRC32({row})), 0), ':', COALESCE(SUM(CRC32C({row})), 0))"
-    half = "CAST(CONV(SUBSTRING(MD5({row}), {at}, 16), 16, 10) AS UNSIGNED)"
-    return (f"CONCAT(COALESCE(SUM({half.format(row=row, at=1)}), 0), ':', "
-            f"COALESCE(SUM({half.format(row=row, at=17)}), 0))")
-
-
-def has_crc32c(conn) -> bool:
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT CRC32C('a')")
-        return True
-    except pymysql.MySQLError:
-        return False
+    digest = {"md5": "MD5({row})", "sha2": "SHA2({row}, 256)"}[hash_kind].format(row=row)
+    half = "CAST(CONV(SUBSTRING({digest}, {at}, 16), 16, 10) AS UNSIGNED)"
+    return (f"CONCAT(COALESCE(SUM({half.format(digest=digest, at=1)}), 0), ':', "
+            f"COALESCE(SUM({half.format(digest=digest, at=17)}), 0))")
 
 
 def channel_filter(conn, channel: str) -> Filter:
@@ -211,7 +207,8 @@ class Checksummer:
         self.primary = connect(primary, "primary")
         self.replica = connect(replica, "replica")
         self._wheres: dict[tuple[str, str, int], str] = {}
-        self.crc = has_crc32c(self.primary) and has_crc32c(self.replica)  # both sides run the same hash
+        # both sides run the same hash: the best both servers have (bridge.flavor)
+        self.hash_kind = Flavor.of(self.primary).row_hash_with(Flavor.of(self.replica))
         self.checksums = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.CHECKSUMS, channel))}"  # the channel's own
         self.diffs = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.CHECKSUM_DIFFS, channel))}"
         self.rules = channel_filter(self.replica, channel)  # the tables it replicates, under the replica's names
@@ -265,7 +262,7 @@ class Checksummer:
 
     def _table(self, plan: TablePlan, result: ChecksumRun, chunks: list[ChunkResult] | None) -> tuple[int, int]:
         size, lower, number, rows = FIRST_CHUNK_ROWS, None, 0, 0
-        hash_sql = row_hash_sql(plan.columns, self.crc)
+        hash_sql = row_hash_sql(plan.columns, self.hash_kind)
         with self.primary.cursor() as cur:
             if chunks is not None:  # a re-check: the recorded ranges, as they were
                 for c in chunks:

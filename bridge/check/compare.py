@@ -18,6 +18,7 @@ from bridge import dbconn, servererrors, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import CheckError, ConsistencyError
 from bridge.filter import EVERYTHING, Filter
+from bridge.sqlnames import quote_name
 
 SYSTEM_SCHEMAS = set(sqlnames.SYSTEM_SCHEMAS)
 
@@ -72,8 +73,15 @@ def list_tables(eng: sa.Engine, schemas: list[str] | None) -> list[tuple[str, st
 
 
 def table_rows(conn: sa.Connection, schema: str, table: str) -> Counter:
+    """Every column, invisible ones too (``SELECT *`` leaves out MySQL's INVISIBLE columns,
+    a generated invisible primary key among them); a VECTOR as hex (the driver has no
+    conversion for it)."""
     conn.exec_driver_sql("SET SESSION time_zone='+00:00'")
-    result = conn.exec_driver_sql(f"SELECT * FROM `{schema}`.`{table}`")
+    columns = conn.exec_driver_sql("SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
+                                   "TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (schema, table))
+    select = ", ".join(f"HEX({quote_name(name)})" if kind.lower() == "vector" else quote_name(name)
+                       for name, kind in columns) or "*"
+    result = conn.exec_driver_sql(f"SELECT {select} FROM {quote_name(schema)}.{quote_name(table)}")
     return Counter(tuple(row) for row in result)
 
 

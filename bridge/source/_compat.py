@@ -16,6 +16,17 @@ What is adapted, and why:
 - MariaDB 11's uca1400 collations have ids from 2048 up (utf8mb4's default among them),
   which the library's id table lacks: it read every such column as utf8, UCS-2 and
   UTF-16/32 text too. Their character set is in the id (``mariadb_uca1400_charset``).
+- MySQL's binary JSON: the library decodes it into dict/list (keys as bytes, dates and
+  decimals lost), which neither the wire nor a replica takes; ours gives the text MySQL
+  prints for it (bridge.wire.mysqljson), as MariaDB's JSON (LONGTEXT) arrives. A partial
+  JSON update (binlog_row_value_options=PARTIAL_JSON) is refused at the preflight.
+- MySQL 9's VECTOR columns (type 242), which the library does not know: their metadata
+  byte (the length's size, as a BLOB's) is read, and the column is read as a binary
+  value (the floats' bytes, which a MySQL replica takes as they are) through the JSON
+  column's path, marked by its length size (``VectorLength``), and counted among the
+  columns whose character set the table map lists, as MySQL counts it; optional metadata fields
+  the library does not know (VECTOR_DIMENSIONALITY, 13) are left out of the table map
+  before it reads them (it has no way to skip one).
 - TableMap events parsed once: every transaction repeats the TableMap event of each
   table it touches, and parsing it was over half of the decode time; events with the
   same body bytes describe the same table, so the first parse is reused (an ALTER or
@@ -30,10 +41,15 @@ from importlib import metadata
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication import row_event
-from pymysqlreplication.row_event import RowsEvent, TableMapEvent
+from pymysqlreplication.column import Column
+from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.constants import BINLOG
+from pymysqlreplication.row_event import MetadataFieldType, RowsEvent, TableMapEvent
 
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, SourceError
 from bridge.source import rowimage
+from bridge.wire import mysqljson
 
 LIBRARY = "mysql-replication"
 TESTED_VERSIONS = ("1.0.17",)  # the reader's tests pass against these; add one only after they do
@@ -98,6 +114,74 @@ def _read_time2(self, column):
     return rowimage.time2_reader(fsp)(data, 0)[0]
 
 
+# --- MySQL's binary JSON as the text MySQL prints -------------------------------------
+
+def _read_binary_json(self, size, is_partial):
+    if isinstance(size, VectorLength):
+        return self.read(self.read_uint_by_size(size))
+    if is_partial:
+        raise SourceError("a partial JSON update (binlog_row_value_options=PARTIAL_JSON) reached the reader: set "
+                          "binlog_row_value_options='' on the primary")
+    length = self.read_uint_by_size(size)
+    return mysqljson.to_text(self.read(length))  # zero bytes: JSON null, as MySQL reads it
+
+
+# --- MySQL 9's VECTOR ----------------------------------------------------------------
+
+VECTOR = 242  # MySQL 9 enum_field_types MYSQL_TYPE_VECTOR
+
+
+class VectorLength(int):
+    """A VECTOR column's length size: read as the JSON column's path reads, but kept binary."""
+
+
+_parse_column_definition = Column._Column__parse_column_definition
+
+
+def _column_definition(self, column_type, packet):
+    _parse_column_definition(self, column_type, packet)
+    if column_type == VECTOR:
+        self.length_size = packet.read_uint8()
+
+
+_KNOWN_METADATA = frozenset(m.value for m in MetadataFieldType)
+_read_optional_metadata = TableMapEvent._get_optional_meta_data
+
+
+def _known_optional_metadata(self):
+    """The table map's optional metadata (type, length-coded length, value fields up to
+    the checksum) with the fields of types the library does not know taken out, read."""
+    raw = self.packet.packet
+    data, at = raw._data, raw._position
+    end, p, kept = len(data) - BINLOG.BINLOG_CHECKSUM_LEN, raw._position, bytearray()
+    while p < end:
+        first = data[p + 1]
+        size = 1 if first < 251 else 1 + {252: 2, 253: 3, 254: 8}[first]
+        length = first if first < 251 else int.from_bytes(data[p + 2:p + 1 + size], "little")
+        field_end = p + 1 + size + length
+        if data[p] in _KNOWN_METADATA:
+            kept += data[p:field_end]
+        p = field_end
+    raw._data = data[:at] + bytes(kept) + data[end:]
+    return _read_optional_metadata(self)
+
+
+_library_is_character_column = TableMapEvent._is_character_column
+
+
+def _is_character_column(column_type, dbms="mysql"):
+    """MySQL lists a VECTOR column's (binary) character set with the text columns'."""
+    return column_type == VECTOR or _library_is_character_column(column_type, dbms=dbms)
+
+
+def _readable_vectors(columns) -> None:
+    """VECTOR columns (after the table map's character-set bookkeeping, which must not
+    count them) read through the JSON column's path as binary values."""
+    for column in columns:
+        if column.type == VECTOR:
+            column.type, column.length_size = FIELD_TYPE.JSON, VectorLength(column.length_size)
+
+
 # --- character sets ----------------------------------------------------------------
 
 _BIG_ENDIAN_CHARSETS = {"utf16": "utf-16-be", "utf32": "utf-32-be", "ucs2": "utf-16-be", "utf16le": "utf-16-le"}
@@ -142,6 +226,7 @@ def _cached_table_map_init(self, from_packet, event_size, table_map, ctl_connect
     hit = TABLE_MAP_CACHE.get(key)
     if hit is None:
         _parse_table_map(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+        _readable_vectors(getattr(self, "columns", ()))
         if self._processed:
             if len(TABLE_MAP_CACHE) >= _TABLE_MAP_CACHE_MAX:
                 TABLE_MAP_CACHE.clear()
@@ -161,6 +246,10 @@ def _install() -> None:
     RowsEvent._RowsEvent__read_time2 = _read_time2
     RowsEvent._RowsEvent__read_datetime = _read_datetime
     RowsEvent._RowsEvent__read_datetime2 = _read_datetime2
+    BinLogPacketWrapper.read_binary_json = _read_binary_json
+    Column._Column__parse_column_definition = _column_definition
+    TableMapEvent._get_optional_meta_data = _known_optional_metadata
+    TableMapEvent._is_character_column = staticmethod(_is_character_column)
 
 
 _install()

@@ -1,4 +1,10 @@
-"""Every column type round-trips through the bridge bit for bit (both transports)."""
+"""Every column type round-trips through the bridge bit for bit (both transports), the
+type tables of the primary's flavor: MariaDB's (UUID, INET6, ...) or MySQL's (JSON,
+VECTOR, spatial types, utf8mb4_0900 collations, invisible columns)."""
+
+import pytest
+
+from bridge.flavor import Flavor
 
 TYPES_TABLE = """CREATE TABLE {s}.types (
   id INT PRIMARY KEY,
@@ -32,10 +38,19 @@ ROWS = [
 ]
 
 
+def type_rows(conn) -> list[str]:
+    """ROWS within the ranges of ``conn``'s server: MySQL's TIME stops at 838:59:59.000000
+    (MariaDB's at ...59.999999)."""
+    if not Flavor.of(conn).is_mysql:
+        return ROWS
+    return [row.replace("'-838:59:59.99'", "'-838:59:58.99'").replace("'838:59:59.000001'", "'838:59:58.000001'")
+            for row in ROWS]
+
+
 def test_type_matrix_round_trips(pair, fresh_schema):
     s = fresh_schema("types")
     pair.sql(f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s))
-    for row in ROWS:
+    for row in type_rows(pair.primary):
         pair.sql(f"INSERT INTO {s}.types VALUES {row}")
     pair.sql(f"UPDATE {s}.types SET f=1.1, db=2.2, tm2='-12:00:00.5', b64=b'1010', bn=x'0a000000' WHERE id=1",
              f"UPDATE {s}.types SET id=30 WHERE id=3",
@@ -45,10 +60,9 @@ def test_type_matrix_round_trips(pair, fresh_schema):
 
 def test_zero_dates_under_permissive_sql_mode(pair, fresh_schema):
     s = fresh_schema("zero")
-    pair.sql(f"CREATE DATABASE {s}",
+    pair.sql(f"CREATE DATABASE {s}", "SET SESSION sql_mode=''",  # MySQL's default sql_mode refuses the DEFAULT
              f"CREATE TABLE {s}.z (id INT PRIMARY KEY, d DATE NOT NULL, dt DATETIME(3) NOT NULL, "
              "ts TIMESTAMP NOT NULL DEFAULT '0000-00-00 00:00:00', dn DATE NULL)",
-             "SET SESSION sql_mode=''",
              f"INSERT INTO {s}.z VALUES (1, '0000-00-00', '0000-00-00 00:00:00.000', '0000-00-00 00:00:00', NULL)",
              f"INSERT INTO {s}.z VALUES (2, '2020-00-10', '2020-05-00 10:11:12.345', NOW(), '0000-00-00')",
              f"UPDATE {s}.z SET d='2021-01-01' WHERE id=1",
@@ -83,7 +97,9 @@ MORE_TYPES = """CREATE TABLE {s}.more (
 )"""
 
 
-def test_mariadb_specific_and_wide_types(pair, fresh_schema):
+def test_mariadb_specific_and_wide_types(pair, fresh_schema, mysql_primary):
+    if mysql_primary:
+        pytest.skip("MariaDB's own types (UUID, INET6, INET4); MySQL's are in test_mysql_specific_and_wide_types")
     s = fresh_schema("more")
     pair.sql(f"CREATE DATABASE {s}", MORE_TYPES.format(s=s),
              f"""INSERT INTO {s}.more VALUES (18446744073709551615, 'tiny', REPEAT('m', 70000), REPEAT('l', 100000),
@@ -130,6 +146,80 @@ FAST_ROWS = [
 ]
 
 
+_MARIADB_FAST = (", u UUID, i6 INET6", (",\n        '123e4567-e89b-12d3-a456-426614174000', '2001:db8::ff00:42:8329')",
+                                        ", NULL, NULL)"))
+
+
+def fast_types(conn) -> tuple[str, list[str]]:
+    """(FAST_TYPES, FAST_ROWS) for ``conn``'s server: MySQL has no UUID or INET6 type,
+    and its TIME stops at 838:59:59.000000."""
+    if not Flavor.of(conn).is_mysql:
+        return FAST_TYPES, FAST_ROWS
+    columns, (first_end, third_end) = _MARIADB_FAST
+    rows = [FAST_ROWS[0].replace(first_end, ")").replace("'838:59:59.000001'", "'838:59:58.000001'")
+            .replace("'-838:59:59.99'", "'-838:59:58.99'"),
+            "(2" + ", NULL" * 42 + ")", FAST_ROWS[2].replace(third_end, ")")]
+    return FAST_TYPES.replace(columns, ""), rows
+
+
+MYSQL_TYPES = """CREATE TABLE {s}.mysql (
+  id BIGINT UNSIGNED PRIMARY KEY,
+  tt TINYTEXT, mt MEDIUMTEXT, lt LONGTEXT, tb TINYBLOB, mb MEDIUMBLOB,
+  du DECIMAL(10,4), f73 FLOAT(7,3), j JSON, j2 JSON,
+  g POINT, geo GEOMETRY, pg POLYGON, mp MULTIPOINT, gc GEOMETRYCOLLECTION, gs POINT SRID 4326,
+  v VECTOR(3),
+  cb CHAR(3) BINARY, vbin VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+  v0900 VARCHAR(10) COLLATE utf8mb4_0900_as_cs, ja VARCHAR(10) COLLATE utf8mb4_ja_0900_as_cs,
+  ucs VARCHAR(10) CHARACTER SET ucs2, u16 VARCHAR(10) CHARACTER SET utf16, sj VARCHAR(10) CHARACTER SET sjis,
+  hidden INT INVISIBLE DEFAULT 7, ts TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6)
+)"""
+# JSON as MySQL stores it: objects, arrays, every scalar kind, escapes, opaque DECIMAL and
+# temporal values (CAST), large documents (the large object form)
+MYSQL_JSON = [
+    """'{"a": 1, "b": [1, 2.5, -3, null, true, false, "x"], "ü": {"nested": {"deep": []}}, "": ""}'""",
+    """'[18446744073709551615, -9223372036854775808, 65535, -32768, 4294967295, 0.1, 1e300, -2.5e-7, 100.0]'""",
+    "JSON_ARRAY(CONVERT(CONCAT('quote ', CHAR(34), ' backslash ', CHAR(92), ' tab', CHAR(9), ' newline', CHAR(10), "
+    "' control', CHAR(1), ' slash / emoji 😀') USING utf8mb4))",
+    "JSON_ARRAY(CHAR(0, 1, 255), x'00ff', REPEAT(x'ab', 200))",  # binary strings: opaque, in base64
+    "JSON_OBJECT('dec', CAST(12.50 AS DECIMAL(6,2)), 'date', CAST('2024-02-29' AS DATE), "
+    "'dt', CAST('2024-02-29 12:34:56.5' AS DATETIME(6)), 'time', CAST('-12:00:01.25' AS TIME(2)))",
+    "JSON_OBJECT('big', REPEAT('x', 70000), 'list', JSON_ARRAY(1, 2, 3))",
+    "'{}'", "'[]'", "'null'", "'true'", "'3'", "'\"s\"'",
+]
+
+
+def test_mysql_specific_and_wide_types(pair, fresh_schema, mysql_primary):
+    if not mysql_primary:
+        pytest.skip("MySQL's own types (JSON in binary form, VECTOR, SRID points); MariaDB's are in "
+                    "test_mariadb_specific_and_wide_types")
+    s = fresh_schema("mysqltypes")
+    documents = MYSQL_JSON
+    if pair.apply_mode == "sql" and Flavor.of(pair.replica).is_mysql:
+        # JSON text has no DECIMAL or temporal scalar: replayed as SQL into MySQL they become a
+        # number and strings (12.50 reads back as 12.5); binlog mode keeps them (docs/operations.md)
+        documents = [d for d in MYSQL_JSON if "CAST(12.50" not in d]
+    rows = [f"""({i}, 'tiny', REPEAT('m', 70000), REPEAT('l', 100000), x'00ff00', REPEAT(x'ab00', 40000),
+                 123456.7890, -1234.567, {doc}, {documents[-1 - i % len(documents)]},
+                 ST_GeomFromText('POINT(1 2)'), ST_GeomFromText('LINESTRING(0 0, 1 1, 2 0)'),
+                 ST_GeomFromText('POLYGON((0 0, 4 0, 4 4, 0 4, 0 0), (1 1, 2 1, 2 2, 1 1))'),
+                 ST_GeomFromText('MULTIPOINT((1 1), (2 2))'),
+                 ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))'),
+                 ST_GeomFromText('POINT(45 9)', 4326), STRING_TO_VECTOR('[1.5, -2, 3.25e10]'),
+                 'ab', 'CaSe', 'Straße', 'カタカナ', 'ucs ü', 'utf16 😀', 'ｶﾀｶﾅ漢字', '2024-01-01 00:00:00.5')"""
+            for i, doc in enumerate(documents)]
+    columns = "(id, tt, mt, lt, tb, mb, du, f73, j, j2, g, geo, pg, mp, gc, gs, v, cb, vbin, v0900, ja, ucs, u16, " \
+              "sj, ts)"
+    pair.sql(f"CREATE DATABASE {s}", MYSQL_TYPES.format(s=s), *[f"INSERT INTO {s}.mysql {columns} VALUES {row}"
+                                                                  for row in rows],
+             f"INSERT INTO {s}.mysql (id) VALUES (1000)",
+             f"UPDATE {s}.mysql SET j=JSON_SET(j, '$.added', 'yes'), hidden=8, v=STRING_TO_VECTOR('[0, 0, 1]') "
+             "WHERE id < 3",
+             f"UPDATE {s}.mysql SET j2=NULL, g=ST_GeomFromText('POINT(3 4)') WHERE id=1000",
+             f"DELETE FROM {s}.mysql WHERE id=4")
+    result = pair.assert_same(s)
+    assert result.digests[f"{s}.mysql"][0].rows == len(rows)
+
+
 def test_our_row_decoder_gives_the_library_path_values_exactly(urls, fresh_schema):
     """Every covered type read twice from the same binlog range: our row-image decoder
     and the library's (with the reader's fixes) must give identical events."""
@@ -142,10 +232,11 @@ def test_our_row_decoder_gives_the_library_path_values_exactly(urls, fresh_schem
     conn = connect(urls["primary_admin"])
     try:
         start = primary_position(conn)
+        fast_table, fast_rows = fast_types(conn)
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode=''")
-            for stmt in (f"CREATE DATABASE {s}", FAST_TYPES.format(s=s),
-                         *[f"INSERT INTO {s}.fast VALUES {row}" for row in FAST_ROWS],
+            for stmt in (f"CREATE DATABASE {s}", fast_table.format(s=s),
+                         *[f"INSERT INTO {s}.fast VALUES {row}" for row in fast_rows],
                          f"UPDATE {s}.fast SET f=1.5, tm5='-10:00:00.5', y=1901, vc='changed', bn=x'0a' WHERE id=1",
                          f"UPDATE {s}.fast SET id=30, d2=-0.5 WHERE id=3", f"DELETE FROM {s}.fast WHERE id=2"):
                 cur.execute(stmt)
@@ -179,8 +270,9 @@ def test_our_row_decoder_gives_the_library_path_values_exactly(urls, fresh_schem
 
 def test_covered_types_round_trip(pair, fresh_schema):
     s = fresh_schema("fastrt")
-    pair.sql(f"CREATE DATABASE {s}", FAST_TYPES.format(s=s), "SET SESSION sql_mode=''",
-             *[f"INSERT INTO {s}.fast VALUES {row}" for row in FAST_ROWS],
+    fast_table, fast_rows = fast_types(pair.primary)
+    pair.sql(f"CREATE DATABASE {s}", "SET SESSION sql_mode=''", fast_table.format(s=s),
+             *[f"INSERT INTO {s}.fast VALUES {row}" for row in fast_rows],
              f"UPDATE {s}.fast SET f=1.5, tm5='-10:00:00.5', y=1901, vc='changed', bn=x'0a' WHERE id=1",
              f"UPDATE {s}.fast SET id=30, d2=-0.5 WHERE id=3", f"DELETE FROM {s}.fast WHERE id=2",
              "SET SESSION sql_mode=DEFAULT")
@@ -201,12 +293,18 @@ def test_raw_row_walker_reads_every_type_the_library_reads(urls, fresh_schema):
     conn = connect(urls["primary_admin"])
     try:
         start = primary_position(conn)
+        fast_table, fast_rows = fast_types(conn)
+        mysql = Flavor.of(conn).is_mysql
+        more = (MYSQL_TYPES.format(s=s).replace(f"{s}.mysql", f"{s}.more"),
+                f"INSERT INTO {s}.more (id, j, g, v) VALUES (1, '[1, {{\"a\": 2}}]', POINT(1, 2), "
+                "STRING_TO_VECTOR('[1, 2, 3]')), (2, NULL, NULL, NULL)") if mysql else \
+            (MORE_TYPES.format(s=s), f"INSERT INTO {s}.more (id, u, g) VALUES (1, UUID(), POINT(1, 2)), (2, NULL, NULL)")
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode=''")
-            for stmt in (f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s), MORE_TYPES.format(s=s), FAST_TYPES.format(s=s),
-                         *[f"INSERT INTO {s}.types VALUES {row}" for row in ROWS],
-                         f"INSERT INTO {s}.more (id, u, g) VALUES (1, UUID(), POINT(1, 2)), (2, NULL, NULL)",
-                         *[f"INSERT INTO {s}.fast VALUES {row}" for row in FAST_ROWS],
+            for stmt in (f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s), more[0], fast_table.format(s=s),
+                         *[f"INSERT INTO {s}.types VALUES {row}" for row in type_rows(conn)],
+                         more[1],
+                         *[f"INSERT INTO {s}.fast VALUES {row}" for row in fast_rows],
                          f"UPDATE {s}.types SET b64=b'1', j='[1]', st='b'", f"DELETE FROM {s}.fast",
                          f"CREATE TABLE {s}.done (id INT PRIMARY KEY)", f"INSERT INTO {s}.done VALUES (1)"):
                 cur.execute(stmt)
@@ -239,3 +337,37 @@ def test_raw_row_walker_reads_every_type_the_library_reads(urls, fresh_schema):
             if mine is not None:
                 assert tablemap.as_int(mine[0], table.unsigned[0]) == theirs[0]  # the key
                 assert [v is None for v in mine] == [v is None for v in theirs]
+
+
+def test_mysql_binary_json_reads_as_the_text_mysql_prints(urls, fresh_schema, mysql_primary):
+    """A MySQL primary's JSON column arrives in its binary form; the reader turns it into
+    exactly the text MySQL prints for it (what MariaDB, whose JSON is text, then holds)."""
+    if not mysql_primary:
+        pytest.skip("only MySQL logs JSON in binary form (MariaDB's is text)")
+    from bridge.source.events import RowsRead
+    from bridge.source.reader import BinlogReader
+    from bridge.workload import connect
+    from tests.conftest import primary_position
+
+    s = fresh_schema("jsontext")
+    conn = connect(urls["primary_admin"])
+    try:
+        start = primary_position(conn)
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {s}")
+            cur.execute(f"CREATE TABLE {s}.j (id INT PRIMARY KEY, doc JSON)")
+            for i, doc in enumerate(MYSQL_JSON):
+                cur.execute(f"INSERT INTO {s}.j VALUES ({i}, {doc})")
+            cur.execute(f"SELECT doc FROM {s}.j ORDER BY id")
+            printed = [row[0] for row in cur.fetchall()]
+    finally:
+        conn.close()
+    reader, read = BinlogReader(urls["primary"], 6105, start), []
+    try:
+        while len(read) < len(MYSQL_JSON):
+            ev = reader.next_event()
+            if isinstance(ev, RowsRead) and ev.table == "j":
+                read += [after[1] for _, after in ev.rows]
+    finally:
+        reader.close()
+    assert read == printed

@@ -153,7 +153,7 @@ def test_a_mariadb_11_session_replays_by_name_with_its_character_set_collations(
            b"@@session.collation_server='utf8mb4_uca1400_ai_ci'" in plan.session
     assert b"SET @@session.character_set_collations='utf8mb3=utf8mb3_uca1400_ai_ci,ucs2=ucs2_uca1400_ai_ci," \
            b"utf8mb4=utf8mb4_uca1400_ai_ci,utf16=utf16_uca1400_ai_ci,utf32=utf32_uca1400_ai_ci'" in plan.session
-    assert plan.restore == (replay.RESET_REPLAYED, replay.RESET_CHARSET_COLLATIONS)
+    assert plan.restore == (replay.RESET_REPLAYED, replay.RESET_CHARSET_COLLATIONS, replay.RESET_EXPLICIT_DEFAULTS)
 
 
 def test_a_statement_without_the_mapping_runs_with_none_where_the_replica_has_the_variable():
@@ -161,7 +161,16 @@ def test_a_statement_without_the_mapping_runs_with_none_where_the_replica_has_th
     character sets' own defaults, so the replica's mapping is emptied for them."""
     plan = replay.statements(QUERY, 4, True, replay.ReplicaCollations(COLLATIONS.by_id, has_charset_collations=True))
     assert b"SET @@session.character_set_collations=''" in plan.session
-    assert replay.statements(QUERY, 4, True, COLLATIONS).restore == (replay.RESET_REPLAYED,)
+    assert replay.statements(QUERY, 4, True, COLLATIONS).restore == (replay.RESET_REPLAYED,
+                                                                     replay.RESET_EXPLICIT_DEFAULTS)
+
+
+def test_inside_a_transaction_explicit_defaults_for_timestamp_is_neither_set_nor_reset():
+    """MySQL refuses to set it in a transaction (statement-format DML runs in one)."""
+    inside = replay.statements(QUERY, 4, True, COLLATIONS, in_transaction=True)
+    outside = replay.statements(QUERY, 4, True, COLLATIONS)
+    assert not any(s.startswith(replay.EXPLICIT_DEFAULTS) for s in inside.session)
+    assert replay.RESET_EXPLICIT_DEFAULTS not in inside.restore and replay.RESET_EXPLICIT_DEFAULTS in outside.restore
 
 
 def test_a_collation_the_replica_lacks_stops_applying_naming_it_as_the_primary_does():
