@@ -3,7 +3,8 @@
 Every server reads only its own ``--defaults-file``. MariaDB's primary gets the binlog
 settings the reader needs; a second primary its own GTID domain. MySQL servers all run
 with GTIDs (``gtid_mode=ON``: the replica keeps the primary's GTIDs, as a native MySQL
-replica does) and their binlog on (MySQL's default), the semi-sync plugins loaded.
+replica does), the semi-sync plugins loaded; the primaries write a binlog, the replicas
+none (their GTIDs are kept in mysql.gtid_executed).
 docker/generate.py makes the compose demo's server flags from the same text.
 """
 
@@ -59,7 +60,6 @@ innodb_buffer_pool_size=64M
 max_connections=200
 gtid_mode=ON
 enforce_gtid_consistency=ON
-log_bin=mysql-bin
 binlog_row_image=FULL
 binlog_row_metadata=FULL
 plugin-load-add=semisync_source.so
@@ -67,7 +67,12 @@ plugin-load-add=semisync_replica.so
 loose-rpl_semi_sync_source_wait_point=AFTER_SYNC
 loose-rpl_semi_sync_source_timeout=1000
 """
-MYSQL_ROLES = {"primary": (1, ""), "replica": (2, ""), "native": (3, "relay_log=relay-bin\n"), "primary2": (4, "")}
+MYSQL_PRIMARY_CNF = "log_bin=mysql-bin\n"
+# A replica keeps its GTIDs in mysql.gtid_executed without a binlog of its own, as the
+# MariaDB sandbox's replica has none: one fsync per commit, not two
+MYSQL_REPLICA_CNF = "skip-log-bin\n"
+MYSQL_ROLES = {"primary": (1, MYSQL_PRIMARY_CNF), "replica": (2, MYSQL_REPLICA_CNF),
+               "native": (3, MYSQL_REPLICA_CNF + "relay_log=relay-bin\n"), "primary2": (4, MYSQL_PRIMARY_CNF)}
 
 # sandbox up --tls: every server serves TLS with a certificate of the sandbox's own CA, and
 # refuses clients over TCP without it (unix-socket clients, as root here, are let in)
@@ -83,7 +88,7 @@ def role_settings(kind: str, role: str) -> tuple[int, str]:
     roles = MYSQL_ROLES if kind == "mysql" else ROLES
     if role in roles:
         return roles[role]
-    return 9 + int(role.removeprefix("replica")), ""
+    return 9 + int(role.removeprefix("replica")), MYSQL_REPLICA_CNF if kind == "mysql" else ""
 
 
 def server_cnf(kind: str, role: str, dir: str, port: int, local: bool, tls_dir: str | None) -> str:

@@ -29,6 +29,7 @@ import pymysql.cursors
 from bridge.apply.connection import apply_error
 from bridge.check.ranges import range_sql, unique_key
 from bridge.errors import SourceError
+from bridge.flavor import Flavor
 from bridge.sqlnames import as_str, quote_name, table_name
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class TableShape:
 def table_shape(conn: pymysql.Connection, db: str, table: str, into: str = "") -> TableShape:
     with conn.cursor() as cur:
         cur.execute("SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
-                    "TABLE_NAME=%s AND IS_GENERATED='NEVER' ORDER BY ORDINAL_POSITION", (db, table))
+                    f"TABLE_NAME=%s AND {Flavor.of(conn).not_generated} ORDER BY ORDINAL_POSITION", (db, table))
         columns = cur.fetchall()
         cur.execute("SELECT TABLE_ROWS, AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
                     "TABLE_NAME=%s", (db, table))
@@ -78,7 +79,8 @@ def table_shape(conn: pymysql.Connection, db: str, table: str, into: str = "") -
 
 
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
-                "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"}
+                "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection",
+                "geomcollection", "vector"}  # MySQL 8 names the collection so; VECTOR: MySQL 9's floats
 HEX_LITERAL = "IF({c} IS NULL, 'NULL', CONCAT('X''', HEX({c}), ''''))"  # X'..' ('' inside SQL quotes is ')
 
 

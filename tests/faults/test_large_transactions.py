@@ -9,13 +9,14 @@ import pytest
 
 from tests.conftest import BridgePair
 from tests.faults.proxy import FaultProxy
+from tests.helpers import numbers
 
 RING = 1 << 18  # 256 KiB: chunks of at most 32 KiB
 
 
 def big_insert(pair, s, rows, start=0):
     pair.sql(f"INSERT INTO {s}.big SELECT seq + {start}, REPEAT(CHAR(65 + seq % 26), 1000), seq % 7 "
-             f"FROM {s}.seq_0_to_{rows - 1}")
+             f"FROM {numbers(pair.primary, s, rows - 1, 0)}")
 
 
 def create(pair, s):

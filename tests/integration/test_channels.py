@@ -17,6 +17,7 @@ from bridge.config import MysqlUrl
 from bridge.filter import Filter
 from bridge.workload import connect
 from tests.conftest import BridgePair
+from tests.helpers import numbers
 
 
 def rules(include=(), renames=()) -> str:
@@ -28,8 +29,10 @@ def shop(conn, schema: str, customers: int = 300) -> None:
         cur.execute(f"CREATE DATABASE {schema}")
         cur.execute(f"CREATE TABLE {schema}.customers (id INT PRIMARY KEY, name VARCHAR(40), credit INT)")
         cur.execute(f"CREATE TABLE {schema}.orders (id INT AUTO_INCREMENT PRIMARY KEY, customer INT, total INT)")
-        cur.execute(f"INSERT INTO {schema}.customers SELECT seq, CONCAT('c', seq), seq % 97 FROM {schema}.seq_1_to_{customers}")
-        cur.execute(f"INSERT INTO {schema}.orders (customer, total) SELECT seq % {customers} + 1, seq FROM {schema}.seq_1_to_500")
+        cur.execute(f"INSERT INTO {schema}.customers SELECT seq, CONCAT('c', seq), seq % 97 "
+                    f"FROM {numbers(conn, schema, customers)}")
+        cur.execute(f"INSERT INTO {schema}.orders (customer, total) SELECT seq % {customers} + 1, seq "
+                    f"FROM {numbers(conn, schema, 500)}")
 
 
 class Orders:

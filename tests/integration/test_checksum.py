@@ -13,7 +13,7 @@ from bridge.cli import main
 from bridge.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import numbers
-from tests.integration.test_types import ROWS as TYPE_ROWS, TYPES_TABLE
+from tests.integration.test_types import TYPES_TABLE, type_rows
 
 ROWS = 3000
 
@@ -199,7 +199,7 @@ def test_repair_fixes_a_table_of_every_column_type(urls, fresh_schema, mode):
     pair = BridgePair(urls, "shm", apply_mode=mode).start()
     try:
         pair.sql(f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s))
-        for row in TYPE_ROWS:
+        for row in type_rows(pair.primary):
             pair.sql(f"INSERT INTO {s}.types VALUES {row}")
         pair.sql(f"INSERT INTO {s}.types SELECT id + 10, ti, tiu, si, siu, mi, miu, i, iu, bi, biu, d1, d2, d3, f, db, "
                  f"b1, b3, b64, dt, dtm, dtm6, ts, ts3, tm, tm2, tm6, y, c, vc, tx, mtx, lat, bn, vb, bl, lbl, j, e, st "

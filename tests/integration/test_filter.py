@@ -20,7 +20,7 @@ from bridge.node.replica import ReplicaNode
 from bridge.workload import MixedWorkload, create_schema
 from tests.conftest import BridgePair
 from tests.helpers import BackgroundWorkload, wait_shipped, wait_written
-from tests.integration.test_types import ROWS, TYPES_TABLE
+from tests.integration.test_types import TYPES_TABLE, type_rows
 
 
 def _tables(conn, schema):
@@ -42,7 +42,7 @@ def test_filtered_renamed_clone_then_stream_ends_equal(urls, fresh_schema, mode)
     into = f"{s}_r"
     pair = BridgePair(urls, "tcp", apply_mode=mode)
     create_schema(pair.primary, s)  # accounts, ledger, items, probe
-    pair.sql(TYPES_TABLE.format(s=s), *[f"INSERT INTO {s}.types VALUES {row}" for row in ROWS],
+    pair.sql(TYPES_TABLE.format(s=s), *[f"INSERT INTO {s}.types VALUES {row}" for row in type_rows(pair.primary)],
              f"CREATE VIEW {s}.rich AS SELECT id, balance FROM {s}.accounts WHERE balance > 100",
              f"CREATE FUNCTION {s}.twice(x INT) RETURNS INT DETERMINISTIC RETURN x * 2",
              f"CREATE DATABASE {out}", f"CREATE TABLE {out}.t (id INT PRIMARY KEY)", f"INSERT INTO {out}.t VALUES (1)")

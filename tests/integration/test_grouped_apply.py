@@ -8,7 +8,7 @@ import pytest
 
 from bridge.workload import connect
 from tests.conftest import BridgePair
-from tests.helpers import wait_for
+from tests.helpers import numbers, wait_for
 
 
 def backlog(pair, s):
@@ -16,7 +16,7 @@ def backlog(pair, s):
     pair.sql(*[f"INSERT INTO {s}.uni VALUES ({i}, {i * 7 % 101})" for i in range(300)])  # uniform
     pair.sql(f"ALTER TABLE {s}.uni ADD COLUMN extra INT DEFAULT 5")  # a barrier in the middle
     pair.sql(*[f"UPDATE {s}.uni SET extra = {i} WHERE id = {i}" for i in range(0, 300, 3)])
-    pair.sql(f"INSERT INTO {s}.big SELECT seq, REPEAT('x', 500) FROM {s}.seq_0_to_3999")  # chunked
+    pair.sql(f"INSERT INTO {s}.big SELECT seq, REPEAT('x', 500) FROM {numbers(pair.primary, s, 3999, 0)}")  # chunked
     pair.sql(*[f"DELETE FROM {s}.uni WHERE id = {i}" for i in range(0, 300, 10)],
              *[f"UPDATE {s}.hot SET n = n * 2 WHERE id = {i % 3}" for i in range(30)])
 

@@ -21,6 +21,7 @@ from bridge import sqlnames
 from bridge.check import textfile
 from bridge.metrics import METRICS, STAGE_METRICS
 from tests.conftest import BridgePair
+from tests.helpers import numbers
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -83,7 +84,7 @@ def pair(urls):
 def test_the_scheduled_check_finds_records_and_exports_a_difference(pair, urls, fresh_schema, tmp_path):
     s = fresh_schema("unattended")
     pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v INT)",
-             f"INSERT INTO {s}.t SELECT seq, seq FROM {s}.seq_1_to_2000")
+             f"INSERT INTO {s}.t SELECT seq, seq FROM {numbers(pair.primary, s, 2000)}")
     pair.sync()
     prom = tmp_path / "rdma_bridge_checksum.prom"
     env = {"CHANNEL": pair.channel, "MAX_ROWS_PER_SECOND": "100000", "TEXTFILE": str(prom),
