@@ -21,6 +21,7 @@ from bridge import dbconn
 from bridge.apply import modes
 from bridge.config import MysqlUrl, TlsFiles
 from bridge.errors import BridgeError
+from bridge.flavor import Flavor
 from bridge.grants import global_privileges, holds
 from bridge.source import preflight
 from bridge.sqlnames import SYSTEM_SCHEMAS
@@ -142,21 +143,40 @@ def primary_checks(url: MysqlUrl, server_id: int) -> list[Check]:
         return [Check("FAIL", "primary reachable", str(exc), "check host, port, user and password")]
     out = [Check("PASS", "primary reachable", str(url))]
     try:
+        flavor = Flavor.of(conn)
         settings = preflight.read_settings(conn)
-        for name, want, fix in preflight.REQUIRED:
-            have = settings[name] or "(unset)"
-            out.append(Check("PASS" if have.upper() == want else "FAIL", f"primary {name}", have,
-                             "" if have.upper() == want else fix))
+        out += [Check("PASS" if s.ok else "FAIL", f"primary {s.name}", s.have, "" if s.ok else s.fix)
+                for s in preflight.setting_checks(settings)]
         clash = int(settings["server_id"]) == server_id
         out.append(Check("FAIL" if clash else "PASS", "server ids",
                          f"primary server_id {settings['server_id']}, the bridge reads as {server_id}",
                          "pass another --server-id" if clash else ""))
-        out += grant_checks(conn, "primary", url.user,
+        out.append(semi_sync_check(conn, flavor))
+        out += grant_checks(conn, "primary", url.user, flavor,
                             required=(("REPLICATION SLAVE",), ("BINLOG MONITOR", "REPLICATION CLIENT")),
-                            wanted=(("REPLICATION MASTER ADMIN", "REPLICATION CLIENT", "server id clash check"),))
+                            wanted=() if flavor.is_mysql else
+                            (("REPLICATION MASTER ADMIN", "REPLICATION CLIENT", "server id clash check"),))
     finally:
         conn.close()
     return out
+
+
+def semi_sync_check(conn, flavor: Flavor) -> Check:
+    """Whether the primary can have the bridge as a semi-sync replica (start-primary
+    --semi-sync), by the loaded plugin's names."""
+    if not flavor.semi_sync:
+        return Check("INFO", "primary semi-sync", "no semi-sync plugin loaded: start-primary --semi-sync is refused",
+                     f"for --semi-sync: {flavor.semi_sync_plugins}")
+    enabled = flavor.semi_sync_variable("enabled")
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s, %s)",
+                    (enabled, flavor.semi_sync_variable("timeout")))
+        found = {k.lower(): v for k, v in cur.fetchall()}
+    on = found.get(enabled, "OFF").upper() == "ON"
+    return Check("INFO", "primary semi-sync", f"{enabled}={found.get(enabled, '?')}, timeout "
+                 f"{found.get(flavor.semi_sync_variable('timeout'), '?')} ms" +
+                 ("" if on else ": start-primary --semi-sync is refused until it is ON"),
+                 "" if on else f"for --semi-sync: SET GLOBAL {enabled}=ON (and in my.cnf)")
 
 
 def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mode: str = "auto",
@@ -170,14 +190,17 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mo
                       "check host, port, user and password")]
     out = [Check("PASS", "replica reachable", str(url))]
     try:
-        out += grant_checks(conn, "replica", url.user,
+        flavor = Flavor.of(conn)
+        out += grant_checks(conn, "replica", url.user, flavor,
                             required=(("SELECT",), ("INSERT",), ("UPDATE",), ("DELETE",), ("CREATE",), ("DROP",),
                                       ("ALTER",), ("INDEX",)), wanted=())
         with conn.cursor() as cur:
             cur.execute("SELECT @@server_id, VERSION()")
             rid, version = cur.fetchone()
             rid = int(rid)
-        out += apply_mode_checks(conn, apply_mode, primary_flavor or flavor_of(version), flavor_of(version))
+        out += apply_mode_checks(conn, apply_mode, primary_flavor or flavor.kind, flavor.kind)
+        if flavor.is_mysql:
+            out.append(gtid_check(conn, primary_flavor or flavor.kind))
         if primary_server_id is not None:
             same = rid == primary_server_id
             out.append(Check("WARN" if same else "PASS", "replica server id", f"{rid}",
@@ -185,6 +208,20 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mo
     finally:
         conn.close()
     return out
+
+
+def gtid_check(conn, primary_flavor: str) -> Check:
+    """A MySQL replica keeps a MySQL primary's GTIDs (as a native replica does) when it
+    runs with gtid_mode ON; else its transactions get GTIDs of its own, or none."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_mode")
+        mode = str(cur.fetchone()[0])
+    keeps = mode.upper() in ("ON", "ON_PERMISSIVE") and primary_flavor == "mysql"
+    detail = f"gtid_mode {mode}: " + ("each transaction keeps its primary's GTID (failover by GTID works)" if keeps
+                                       else "the replica's transactions do not carry the primary's GTIDs")
+    return Check("PASS" if keeps or primary_flavor != "mysql" else "WARN", "replica GTIDs", detail,
+                 "" if keeps or primary_flavor != "mysql" else
+                 "enforce_gtid_consistency=ON and gtid_mode=ON on the replica, as on the primary")
 
 
 def apply_mode_checks(conn, requested: str, primary_flavor: str, replica_flavor: str) -> list[Check]:
@@ -209,9 +246,11 @@ def apply_mode_checks(conn, requested: str, primary_flavor: str, replica_flavor:
     return out
 
 
-def grant_checks(conn, role: str, user: str, required: tuple, wanted: tuple) -> list[Check]:
+def grant_checks(conn, role: str, user: str, flavor: Flavor, required: tuple, wanted: tuple) -> list[Check]:
     """``required``: tuples of alternatives, one of each must be granted on *.*;
-    ``wanted``: (privilege, alternative, what for) that only warn."""
+    ``wanted``: (privilege, alternative, what for) that only warn. The fix names the
+    grants file of the server's flavor (sql/primary_grants_mysql.sql on MySQL)."""
+    grants = f"sql/{flavor.grants_file(role)}" if role in ("primary", "replica") else f"sql/{role}_grants.sql"
     with conn.cursor() as cur:
         cur.execute("SHOW GRANTS")
         privileges = global_privileges(r[0] for r in cur.fetchall())
@@ -219,15 +258,14 @@ def grant_checks(conn, role: str, user: str, required: tuple, wanted: tuple) -> 
     missing = [" or ".join(alts) for alts in required if not holds(privileges, alts)]
     out.append(Check("FAIL" if missing else "PASS", f"{role} grants of {user}",
                      f"missing {', '.join(missing)}" if missing else "the required privileges are granted",
-                     f"apply sql/{role}_grants.sql" if missing else ""))
+                     f"apply {grants}" if missing else ""))
     for privilege, alternative, why in wanted:
         if not holds(privileges, (privilege, alternative)):
-            out.append(Check("WARN", f"{role} grants of {user}", f"no {privilege} ({why})",
-                             f"apply sql/{role}_grants.sql"))
+            out.append(Check("WARN", f"{role} grants of {user}", f"no {privilege} ({why})", f"apply {grants}"))
     broad = [b for b in BROAD if b in privileges]
     out.append(Check("WARN" if broad else "PASS", f"{role} least privilege",
                      f"{user} also has {', '.join(broad)}" if broad else "nothing broader than needed",
-                     f"use a dedicated user with sql/{role}_grants.sql only" if broad else ""))
+                     f"use a dedicated user with {grants} only" if broad else ""))
     return out
 
 
@@ -268,7 +306,8 @@ def version_or_none(url: MysqlUrl, role: str) -> str | None:
 
 
 # Server pairs (primary, replica) the whole suite runs against in CI (`make test`, `make test-matrix`).
-TESTED_PAIRS = (("mariadb-10.11", "mariadb-10.11"), ("mariadb-10.11", "mariadb-11.8"), ("mariadb-11.8", "mariadb-11.8"))
+TESTED_PAIRS = (("mariadb-10.11", "mariadb-10.11"), ("mariadb-10.11", "mariadb-11.8"), ("mariadb-11.8", "mariadb-11.8"),
+                ("mysql-9.7", "mysql-9.7"), ("mysql-9.7", "mariadb-10.11"))
 
 
 def server_line(version: str) -> str:
@@ -301,7 +340,8 @@ def clone_checks(url: MysqlUrl, schemas: list[str], parallel: int = 1) -> list[C
     except BridgeError as exc:
         return [Check("FAIL", "clone source reachable", str(exc), "check host, port, user and password")]
     try:
-        out = grant_checks(conn, "clone", url.user, required=(("SELECT",), ("SHOW VIEW",), ("TRIGGER",), ("EVENT",)),
+        out = grant_checks(conn, "clone", url.user, Flavor.of(conn),
+                           required=(("SELECT",), ("SHOW VIEW",), ("TRIGGER",), ("EVENT",)),
                            wanted=() if parallel <= 1 else
                            (("RELOAD", "RELOAD", "--parallel above 1: several connections at one moment"),))
         with conn.cursor() as cur:

@@ -5,6 +5,8 @@ primary can still serve a resume position.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pymysql
 
 from bridge import dbconn, servererrors
@@ -52,16 +54,42 @@ def read_settings(conn) -> dict[str, str]:
     return {name: str(found.get(name, "")) for name in SETTINGS}
 
 
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One of the primary's settings as the bridge needs it (the preflight refuses a
+    primary with one not ``ok``; doctor shows each)."""
+
+    name: str
+    have: str
+    ok: bool
+    fix: str = ""
+
+    @property
+    def problem(self) -> str:
+        return f"{self.name} is {self.have}: {self.fix}"
+
+
+def setting_checks(settings: dict[str, str]) -> list[Setting]:
+    """Every setting of the primary that decides whether the bridge can read it."""
+    out = [Setting(name, settings[name] or "(unset)", settings[name].upper() == want,
+                   f"need {want}: {fix}") for name, want, fix in REQUIRED]
+    out += [Setting(name, settings[name], settings[name].upper() != "ON", fix) for name, fix in UNSUPPORTED
+            if settings[name]]
+    if settings["binlog_row_value_options"] or kind_of(settings["version"]) == "mysql":
+        partial = "PARTIAL_JSON" in settings["binlog_row_value_options"].upper()
+        out.append(Setting("binlog_row_value_options", settings["binlog_row_value_options"] or "''", not partial,
+                           "SET GLOBAL binlog_row_value_options='' (and in my.cnf): the bridge needs full row "
+                           "images, not partial JSON updates"))
+    if kind_of(settings["version"]) == "mysql":
+        on = settings["gtid_mode"].upper() == "ON"
+        out.append(Setting("gtid_mode", settings["gtid_mode"] or "OFF", on,
+                           "need ON: the bridge positions by GTID; set enforce_gtid_consistency=ON, then gtid_mode "
+                           "step by step to ON (docs/operations.md, MySQL)"))
+    return out
+
+
 def check_primary(settings: dict[str, str], our_server_id: int, url: MysqlUrl) -> None:
-    problems = [f"{name} is {settings[name]}, need {want}: {fix}"
-                for name, want, fix in REQUIRED if settings[name].upper() != want]
-    problems += [f"{name} is ON: {fix}" for name, fix in UNSUPPORTED if settings[name].upper() == "ON"]
-    if "PARTIAL_JSON" in settings["binlog_row_value_options"].upper():  # MySQL
-        problems.append("binlog_row_value_options is PARTIAL_JSON: SET GLOBAL binlog_row_value_options='' (and in "
-                        "my.cnf): the bridge needs full row images, not partial JSON updates")
-    if kind_of(settings["version"]) == "mysql" and settings["gtid_mode"].upper() != "ON":
-        problems.append(f"gtid_mode is {settings['gtid_mode'] or 'OFF'}, need ON: the bridge positions by GTID; set "
-                        "enforce_gtid_consistency=ON and gtid_mode=ON (docs/operations.md, MySQL)")
+    problems = [s.problem for s in setting_checks(settings) if not s.ok]
     if int(settings["server_id"]) == our_server_id:
         problems.append(f"server_id clash: the primary's server_id is {our_server_id}; pass another --server-id")
     if problems:

@@ -18,7 +18,7 @@ from bridge.check.checksum import Checksummer
 from bridge.errors import ApplyError
 from bridge.model import GtidSet
 from bridge.workload import connect
-from tests.conftest import BridgePair
+from tests.conftest import BridgePair, primary_position
 from tests.helpers import wait_for
 
 
@@ -213,8 +213,7 @@ def test_until_gtid_stops_applying_there_and_resume_applies_on(urls, fresh_schem
             for i in range(1, 6):
                 cur.execute(f"INSERT INTO {s}.t VALUES ({i})")
                 if i == 3:
-                    cur.execute("SELECT @@gtid_binlog_pos")
-                    until = cur.fetchone()[0]
+                    until = primary_position(pair.primary)
         pair.replica_options = {"until_gtid": until}
         pair.start()  # the five inserts wait in the ring together: the group must end at the third
         wait_for(lambda: halted(pair), timeout_s=30, what="applying to stop at --until-gtid")
