@@ -9,7 +9,8 @@
 
 Both replay DDL with the primary's DEFINER clauses, which needs the privilege to name
 another user as definer (MariaDB ``SET USER``, MySQL ``SET_USER_ID`` /
-``SET_ANY_DEFINER``).
+``SET_ANY_DEFINER``), and on MySQL 8.2+ one that does not exist on the replica (a
+native replica's applier may: ``ALLOW_NONEXISTENT_DEFINER``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ MODES = ("auto", "binlog", "sql")
 # privilege -> its alternatives on *.*, per flavor
 _BINLOG = {"mariadb": ("BINLOG REPLAY", "SUPER"), "mysql": ("REPLICATION_APPLIER", "BINLOG_ADMIN", "SUPER")}
 _DEFINER = {"mariadb": ("SET USER", "SUPER"), "mysql": ("SET_ANY_DEFINER", "SET_USER_ID", "SUPER")}
+_ORPHAN_DEFINER = {"mysql": ("ALLOW_NONEXISTENT_DEFINER", "SUPER")}
 
 
 def choose(requested: str, primary_flavor: str, replica_flavor: str) -> str:
@@ -45,6 +47,8 @@ def missing(privileges: frozenset[str], mode: str, flavor: str) -> list[str]:
         out.append(_BINLOG[flavor][0])
     if not holds(privileges, _DEFINER[flavor]):
         out.append(_DEFINER[flavor][0])
+    if flavor in _ORPHAN_DEFINER and not holds(privileges, _ORPHAN_DEFINER[flavor]):
+        out.append(_ORPHAN_DEFINER[flavor][0])
     return out
 
 
@@ -55,4 +59,6 @@ def grant_statement(privileges: list[str], user: str, host: str) -> str:
 def why(privilege: str) -> str:
     if privilege in ("BINLOG REPLAY", "REPLICATION_APPLIER"):
         return "to apply row events in the server (--apply-mode binlog)"
+    if privilege == "ALLOW_NONEXISTENT_DEFINER":
+        return "to replay objects whose DEFINER exists only on the primary, as a native replica does"
     return "to replay triggers, routines, views and events with the primary's DEFINER"

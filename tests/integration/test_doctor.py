@@ -67,10 +67,10 @@ def test_an_applier_without_binlog_replay_is_refused_with_the_grant_to_run(urls,
                     "TO 'doc_norows'@'127.0.0.1'")
     try:
         weak = urls["replica"].__class__(urls["replica"].host, urls["replica"].port, "doc_norows", "pw-doc")
-        binlog, definer = ("REPLICATION_APPLIER", "SET_ANY_DEFINER") if flavors[1].is_mysql else \
-            ("BINLOG REPLAY", "SET USER")  # each flavor's names
+        binlog, definer = ("REPLICATION_APPLIER", "SET_ANY_DEFINER, ALLOW_NONEXISTENT_DEFINER") \
+            if flavors[1].is_mysql else ("BINLOG REPLAY", "SET USER")  # each flavor's names
         check = next(c for c in doctor.replica_checks(weak) if c.name == "apply mode binlog grants")
-        assert check.status == "FAIL" and binlog in check.detail and definer in check.detail
+        assert check.status == "FAIL" and binlog in check.detail and definer.split(",")[0] in check.detail
         assert check.fix == f"GRANT {binlog}, {definer} ON *.* TO 'doc_norows'@'127.0.0.1'"
         sql_mode = next(c for c in doctor.replica_checks(weak, apply_mode="sql") if c.name.startswith("apply mode sql"))
         assert sql_mode.fix == f"GRANT {definer} ON *.* TO 'doc_norows'@'127.0.0.1'"

@@ -46,3 +46,14 @@ def test_all_privileges_hold_everything_but_the_grant_option():
     privileges = global_privileges(["GRANT ALL PRIVILEGES ON *.* TO `a`@`b`"])
     assert holds(privileges, ("BINLOG REPLAY", "SUPER")) and modes.missing(privileges, "binlog", "mariadb") == []
     assert not holds(privileges, ("GRANT OPTION",))
+
+
+def test_a_mysql_applier_needs_each_of_mysqls_own_privileges():
+    """MySQL names them apart (dynamic privileges), and 8.2+ asks for one more to keep a
+    definer the replica lacks."""
+    nothing = global_privileges(["GRANT SELECT, INSERT ON *.* TO `a`@`%`"])
+    assert modes.missing(nothing, "binlog", "mysql") == ["REPLICATION_APPLIER", "SET_ANY_DEFINER",
+                                                         "ALLOW_NONEXISTENT_DEFINER"]
+    granted = global_privileges(["GRANT SELECT ON *.* TO `a`@`%`",
+                                 "GRANT ALLOW_NONEXISTENT_DEFINER,REPLICATION_APPLIER,SET_ANY_DEFINER ON *.* TO `a`@`%`"])
+    assert modes.missing(granted, "binlog", "mysql") == [] and modes.missing(granted, "sql", "mysql") == []
