@@ -20,12 +20,13 @@ TABLE = f"CREATE TABLE {BENCH_SCHEMA}.single (id INT PRIMARY KEY, v INT, note VA
 
 
 def catch_up(bench: Bench, count: int, native_threads: int, start_id: int, log) -> dict:
-    bench.native_sql("STOP SLAVE", f"SET GLOBAL slave_parallel_threads={native_threads}")
+    bench.native_sql(bench.native_flavor.stop_replica,
+                     f"SET GLOBAL {bench.native_flavor.replica_workers_variable}={native_threads}")
     bench.stop_bridge_reader()
     log(f"backlog: {count} single-row transactions")
     single_row_backlog(MysqlUrl.parse(bench.info["primary_admin"]), count, start_id)
     target = bench.primary_pos()
-    bench.native_sql("START SLAVE")
+    bench.start_native()
     native_s = bench.wait(bench.native_pos, target)
     log(f"native ({native_threads} threads): {native_s:.1f}s")
     bench.start_bridge()
@@ -49,7 +50,7 @@ def run(count: int, state_dir: str, transport: str, log=print, apply_mode: str =
         bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
         rounds = [catch_up(bench, count, threads, 1 + i * count, log) for i, threads in enumerate((0, 4))]
     finally:
-        bench.native_sql("STOP SLAVE", "SET GLOBAL slave_parallel_threads=0", "START SLAVE")
+        bench.restart_native(workers=0)
         bench.stop()
     return {"benchmark": "catch-up, single-row transactions", "transport": transport, "apply_mode": apply_mode,
             "rounds": rounds}

@@ -11,6 +11,7 @@ from pymysql.constants import CLIENT
 
 from bridge.certs import make_set
 from bridge.config import MysqlUrl
+from bridge.flavor import Flavor
 from bridge.model import GtidSet
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.sandbox import Sandbox, free_port
@@ -29,12 +30,15 @@ class Bench:
     """``transport``: shm, tcp, rdma, or tcp+tls (tcp with TLS on the bridge's connections)."""
 
     def __init__(self, state_dir: str, transport: str = "shm", extra_primary: tuple[str, ...] = (),
-                 extra_replica: tuple[str, ...] = ()) -> None:
+                 extra_replica: tuple[str, ...] = (), flavor: str | None = None) -> None:
+        """``flavor``: the sandbox's servers (bridge.images; None: this host's MariaDB, or
+        what the state directory's sandbox was made with)."""
         self.box = Sandbox(state_dir)
-        self.info = self.box.up(native_replica=True)
+        self.info = self.box.up(native_replica=True, flavor=flavor)
         self.primary = connect(MysqlUrl.parse(self.info["primary_admin"]))
         self.replica = connect(MysqlUrl.parse(self.info["replica_admin"]))
         self.native = self.box.native_connection()
+        self.flavor, self.native_flavor = Flavor.of(self.primary), Flavor.of(self.native)
         self.transport, self.state_dir = transport.removesuffix("+tls"), state_dir
         tls = tls_args(state_dir) if transport.endswith("+tls") else ()
         self.extra_primary, self.extra_replica = (*extra_primary, *tls), (*extra_replica, *tls)
@@ -83,7 +87,7 @@ class Bench:
 
     def primary_pos(self) -> GtidSet:
         with self.primary.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
+            cur.execute(self.flavor.gtid_position_sql)
             return GtidSet.parse(cur.fetchone()[0])
 
     def bridge_pos(self) -> GtidSet:
@@ -94,13 +98,33 @@ class Bench:
 
     def native_pos(self) -> GtidSet:
         with self.native.cursor() as cur:
-            cur.execute("SELECT @@gtid_slave_pos")
+            cur.execute(self.native_flavor.replica_gtid_sql)
             return GtidSet.parse(cur.fetchone()[0])
 
     def native_sql(self, *statements: str) -> None:
         with self.native.cursor() as cur:
             for s in statements:
                 cur.execute(s)
+
+    def start_native(self) -> None:
+        self.native_sql(self.native_flavor.start_replica)
+
+    def stop_native(self) -> None:
+        self.native_sql(self.native_flavor.stop_replica)
+
+    def restart_native(self, **settings) -> None:
+        """The native replica stopped, ``SET GLOBAL`` each of its settings by role
+        (``workers``, ``semi_sync``: each flavor's variable), started again."""
+        names = {"workers": self.native_flavor.replica_workers_variable,
+                 "semi_sync": self.native_flavor.replica_semi_sync_variable}
+        self.native_sql(self.native_flavor.stop_replica, *(f"SET GLOBAL {names[k]}={v}" for k, v in settings.items()),
+                        self.native_flavor.start_replica)
+
+    def semi_sync_sql(self, **settings) -> None:
+        """``SET GLOBAL`` the primary's semi-sync variables by name (enabled=ON, timeout=...)."""
+        with self.primary.cursor() as cur:
+            for name, value in settings.items():
+                cur.execute(f"SET GLOBAL {self.flavor.semi_sync_variable(name)}={value}")
 
     def wait(self, pos_fn, target: GtidSet, timeout_s: float = 900.0, alive=lambda: None) -> float:
         """Seconds until ``pos_fn()`` holds every GTID of ``target``."""

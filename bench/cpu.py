@@ -34,6 +34,7 @@ import pymysql
 from bench import wakeup
 from bench.common import BENCH_SCHEMA, Bench
 from bridge.config import MysqlUrl
+from bridge.workload import numbers
 from bridge.wire import native
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -116,9 +117,10 @@ def measure(bench: Bench, workload: str, rate: int, seconds: float, first: int, 
 
 
 def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tcp+tls"), modes=("binlog", "sql"),
-        log=print, pure=(("binlog", "shm"),)) -> dict:
+        log=print, pure=(("binlog", "shm"),), flavor: str | None = None) -> dict:
     """``pure``: the (mode, transport) setups measured once more with the bridge on
-    its pure-Python hot path (RDMA_BRIDGE_PURE_PYTHON=1), for the compiled one's gain."""
+    its pure-Python hot path (RDMA_BRIDGE_PURE_PYTHON=1), for the compiled one's gain.
+    ``flavor``: the sandbox's servers (e.g. mysql-9.7: a native MySQL replica the baseline)."""
     rows, first = [], 1
     try:
         wakeup_us = wakeup.measure()
@@ -130,7 +132,7 @@ def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tc
     for mode, transport, hot_path in setups:
         if hot_path == "pure":
             os.environ[native.PURE_ENV] = "1"  # the bridge processes inherit it
-        bench = Bench(state_dir, transport, extra_replica=("--apply-mode", mode))
+        bench = Bench(state_dir, transport, extra_replica=("--apply-mode", mode), flavor=flavor)
         try:
             bench.start_bridge()
             _tables(bench)
@@ -146,6 +148,7 @@ def run(rate: int, seconds: float, state_dir: str, transports=("shm", "tcp", "tc
             bench.stop()
             os.environ.pop(native.PURE_ENV, None)
     return {"benchmark": "CPU per transaction, bridge (both processes + replica server) vs native replica server",
+            "servers": flavor or "local",
             "rate": rate, "seconds": seconds, "us_per_wakeup": wakeup_us, "rows": rows}
 
 
@@ -173,7 +176,7 @@ def _tables(bench: Bench) -> None:
         cur.execute(f"SELECT COUNT(*) FROM {BENCH_SCHEMA}.cpu3")
         if cur.fetchone()[0] < ROWS:
             cur.execute(f"INSERT IGNORE INTO {BENCH_SCHEMA}.cpu3 SELECT seq, 0, 'r' "
-                        f"FROM {BENCH_SCHEMA}.seq_0_to_{ROWS - 1}")
+                        f"FROM {numbers(bench.primary, BENCH_SCHEMA, ROWS - 1, 0)}")
     target = bench.primary_pos()
     bench.wait(bench.native_pos, target)
     bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
@@ -188,10 +191,11 @@ def main() -> None:
     ap.add_argument("--pure", default="binlog/shm", help="mode/transport setups measured on the pure-Python hot "
                                                           "path too (comma-separated; empty: none)")
     ap.add_argument("--state-dir", default=".sandbox")
+    ap.add_argument("--flavor", default=None, help="the sandbox's servers, e.g. mysql-9.7 (its own --state-dir)")
     args = ap.parse_args()
     pure = [tuple(setup.split("/")) for setup in args.pure.split(",") if setup]
     result = run(args.rate, args.seconds, args.state_dir, args.transports.split(","), args.modes.split(","),
-                 log=_stderr, pure=pure)
+                 log=_stderr, pure=pure, flavor=args.flavor)
     result["ratios"] = hot_path_ratios(result)
     print(json.dumps(result, indent=2))
 

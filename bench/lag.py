@@ -106,11 +106,11 @@ class Sides:
         """Connection arguments of the server to watch."""
         bench = self.bench
         if side == "native" and self.active != "native":
-            bench.native_sql("START SLAVE")
+            bench.start_native()
             bench.wait(bench.native_pos, bench.primary_pos())
             bench.stop_bridge_reader()
         elif side == "bridge" and self.active != "bridge":
-            bench.native_sql("STOP SLAVE")
+            bench.stop_native()
             bench.start_bridge()
             bench.wait(bench.bridge_pos, bench.primary_pos(), alive=bench.bridge_alive)
         if side != self.active:
@@ -122,12 +122,12 @@ class Sides:
 
 
 def run(rates: list[int], seconds: float, state_dir: str, transport: str, rounds: int = 3,
-        apply_mode: str = "binlog") -> dict:
-    bench = Bench(state_dir, transport, extra_replica=("--apply-mode", apply_mode))
+        apply_mode: str = "binlog", flavor: str | None = None) -> dict:
+    bench = Bench(state_dir, transport, extra_replica=("--apply-mode", apply_mode), flavor=flavor)
     rows, next_id = [], 1
     try:
         bench.start_bridge()
-        bench.native_sql("STOP SLAVE")
+        bench.stop_native()
         bench.create_table(f"DROP TABLE IF EXISTS {BENCH_SCHEMA}.lag")
         bench.create_table(TABLE)
         sides = Sides(bench)
@@ -151,10 +151,11 @@ def run(rates: list[int], seconds: float, state_dir: str, transport: str, rounds
                          "ratio_p99": round(bridge["p99_us"] / native["p99_us"], 2),
                          "ratio_p999": round(bridge["p999_us"] / native["p999_us"], 2)})
     finally:
-        bench.native_sql("START SLAVE")
+        bench.start_native()
         bench.stop()
     return {"benchmark": "lag commit-returned to visible (ratios bridge/native, lower is better)",
-            "transport": transport, "apply_mode": apply_mode, "seconds_per_rate_and_side": seconds, "rounds": rounds,
+            "servers": bench.flavor.name, "transport": transport, "apply_mode": apply_mode,
+            "seconds_per_rate_and_side": seconds, "rounds": rounds,
             "rates": rows}
 
 
@@ -166,9 +167,10 @@ def main() -> None:
     ap.add_argument("--transport", default="shm", choices=["shm", "tcp", "tcp+tls"])
     ap.add_argument("--apply-mode", default="binlog", choices=["binlog", "sql"])
     ap.add_argument("--state-dir", default=".sandbox")
+    ap.add_argument("--flavor", default=None, help="the sandbox's servers, e.g. mysql-9.7 (its own --state-dir)")
     args = ap.parse_args()
     print(json.dumps(run([int(r) for r in args.rates.split(",")], args.seconds, args.state_dir, args.transport,
-                         args.rounds, args.apply_mode),
+                         args.rounds, args.apply_mode, args.flavor),
                      indent=2))
 
 

@@ -13,11 +13,12 @@ import json
 import time
 
 from bridge.check.compare import compare_databases
+from bridge.check.positions import primary_position
 from bridge.config import MysqlUrl
 from bridge.model import GtidSet
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.sandbox import Sandbox, free_port
-from bridge.workload import connect
+from bridge.workload import connect, numbers
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -45,9 +46,7 @@ def run(rows: int, row_bytes: int, ring_bytes: int, transport: str, state_dir: s
     info = Sandbox(state_dir).up()
     p, r = MysqlUrl.parse(info["primary_admin"]), MysqlUrl.parse(info["replica_admin"])
     pconn, rconn = connect(p), connect(r)
-    with pconn.cursor() as cur:
-        cur.execute("SELECT @@gtid_binlog_pos")
-        start = cur.fetchone()[0]
+    start = str(primary_position(pconn))
     channel, port = f"large_{int(time.time())}", free_port()
     rep = replica_process(info["replica"], port, transport, channel, state_dir, ring_bytes=ring_bytes).start()
     wait_port(port, alive=rep.check_alive)
@@ -56,8 +55,7 @@ def run(rows: int, row_bytes: int, ring_bytes: int, transport: str, state_dir: s
         cur.execute("DROP DATABASE IF EXISTS bench_large")
         cur.execute("CREATE DATABASE bench_large")
         cur.execute("CREATE TABLE bench_large.t (id INT PRIMARY KEY, pad VARCHAR(2000), k INT)")
-        cur.execute("SELECT @@gtid_binlog_pos")
-        created = GtidSet.parse(cur.fetchone()[0])
+    created = primary_position(pconn)
     while not GtidSet.parse(applied_gtid(rconn, channel)).contains_all(created):  # both ends up and streaming
         pri.check_alive()
         rep.check_alive()
@@ -67,9 +65,8 @@ def run(rows: int, row_bytes: int, ring_bytes: int, transport: str, state_dir: s
     t0 = time.perf_counter()
     with pconn.cursor() as cur:
         cur.execute(f"INSERT INTO bench_large.t SELECT seq, REPEAT(CHAR(65 + seq % 26), {row_bytes}), seq % 7 "
-                    f"FROM bench_large.seq_0_to_{rows - 1}")
-        cur.execute("SELECT @@gtid_binlog_pos")
-        target = GtidSet.parse(cur.fetchone()[0])
+                    f"FROM {numbers(pconn, 'bench_large', rows - 1, 0)}")
+    target = primary_position(pconn)
     committed = time.perf_counter() - t0
     txn_bytes = binlog_bytes(pconn) - before
     while not GtidSet.parse(applied_gtid(rconn, channel)).contains_all(target):  # heartbeats run past it

@@ -60,8 +60,7 @@ def run(count: int, state_dir: str, log=print, transport: str = "shm") -> dict:
             bench.stop()
             bench.bridge_primary = bench.bridge_replica = None
             native_semi = 'ON' if mode == 'native' else 'OFF'
-            bench.native_sql("STOP SLAVE", f"SET GLOBAL rpl_semi_sync_slave_enabled={native_semi}",
-                             "START SLAVE")
+            bench.restart_native(semi_sync=native_semi)
             primary_sql(bench, f"SET GLOBAL rpl_semi_sync_master_enabled={'OFF' if mode == 'off' else 'ON'}")
             bench.extra_primary = ("--semi-sync", mode if mode in ("received", "applied") else "off",
                                    "--heartbeat-interval", "0")
@@ -77,7 +76,7 @@ def run(count: int, state_dir: str, log=print, transport: str = "shm") -> dict:
             log(f"  {mode:9s} commit P50 {rounds[mode]['p50_us']} µs, P99 {rounds[mode]['p99_us']} µs")
     finally:
         primary_sql(bench, "SET GLOBAL rpl_semi_sync_master_enabled=OFF")
-        bench.native_sql("STOP SLAVE", "SET GLOBAL rpl_semi_sync_slave_enabled=OFF", "START SLAVE")
+        bench.restart_native(semi_sync="OFF")
         bench.stop()
     base = rounds["off"]
     return {"benchmark": "primary commit latency under semi-sync (AFTER_SYNC)", "commits": count,

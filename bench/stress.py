@@ -334,7 +334,7 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
                     "SET GLOBAL rpl_semi_sync_master_wait_point='AFTER_SYNC'",
                     f"SET GLOBAL rpl_semi_sync_master_timeout={ack_timeout_ms}",
                     "SET GLOBAL rpl_semi_sync_master_enabled=ON")
-        bench.native_sql("STOP SLAVE", "SET GLOBAL rpl_semi_sync_slave_enabled=OFF", "START SLAVE")
+        bench.restart_native(semi_sync="OFF")
         bench.start_bridge()
         if primary_nice:
             renice(bench.bridge_primary.proc.pid, primary_nice, log)
@@ -353,7 +353,7 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
         stress.stop_watching_bridge()
         stress.active[1] = 0  # no probes while the native replica restarts as the semi-sync one
         bench.stop_bridge_reader()
-        bench.native_sql("STOP SLAVE", "SET GLOBAL rpl_semi_sync_slave_enabled=ON", "START SLAVE")
+        bench.restart_native(semi_sync="ON")
         wait_clients(bench, 1)
         bench.wait(bench.native_pos, bench.primary_pos())
         deadline = time.monotonic() + 60
@@ -363,7 +363,7 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
         log(f"native phase: {native_minutes} min, the native replica the semi-sync replica")
         stress.phase("native", native_minutes, minutes + 1)
         stress.stop()
-        bench.native_sql("STOP SLAVE", "SET GLOBAL rpl_semi_sync_slave_enabled=OFF", "START SLAVE")
+        bench.restart_native(semi_sync="OFF")
         bench.start_bridge()  # catches up the native phase
         target = bench.primary_pos()
         bench.wait(bench.native_pos, target)
@@ -375,7 +375,7 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
         if stress is not None:
             stress.stop()
         primary_sql(bench, "SET GLOBAL rpl_semi_sync_master_enabled=OFF")
-        bench.native_sql("STOP SLAVE", "SET GLOBAL rpl_semi_sync_slave_enabled=OFF", "START SLAVE")
+        bench.restart_native(semi_sync="OFF")
         bench.stop()
     counters = {k: (counters_end.get(k) or 0) - (counters_start.get(k) or 0) for k in RECONNECTS}
     result = summarize(stress, compared, counters, minutes, native_minutes, rate, semi_sync, ack_timeout_ms,

@@ -61,7 +61,7 @@ def one_round(bench: Bench, workers: int, make_backlog, count: int, log) -> dict
     bench.extra_replica = ("--workers", str(workers))
     make_backlog()
     target = bench.primary_pos()
-    bench.native_sql("START SLAVE")
+    bench.start_native()
     native_s = bench.wait(bench.native_pos, target)
     bench.start_bridge()
     bridge_s = bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
@@ -102,7 +102,7 @@ def run(count: int, workers: list[int], state_dir: str, log=print) -> dict:
         for n in (1, 4):
             out["mixed"].append(one_round(bench, n, lambda: mixed.run(count // 2), count // 2, log))
     finally:
-        bench.native_sql("STOP SLAVE", "SET GLOBAL slave_parallel_threads=0", "START SLAVE")
+        bench.restart_native(workers=0)
         bench.stop()
     return out
 

@@ -16,6 +16,7 @@ import pymysql
 from bridge import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import SourceError
+from bridge.flavor import Flavor
 
 SCHEMA_DDL = (
     "CREATE TABLE {s}.accounts (id INT PRIMARY KEY, owner VARCHAR(40) NOT NULL, "
@@ -135,3 +136,19 @@ def probe_lag(primary, replica, schema: str, samples: int, timeout_s: float = 10
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+_DIGITS = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL " \
+          "SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+
+
+def numbers(conn, schema: str, last: int, first: int = 1) -> str:
+    """A table of one column ``seq`` holding ``first``..``last``, for INSERT ... SELECT:
+    MariaDB's Sequence engine table (``schema.seq_1_to_N``), or on MySQL, which has no
+    such engine, a cross join of digits."""
+    if not Flavor.of(conn).is_mysql:
+        return f"{schema}.seq_{first}_to_{last}"
+    places = len(str(last - first))
+    value = " + ".join(f"d{i}.d * {10 ** i}" for i in range(places))
+    joined = ", ".join(f"{_DIGITS} AS d{i}" for i in range(places))
+    return f"(SELECT seq FROM (SELECT {first} + {value} AS seq FROM {joined}) AS n WHERE seq <= {last}) AS numbers"

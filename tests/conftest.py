@@ -33,11 +33,16 @@ def server_flavors() -> tuple[str | None, str | None]:
     return (given[0], given[-1]) if given else (None, None)
 
 
+def sandbox_up(box: Sandbox, **options) -> dict:
+    """``box.up(**options)`` with the servers of the flavors the suite runs against."""
+    flavor, replica_flavor = server_flavors()
+    return box.up(flavor=flavor, replica_flavor=replica_flavor, **options)
+
+
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory):
     box = Sandbox(tmp_path_factory.mktemp("sandbox"))
-    flavor, replica_flavor = server_flavors()
-    info = box.up(flavor=flavor, replica_flavor=replica_flavor)
+    info = sandbox_up(box)
     yield box, info
     box.down()
 

@@ -7,7 +7,7 @@ import time
 
 from bridge.check.positions import primary_position
 from bridge.flavor import Flavor
-from bridge.workload import MixedWorkload, connect
+from bridge.workload import MixedWorkload, connect, numbers  # noqa: F401 (numbers: the tests import it here)
 
 
 def channel_row(conn, channel) -> tuple[int, str]:
@@ -95,19 +95,3 @@ class BackgroundWorkload:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join()
-
-
-_DIGITS = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL " \
-          "SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
-
-
-def numbers(conn, schema: str, last: int, first: int = 1) -> str:
-    """A table of one column ``seq`` holding ``first``..``last``, for INSERT ... SELECT:
-    MariaDB's Sequence engine table (``schema.seq_1_to_N``), or on MySQL, which has no
-    such engine, a cross join of digits."""
-    if not Flavor.of(conn).is_mysql:
-        return f"{schema}.seq_{first}_to_{last}"
-    places = len(str(last - first))
-    value = " + ".join(f"d{i}.d * {10 ** i}" for i in range(places))
-    joined = ", ".join(f"{_DIGITS} AS d{i}" for i in range(places))
-    return f"(SELECT seq FROM (SELECT {first} + {value} AS seq FROM {joined}) AS n WHERE seq <= {last}) AS numbers"

@@ -26,8 +26,9 @@ from bridge.report import render_html, status_table
 from bridge.sandbox import Sandbox, free_port
 from bridge.statusdoc import PrimaryStatus, deviations
 from bridge.workload import connect, create_schema
-from tests.conftest import primary_position
-from tests.helpers import BackgroundWorkload, channel_row, semi_sync_status, wait_for, wait_shipped, wait_written
+from tests.conftest import primary_position, sandbox_up
+from tests.helpers import (BackgroundWorkload, channel_row, semi_sync_status, set_semi_sync, wait_for, wait_shipped,
+                           wait_written)
 
 REPLICAS = ("replica", "replica2", "replica3")
 RING = 256 << 10  # small: a frozen replica side fills it within a second of the workload
@@ -37,7 +38,7 @@ RING = 256 << 10  # small: a frozen replica side fills it within a second of the
 def box(tmp_path_factory):
     """A sandbox of its own: a primary and three replica servers."""
     sandbox = Sandbox(tmp_path_factory.mktemp("fanout"))
-    info = sandbox.up(replicas=3)
+    info = sandbox_up(sandbox, replicas=3)
     yield info
     sandbox.down()
 
@@ -269,12 +270,9 @@ def test_two_replica_sides_on_one_replica_server_are_refused(box, tmp_path, capl
 @pytest.fixture
 def semi_sync_box(box):
     admin = connect(MysqlUrl.parse(box["primary_admin"]))
-    with admin.cursor() as cur:
-        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=1000")
-        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=ON")
+    set_semi_sync(admin, timeout=1000, enabled="ON")
     yield admin
-    with admin.cursor() as cur:
-        cur.execute("SET GLOBAL rpl_semi_sync_master_enabled=OFF")
+    set_semi_sync(admin, enabled="OFF")
     admin.close()
 
 

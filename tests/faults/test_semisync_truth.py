@@ -16,9 +16,9 @@ from bridge.sandbox import free_port
 from bridge.workload import connect
 from tests.conftest import BridgePair
 from tests.faults.proxy import FaultProxy
-from tests.helpers import applied_seq, semi_sync_on, semi_sync_status, wait_for
+from tests.helpers import applied_seq, semi_sync_on, semi_sync_status, set_semi_sync, wait_for
 
-TIMEOUT_S = 1.0  # the semi_sync_primary fixture's rpl_semi_sync_master_timeout
+TIMEOUT_S = 1.0  # the semi_sync_primary fixture's rpl_semi_sync_master_timeout (MySQL: _source_)
 
 
 def acked_and_not(admin) -> tuple[int, int]:
@@ -86,8 +86,7 @@ def test_a_cut_between_placement_and_answer_acks_only_once_the_resend_is_confirm
     the resent frame is confirmed, before the primary's timeout. The replica applies 3 s
     late (--delay), so it is the resend's answer, not the replica's commit, that covers it."""
     s = fresh_schema("unanswered")
-    with semi_sync_primary.cursor() as cur:
-        cur.execute("SET GLOBAL rpl_semi_sync_master_timeout=20000")
+    set_semi_sync(semi_sync_primary, timeout=20000)
     pair = BridgePair(urls, "tcp", delay_s=3.0)
     pair.start_replica()
     proxy = FaultProxy(tuple(pair.replica_node.address))

@@ -16,7 +16,7 @@ from bridge.check.repair import Repairer
 from bridge.config import MysqlUrl
 from bridge.filter import Filter
 from bridge.workload import connect
-from tests.conftest import BridgePair
+from tests.conftest import BridgePair, sandbox_up
 from tests.helpers import numbers
 
 
@@ -99,7 +99,7 @@ def same(pair, urls, primary_schema: str, channel_rules: str) -> None:
 @pytest.fixture
 def second_primary(sandbox):
     box, _ = sandbox
-    info = box.up(second_primary=True)
+    info = sandbox_up(box, second_primary=True)
     return {"primary": MysqlUrl.parse(info["primary2"]), "primary_admin": MysqlUrl.parse(info["primary2_admin"])}
 
 

@@ -17,7 +17,7 @@ from bridge.flavor import Flavor
 from bridge.model import GtidSet
 from bridge.sandbox import Sandbox
 from bridge.workload import connect
-from tests.conftest import BridgePair, primary_position, server_flavors
+from tests.conftest import BridgePair, primary_position, sandbox_up
 from tests.helpers import wait_for
 from tests.integration.test_types import MORE_TYPES, MYSQL_TYPES, TYPES_TABLE, fast_types, type_rows
 
@@ -124,8 +124,7 @@ def trio(tmp_path_factory):
     """Primary, the bridge's replica and a native replica of the primary (of the
     primary's flavor)."""
     box = Sandbox(tmp_path_factory.mktemp("semantics"))
-    flavor, replica_flavor = server_flavors()
-    info = box.up(native_replica=True, flavor=flavor, replica_flavor=replica_flavor)
+    info = sandbox_up(box, native_replica=True)
     urls = {k: MysqlUrl.parse(v) for k, v in info.items() if v.startswith("mysql://")}
     primary = connect(urls["primary_admin"])
     with primary.cursor() as cur:  # the definer runs the routines on the primary; accounts are the primary's own
