@@ -94,16 +94,18 @@ test-compose: deps compose containers
 	$(PY) docker/compose_demo.py check; status=$$?; $(PY) docker/compose_demo.py down; exit $$status
 
 # The server matrix: `make test` runs this host's MariaDB 10.11 on both ends; these run the
-# end-to-end, semantics, types, clone, checksum, filter, semi-sync, apply-stop and fault tests
-# again from 10.11 into MariaDB 11.8 (the upgrade path) and from 11.8 into 11.8, the 11.8
-# servers in containers built once from Debian 13's packages (cached by podman).
+# end-to-end, semantics, types, clone, checksum, filter, semi-sync, apply-stop, channel and
+# fault tests again from 10.11 into MariaDB 11.8 (the upgrade path), from 11.8 into 11.8,
+# from MySQL 9.7 into MySQL 9.7 and from MySQL 9.7 into this host's MariaDB 10.11; the 11.8
+# and 9.7 servers in containers built once from Debian's packages (cached by podman).
 MATRIX_TESTS ?= tests/integration/test_dml_ddl.py tests/integration/test_semantics.py \
   tests/integration/test_types.py tests/integration/test_clone.py tests/integration/test_checksum.py \
   tests/integration/test_filter.py tests/integration/test_semisync.py tests/integration/test_apply_stop.py \
-  tests/integration/test_doctor.py tests/faults
+  tests/integration/test_doctor.py tests/integration/test_channels.py tests/faults
+MATRIX ?= local,mariadb-11.8 mariadb-11.8 mysql-9.7 mysql-9.7,local
 test-matrix: deps containers
-	RDMA_BRIDGE_TEST_SERVERS=local,mariadb-11.8 $(PY) -m pytest -q $(MATRIX_TESTS)
-	RDMA_BRIDGE_TEST_SERVERS=mariadb-11.8 $(PY) -m pytest -q $(MATRIX_TESTS)
+	status=0; for servers in $(MATRIX); do echo "== servers $$servers"; \
+	  RDMA_BRIDGE_TEST_SERVERS=$$servers $(PY) -m pytest -q $(MATRIX_TESTS) || status=1; done; exit $$status
 
 # Debian's pyverbs (PyPI's does not build against rdma-core 44), linked into the venv.
 rdma-deps: $(STAMP)
@@ -128,8 +130,9 @@ bench-rdma: $(STAMP)
 	PIP="$(PY) -m pip" bash tests/rdma/build_image.sh
 	bash tests/rdma/run_guest.sh python3 -m bench.rdma_lat
 
-demo: deps
-	$(PY) -m bridge demo
+# FLAVOR=mysql-9.7 (or mariadb-11.8): the same demo on servers in containers built here.
+demo: deps $(if $(FLAVOR),containers)
+	$(PY) -m bridge demo $(if $(FLAVOR),--flavor $(FLAVOR))
 
 test: deps compose chromium promtool
 	$(VENV)/bin/lint-imports

@@ -64,7 +64,7 @@ class Applier:
         self.lock_wait_timeout_s = lock_wait_timeout_s
         self.mode = mode
         self.same_flavor = True  # the primary is of the replica's flavor (sql_mode, collations replay as they are)
-        self.keeps_gtids = False  # each transaction commits with its primary's GTID (MySQL into MySQL: set_mode)
+        self._gtid_next = False  # the replica can keep the primary's GTIDs (MySQL into MySQL: set_mode)
         self.format: binlog.FormatDescription | None = None  # the primary's, as of the applied position
         self._open: tuple[str, int] | None = None  # (gtid, seq of its last chunk) of a chunked transaction
         self._open_format: binlog.FormatDescription | None = None  # the format its chunk 0 was in
@@ -133,10 +133,18 @@ class Applier:
         """The apply mode of a new session (nothing may be in flight); the primary's names
         of its collation ids, for a statement whose id the replica does not know."""
         self._statements.primary_collations = primary_collations or {}
-        self.keeps_gtids = same_flavor and self.server.takes_gtid_next
+        self._gtid_next = same_flavor and self.server.takes_gtid_next
         if (mode, same_flavor) != (self.mode, self.same_flavor):
             self.mode, self.same_flavor = mode, same_flavor
             self._setup_session()
+
+    @property
+    def keeps_gtids(self) -> bool:
+        """Each transaction commits with its primary's GTID: a MySQL replica with GTIDs fed
+        by a MySQL primary, on a channel that replicates every table. A filtered channel
+        does not (two channels may split one primary's transactions between them, and a
+        GTID commits once: the channel that took it first would leave the other nothing)."""
+        return self._gtid_next and self.rules.everything
 
     def gtid_script(self, gtid: str) -> tuple[list[bytes], list[bytes]]:
         """(before the transaction, after its COMMIT): where the replica keeps the

@@ -67,6 +67,8 @@ def table_shape(conn: pymysql.Connection, db: str, table: str, into: str = "") -
         cur.execute("SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
                     f"TABLE_NAME=%s AND {Flavor.of(conn).not_generated} ORDER BY ORDINAL_POSITION", (db, table))
         columns = cur.fetchall()
+        if Flavor.of(conn).is_mysql:  # MySQL keeps table statistics for a day unless told to read them now
+            cur.execute("SET SESSION information_schema_stats_expiry=0")
         cur.execute("SELECT TABLE_ROWS, AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
                     "TABLE_NAME=%s", (db, table))
         estimate, row_bytes = cur.fetchone()
