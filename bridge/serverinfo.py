@@ -28,3 +28,16 @@ def read_collations(cur) -> Collations:
 def has_variable(cur, name: str) -> bool:
     cur.execute("SHOW VARIABLES LIKE %s", (name,))
     return cur.fetchone() is not None
+
+
+def collation_names(cur) -> dict[str, str]:
+    """The server's collation names (lower case, each mapped to itself) and each
+    character set's default under ``"charset:"`` + its name (bridge.apply.replay's
+    ``portable_collations``)."""
+    cur.execute("SELECT COLLATION_NAME, CHARACTER_SET_NAME, IS_DEFAULT FROM information_schema.COLLATIONS")
+    known: dict[str, str] = {}
+    for name, charset, default in cur.fetchall():
+        known[str(name).lower()] = str(name)
+        if str(default).lower() == "yes":
+            known["charset:" + str(charset).lower()] = str(name)
+    return known

@@ -79,6 +79,24 @@ class Replay:
     restore: tuple[bytes, ...] = (RESET_REPLAYED,)
 
 
+_COLLATE = re.compile(rb"(?i)(\bCOLLATE\s*=?\s*)`?([A-Za-z0-9_]+)`?")
+
+
+def portable_collations(statement: bytes, known: Mapping[str, str]) -> bytes:
+    """``statement`` with every ``COLLATE name`` the replica lacks replaced by its
+    character set's default there (``known``: the replica's collation names, lower case,
+    and each character set's default under ``"charset:"`` + its name): MySQL's
+    utf8mb4_0900 collations, which MariaDB before 11.4 does not have, become utf8mb4's
+    default, as a statement that names no collation gets it. Unknown character sets stay."""
+    def replace(m: re.Match) -> bytes:
+        name = m.group(2).decode("ascii").lower()
+        if name in known:
+            return m.group(0)
+        default = known.get("charset:" + name.split("_", 1)[0])
+        return m.group(1) + default.encode() if default else m.group(0)
+    return _COLLATE.sub(replace, statement)
+
+
 def split_raw(raw: bytes) -> tuple[list[bytes], bytes]:
     """(context events, the QUERY event) of a ``Statement.raw``."""
     events = list(binlog.split_events(raw))

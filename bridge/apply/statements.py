@@ -4,7 +4,8 @@ the applier's own session back.
 
 As a native replica does: account management (users, roles, grants) is replayed where
 the apply user may manage accounts (``accounts``: start-replica --account-statements;
-else left out, logged and counted); FLUSH is the primary's own business (not replayed);
+else left out, logged and counted), never across flavors (a MySQL account's plugin and
+privileges do not exist on MariaDB); FLUSH is the primary's own business (not replayed);
 an event the primary creates or alters is disabled
 on the replica (DISABLE ON SLAVE) with its definer kept; in sql apply mode a trigger
 the primary creates stops the applier (it would fire for replicated rows). A replay of
@@ -13,6 +14,7 @@ a DDL that ran before a crash accepts "already exists / already gone".
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pymysql
@@ -33,6 +35,7 @@ class StatementReplayer:
     def __init__(self) -> None:
         self.conn: pymysql.Connection | None = None
         self._collations: tuple[dict, bool] | None = None  # the replica's collations, has character_set_collations
+        self._names: dict[str, str] | None = None  # the replica's collation names (serverinfo.collation_names)
         self.primary_collations: dict[int, str] = {}  # the primary's names (its side says them in the hello)
         self.accounts = False  # replay account management (decided at start: bridge.apply.applier)
         self.accounts_replayed = self.accounts_left_out = 0
@@ -47,10 +50,11 @@ class StatementReplayer:
         the statement, ``after`` right after it (GTID_NEXT: the statement commits with
         the primary's GTID). False: not replayed (``head`` did not run)."""
         kind = sql.statement_kind(st.sql)
-        if kind == "flush" or (kind == "account" and not self.accounts):
+        if kind == "flush" or (kind == "account" and not (self.accounts and same_flavor)):
             self.accounts_left_out += kind == "account"
-            log.info("%s: %s statement not replayed on the replica%s: %.60s", context, kind,
-                     "" if kind == "flush" else " (--account-statements)", st.sql)
+            why = "" if kind == "flush" else " (--account-statements)" if same_flavor else \
+                " (another flavor's accounts: authentication plugins and privileges differ)"
+            log.info("%s: %s statement not replayed on the replica%s: %.60s", context, kind, why, st.sql)
             return False
         self.accounts_replayed += kind == "account"
         plan = self._plan(context, st, fmt, same_flavor, not sql.commits_implicitly(st.sql))
@@ -72,10 +76,23 @@ class StatementReplayer:
 
     def _plan(self, context: str, st: Statement, fmt, same_flavor: bool, in_transaction: bool) -> replay.Replay:
         if not st.raw:
-            return replay.Replay(st.schema, (), st.sql.encode(), st.sql)
-        if fmt is None:
+            plan = replay.Replay(st.schema, (), st.sql.encode(), st.sql)
+        elif fmt is None:
             raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
-        return replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._replica_collations(), in_transaction)
+        else:
+            plan = replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._replica_collations(),
+                                     in_transaction)
+        if same_flavor:
+            return plan
+        # the other flavor's collations (MySQL's utf8mb4_0900 on MariaDB): the character set's default here
+        return dataclasses.replace(plan, sql=replay.portable_collations(plan.sql, self._collation_names()))
+
+    def _collation_names(self) -> dict[str, str]:
+        if self._names is None:
+            with self.conn.cursor() as cur:
+                self._names = serverinfo.collation_names(cur)
+            self.conn.commit()  # MySQL reads information_schema in a transaction, which the session's SETs refuse
+        return self._names
 
     def _execute(self, cur, context: str, plan: replay.Replay, after_crash: bool, head: list[bytes],
                  after: list[bytes]) -> None:

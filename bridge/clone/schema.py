@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge import servererrors
+from bridge import servererrors, serverinfo
+from bridge.apply import replay
 from bridge.apply.connection import apply_error
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
@@ -244,8 +245,13 @@ def drop_listed(conn: pymysql.Connection, listed: list[tuple[str, str]], url: My
 
 
 def _run(conn: pymysql.Connection, statement: str, what: str, url: MysqlUrl) -> None:
+    """``statement`` on the replica, a collation it lacks (the other flavor's) replaced by
+    its character set's default there (bridge.apply.replay.portable_collations)."""
     try:
         with conn.cursor() as cur:
-            cur.execute(statement)
+            known = getattr(conn, "_bridge_collation_names", None)
+            if known is None:
+                known = conn._bridge_collation_names = serverinfo.collation_names(cur)
+            cur.execute(replay.portable_collations(statement.encode(), known).decode())
     except pymysql.MySQLError as exc:
         raise apply_error(f"clone: create {what} on replica {url}", exc) from exc

@@ -3,6 +3,8 @@ test ending in a row-by-row comparison of both databases."""
 
 import pytest
 
+from bridge.flavor import Flavor
+
 
 def test_insert_update_delete_and_primary_key_changes(pair, fresh_schema):
     s = fresh_schema("dml")
@@ -107,9 +109,11 @@ def grants_of(conn, user: str) -> list[str]:
         return sorted(row[0] for row in cur.fetchall())
 
 
-def test_account_statements_replay_as_on_a_native_replica_where_the_apply_user_may(urls, fresh_schema):
+def test_account_statements_replay_as_on_a_native_replica_where_the_apply_user_may(urls, fresh_schema, flavors):
     """An apply user with CREATE USER ... WITH GRANT OPTION (the sandbox's admin): users,
-    grants, revokes and drops arrive as on a native replica (--account-statements auto)."""
+    grants, revokes and drops arrive as on a native replica (--account-statements auto);
+    across flavors they are left out (a MySQL account's plugin does not exist on MariaDB)."""
+    across = flavors[0].kind != flavors[1].kind
     from tests.conftest import BridgePair
 
     s = fresh_schema("acctrep")
@@ -122,11 +126,13 @@ def test_account_statements_replay_as_on_a_native_replica_where_the_apply_user_m
                  f"GRANT SELECT, INSERT ON {s}.* TO 'app_rep'@'127.0.0.1'",
                  f"REVOKE INSERT ON {s}.* FROM 'app_rep'@'127.0.0.1'", f"INSERT INTO {s}.t VALUES (1)")
         pair.assert_same(s)
-        assert grants_of(pair.replica, "app_rep") == grants_of(pair.primary, "app_rep") != []
+        on_primary = grants_of(pair.primary, "app_rep")
+        assert on_primary != [] and grants_of(pair.replica, "app_rep") == ([] if across else on_primary)
         pair.sql("DROP USER 'app_rep'@'127.0.0.1'", f"INSERT INTO {s}.t VALUES (2)")
         pair.assert_same(s)
         assert grants_of(pair.replica, "app_rep") == []
-        assert pair.replica_node.status()["counters"]["account_statements_replayed"] == 4
+        counters = pair.replica_node.status()["counters"]
+        assert counters["account_statements_left_out" if across else "account_statements_replayed"] == 4
     finally:
         pair.stop()
 
@@ -194,4 +200,8 @@ def test_ddl_without_a_collation_gets_the_one_it_got_on_the_primary(pair, fresh_
              f"ALTER TABLE {s}.t ADD COLUMN e VARCHAR(5) CHARACTER SET utf8mb4",
              f"INSERT INTO {s}.t (id, a, b, c, d, e) VALUES (1, 'x', 'y', 'z', 'w', 'v')")
     pair.assert_same(s)
-    assert collations(pair.replica, s) == collations(pair.primary, s)
+    if Flavor.of(pair.primary).kind == Flavor.of(pair.replica).kind:
+        assert collations(pair.replica, s) == collations(pair.primary, s)
+    else:  # MariaDB 10.11 has none of MySQL's utf8mb4_0900 collations: each character set's default there
+        assert [(*c[:-1], c[-1].split("_")[0]) for c in collations(pair.replica, s)] == \
+            [(*c[:-1], c[-1].split("_")[0]) for c in collations(pair.primary, s)]

@@ -177,3 +177,13 @@ def test_a_collation_the_replica_lacks_stops_applying_naming_it_as_the_primary_d
     lacking = replay.ReplicaCollations({33: ("utf8mb3_general_ci", "utf8mb3")}, primary_names={2048: "utf8mb3_uca1400_ai_ci"})
     with pytest.raises(ApplyError, match="collation id 2048 \\(utf8mb3_uca1400_ai_ci on the primary\\) is unknown"):
         replay.statements(QUERY_118, 4, True, lacking)
+
+
+def test_a_collation_the_replica_lacks_becomes_its_character_sets_default_there():
+    known = {"utf8mb4_general_ci": "utf8mb4_general_ci", "utf8mb4_bin": "utf8mb4_bin",
+             "charset:utf8mb4": "utf8mb4_general_ci"}
+    ddl = (b"CREATE TABLE t (a VARCHAR(5) COLLATE utf8mb4_0900_as_cs, b TEXT COLLATE `utf8mb4_bin`, "
+           b"c TEXT COLLATE ucs2_other_ci) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_0900_ai_ci")
+    assert replay.portable_collations(ddl, known) == (
+        b"CREATE TABLE t (a VARCHAR(5) COLLATE utf8mb4_general_ci, b TEXT COLLATE `utf8mb4_bin`, "
+        b"c TEXT COLLATE ucs2_other_ci) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci")
