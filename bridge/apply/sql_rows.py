@@ -52,7 +52,10 @@ class SqlRows:
             statements += [("COMMIT", None, UNCHECKED)] + [(s.decode(), None, UNCHECKED) for s in after]
         self.run_batched(context, statements)
         if gtids is not None and not commit_in_batch:
-            self.conn.commit()
+            try:
+                self.conn.commit()
+            except pymysql.MySQLError as exc:  # a lost connection is retried (TargetConnectionLost)
+                raise apply_error(f"{context}: COMMIT", exc) from exc
             if after:
                 self.run_batched(context, [(s.decode(), None, UNCHECKED) for s in after])
 

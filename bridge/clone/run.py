@@ -34,6 +34,7 @@ from bridge.clone.state import CloneState, Entry, Key
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 from bridge.filter import EVERYTHING, Filter
+from bridge.flavor import Flavor
 from bridge.model import GtidSet
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,12 @@ class Cloner:
             raise ConfigError(f"clone: the primary {self.source} has no schema {', '.join(sorted(missing))}")
         schemas = [db for db in available if rules.keeps_schema(db)]
         plan = schema.read_schema(snapshot.conns[0], schemas, rules)
+        if Flavor.of(snapshot.conns[0]).kind != Flavor.of(control).kind:
+            plan, left_out = plan.without_triggers()
+            if left_out:  # they would fire for replicated rows, which native replication never lets happen
+                self.say(f"{len(left_out)} triggers not copied ({', '.join(left_out[:5])}"
+                         f"{' ...' if len(left_out) > 5 else ''}): the replica is of another flavor, so the channel "
+                         "applies rows as SQL (sql apply mode), which cannot keep a trigger from firing for them")
         if base is not None:  # adding tables to a channel: only what it lacks
             plan = plan.only_added(base)
             if not plan.tables and not plan.after_rows:

@@ -8,6 +8,7 @@ object for another definer needs SET USER (or SUPER) on the replica."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -41,6 +42,11 @@ class SchemaPlan:
         into = self.rules.target
         return [*((into(db), t) for db, t in self.tables), *((into(db), "") for db in self.databases),
                 *((into(db), name) for kind, db, name, _, _ in self.after_rows if kind == "VIEW")]
+
+    def without_triggers(self) -> tuple[SchemaPlan, list[str]]:
+        """(this plan without its triggers, their names as db.trigger)."""
+        left_out = [f"{db}.{name}" for kind, db, name, _, _ in self.after_rows if kind == "TRIGGER"]
+        return dataclasses.replace(self, after_rows=[o for o in self.after_rows if o[0] != "TRIGGER"]), left_out
 
     def only_added(self, base: Filter) -> SchemaPlan:
         """The part a channel that replicates ``base`` lacks: the tables and views it

@@ -216,11 +216,13 @@ def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, ca
             writer.start()
             _kill_after_first_copy(args, env, pair, "big", 60)  # one big table copied, the other half way
             killed = _clone_state(pair)
-            assert sum(copied for t, _, copied, _ in killed if t) == 1 and not any(f for *_, f in killed), killed
+            # one of the two big tables copied, not the other (the workload's small tables may be, or not)
+            assert sum(copied for t, _, copied, _ in killed if t in ("big", "big2")) == 1, killed
+            assert not any(f for *_, f in killed), killed
             wait_written(pair.primary, 50)  # more writes before the resumed clone's snapshot
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stderr
-            assert "resuming the clone" in done.stderr and "(1 more kept from the clone that stopped)" in done.stdout
+            assert "resuming the clone" in done.stderr and " more kept from the clone that stopped)" in done.stdout
             state = _clone_state(pair)
             assert len({g for _, g, _, _ in state}) == 2 and all(f and c for _, _, c, f in state)
             pair.start_gtid = None  # the channel starts at the earlier position
@@ -305,7 +307,7 @@ def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_rena
     try:
         with BackgroundWorkload(urls["primary_admin"], s):
             writer.start()
-            _kill_after_first_copy(args, env, pair, "m", 120)  # a matrix table copied, others half way or not begun
+            _kill_after_first_copy(args, env, pair, "m", 240)  # a matrix table copied, others half way or not begun
             # two connections copy two tables at once: the other may finish before the kill lands
             assert 1 <= sum(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("m")) < 3
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)

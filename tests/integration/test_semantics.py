@@ -19,7 +19,7 @@ from bridge.sandbox import Sandbox
 from bridge.workload import connect
 from tests.conftest import BridgePair, primary_position, sandbox_up
 from tests.helpers import wait_for
-from tests.integration.test_types import MORE_TYPES, MYSQL_TYPES, TYPES_TABLE, fast_types, type_rows
+from tests.integration.test_types import MORE_TYPES, TYPES_TABLE, fast_types, mysql_types, type_rows
 
 DEFINER = "`app_owner`@`%`"  # exists nowhere: the definer must be kept as the primary wrote it
 
@@ -104,13 +104,15 @@ OBJECTS = {
 }
 
 
-def types_case(conn) -> list[str]:
-    """Every type table of the primary's flavor (tests/integration/test_types.py)."""
+def types_case(conn, replica) -> list[str]:
+    """Every type table of the primary's flavor (tests/integration/test_types.py) that the
+    ``replica`` connection's server has."""
     fast_table, fast_rows = fast_types(conn)
     if Flavor.of(conn).is_mysql:
-        more = [MYSQL_TYPES.replace("{s}.mysql", "{s}.more"),
-                "INSERT INTO {s}.more (id, j, g, v) VALUES (1, '{\"a\": [1, 2.5]}', POINT(1, 2), "
-                "STRING_TO_VECTOR('[1, 2, 3]'))"]
+        vector = Flavor.of(replica).is_mysql
+        more = [mysql_types(replica).replace("{s}.mysql", "{s}.more"),
+                "INSERT INTO {s}.more (id, j, g" + (", v" if vector else "") + ") VALUES (1, '{\"a\": [1, 2.5]}', "
+                "POINT(1, 2)" + (", STRING_TO_VECTOR('[1, 2, 3]'))" if vector else ")")]
     else:
         more = [MORE_TYPES, "INSERT INTO {s}.more (id, u, i6, g) VALUES (1, UUID(), '::1', POINT(1, 2))"]
     return [TYPES_TABLE, *[f"INSERT INTO {{s}}.types VALUES {r}" for r in type_rows(conn)],
@@ -151,7 +153,7 @@ def objects(url: MysqlUrl, schema: str) -> dict:
 
 def run_case(trio, statements: list[str] | None, schema: str, workers: int, catch_up: bool, mode: str) -> None:
     pair = BridgePair(trio, "shm", workers=workers, apply_mode=mode)
-    statements = statements or types_case(pair.primary)
+    statements = statements or types_case(pair.primary, pair.replica)
     try:
         if not catch_up:
             pair.start()

@@ -188,6 +188,14 @@ MYSQL_JSON = [
 ]
 
 
+def mysql_types(replica) -> str:
+    """MYSQL_TYPES for the ``replica`` connection's server: MariaDB (10.11) has no VECTOR
+    and no SRID column attribute."""
+    if Flavor.of(replica).is_mysql:
+        return MYSQL_TYPES
+    return MYSQL_TYPES.replace("gs POINT SRID 4326,", "").replace("v VECTOR(3),", "")
+
+
 def test_mysql_specific_and_wide_types(pair, fresh_schema, mysql_primary):
     if not mysql_primary:
         pytest.skip("MySQL's own types (JSON in binary form, VECTOR, SRID points); MariaDB's are in "
@@ -209,9 +217,8 @@ def test_mysql_specific_and_wide_types(pair, fresh_schema, mysql_primary):
             for i, doc in enumerate(documents)]
     columns = "(id, tt, mt, lt, tb, mb, du, f73, j, j2, g, geo, pg, mp, gc, gs, v, cb, vbin, v0900, ja, ucs, u16, " \
               "sj, ts)"
-    table, vector = MYSQL_TYPES.format(s=s), ", v=STRING_TO_VECTOR('[0, 0, 1]')"
-    if not Flavor.of(pair.replica).is_mysql:  # MariaDB 10.11 has no VECTOR and no SRID column attribute
-        table = table.replace("gs POINT SRID 4326,", "").replace("v VECTOR(3),", "")
+    table, vector = mysql_types(pair.replica).format(s=s), ", v=STRING_TO_VECTOR('[0, 0, 1]')"
+    if not Flavor.of(pair.replica).is_mysql:
         columns, vector = columns.replace(" gs, v,", ""), ""
         rows = [r.replace(" ST_GeomFromText('POINT(45 9)', 4326), STRING_TO_VECTOR('[1.5, -2, 3.25e10]'),", "")
                 for r in rows]
