@@ -18,12 +18,13 @@ import time
 import pymysql
 
 from bridge import dbconn
-from bridge.apply import binlog_sql, sql
+from bridge import serverinfo
+from bridge.apply import binlog_sql, mismatch, sql
 from bridge.apply.connection import GTID_AUTOMATIC, ServerInfo, apply_error, rollback, run_query, run_script
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, RemoteProtocolError, TargetConnectionLost
 from bridge.model import GtidSet, RowEvents
-from bridge.wire import binlog
+from bridge.wire import binlog, tablemap
 from bridge.wire.native import hot
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,21 @@ DENIED = (1227, 1044, 1045, 1142)
 POSITION_COLUMNS_SELECT = ("SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_OCTET_LENGTH, DATETIME_PRECISION, "
                            "CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA='rdma_bridge' "
                            "AND TABLE_NAME='bridge_meta' ORDER BY ORDINAL_POSITION")
+
+
+UNKNOWN_ERROR = 1105  # ER_UNKNOWN_ERROR: what BINLOG says for a row event its table cannot take
+COLUMNS_SELECT = ("SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME FROM "
+                  "information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION")
+
+
+def _table_maps(rows: list[RowEvents]) -> list[bytes]:
+    """Each distinct TABLE_MAP event of the row events."""
+    seen: dict[bytes, None] = {}
+    for change in rows:
+        for event in binlog.split_events(change.data):
+            if binlog.event_type(event) == binlog.TABLE_MAP:
+                seen[event] = None
+    return list(seen)
 
 
 def _tables_of(rows: list[RowEvents]) -> str:
@@ -72,13 +88,36 @@ class BinlogRows:
             else:
                 tail = [sql.position_write(self.conn.escape, self.channel, *position)] + tail
         query = hot.one_trip(datas, tail, limit - sum(len(h) + 1 for h in head)) if self.goes_on else None
-        if query is not None:  # the common case: one statement, one round trip
-            run_query(self.conn, context, b";".join([*head, query]), len(head) + 1 + len(tail),
-                      lambda i: _tables_of(rows) if i == len(head) else "")
-            return
-        for trip in self._trips([*head, *self._statements(context, datas, limit), *tail], limit):
-            run_script(self.conn, context, trip,
-                       lambda i, trip=trip: _tables_of(rows) if trip[i].startswith(b"BINLOG") else "")
+        try:
+            if query is not None:  # the common case: one statement, one round trip
+                run_query(self.conn, context, b";".join([*head, query]), len(head) + 1 + len(tail),
+                          lambda i: _tables_of(rows) if i == len(head) else "")
+                return
+            for trip in self._trips([*head, *self._statements(context, datas, limit), *tail], limit):
+                run_script(self.conn, context, trip,
+                           lambda i, trip=trip: _tables_of(rows) if trip[i].startswith(b"BINLOG") else "")
+        except ApplyError as exc:
+            if exc.code != UNKNOWN_ERROR:
+                raise
+            raise ApplyError(f"{exc}{self._unknown_error(rows)}", exc.code) from exc
+
+    def _unknown_error(self, rows: list[RowEvents]) -> str:
+        """What makes the replica's tables refuse these row events (bridge.apply.mismatch),
+        for a BINLOG that failed as 1105 "Unknown error"; '' when nothing is found."""
+        found: list[str] = []
+        try:
+            with self.conn.cursor() as cur:
+                charsets = {i: charset.lower() for i, (_, charset) in serverinfo.read_collations(cur).items()}
+                for event in _table_maps(rows):
+                    table = tablemap.parse_table_map(event, self._fmt.checksum_bytes)
+                    cur.execute(COLUMNS_SELECT, (table.schema, table.table))
+                    found += mismatch.explain(table, list(cur.fetchall()), charsets)
+        except (pymysql.MySQLError, RemoteProtocolError) as exc:
+            return f" (what differs could not be read: {exc})"
+        if not found:
+            return ""
+        return (": the row events do not fit the replica's tables, which must be as on the primary (native "
+                "replication refuses them too): " + "; ".join(dict.fromkeys(found)))
 
     def prepare(self, fmt: binlog.FormatDescription | None, context: str) -> None:
         """This connection ready for row events in ``fmt`` (probes on first use, so

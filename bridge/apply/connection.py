@@ -120,7 +120,25 @@ def run_query(conn: pymysql.Connection, context: str, query: bytes, statements: 
             if dbconn.next_answer(conn) != 0:  # an error answer raised the server's error
                 raise ApplyError(f"{context}{describe(done)}: the statement returned rows, expected OK")
     except pymysql.MySQLError as exc:
-        raise apply_error(f"{context}{describe(done)}", exc) from exc
+        raise apply_error(f"{context}{describe(done)}", exc, server_notes(conn, exc)) from exc
+
+
+def server_notes(conn: pymysql.Connection, exc: pymysql.MySQLError) -> str:
+    """What else the server said about a failed statement (SHOW WARNINGS, as a native
+    replica's Last_SQL_Error quotes them): a row event that cannot be applied often
+    fails as 1105 "Unknown error" with the reason only there. '' for a lost connection."""
+    code = servererrors.code_of(exc)
+    if code in servererrors.CONNECTION_LOST or code == servererrors.CANT_CONNECT or \
+            isinstance(exc, pymysql.InterfaceError):
+        return ""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW WARNINGS")
+            rows = cur.fetchall()
+    except pymysql.MySQLError:
+        return ""  # the connection is no longer usable: the error itself says why
+    main = exc.args[-1] if exc.args else ""
+    return "; ".join(f"{level} {number}: {message}" for level, number, message in rows if message != main)
 
 
 def _waiter(conn: pymysql.Connection):
@@ -183,10 +201,14 @@ def _keepalive(sock: socket.socket, idle_s: int = 30, interval_s: int = 10, prob
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
 
 
-def apply_error(context: str, exc: pymysql.MySQLError) -> ApplyError:
-    """Our error for a server error: a lost connection is retryable, the rest is not."""
+def apply_error(context: str, exc: pymysql.MySQLError, notes: str = "") -> ApplyError:
+    """Our error for a server error: a lost connection is retryable, the rest is not. The
+    message names the server's error number (as a native replica's Last_SQL_Errno), and
+    ``notes``, what else the server said (``server_notes``)."""
     code = servererrors.code_of(exc)
     detail = exc.args[-1] if exc.args else type(exc).__name__
+    if code and not isinstance(exc, pymysql.InterfaceError):
+        detail = f"error {code}: {detail}" + (f" ({notes})" if notes else "")
     refused = tls_refusal(exc)
     if refused:  # no retry mends a certificate
         return ApplyError(f"{context}: {refused}", code)

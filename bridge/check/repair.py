@@ -29,10 +29,18 @@ from bridge.check.positions import primary_position, wait_for_replica
 from bridge.config import MysqlUrl
 
 log = logging.getLogger(__name__)
+# The marker travels as a row event, which the replica's table must take as the primary's
+# wrote it: its character set is named, not left to each server's rdma_bridge database
+# default (a primary whose default is latin1 and a replica's utf8mb4 made every repair of
+# that primary's channel stop as "Unknown error")
+MARKER_COLLATION = "utf8mb4_bin"
 REPAIRS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
   id BIGINT AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL,
   copy_table VARCHAR(64) NOT NULL, where_sql TEXT NOT NULL,
-  created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"""
+  created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB
+  DEFAULT CHARSET=utf8mb4 COLLATE=""" + MARKER_COLLATION
+MARKERS_COLLATIONS = ("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+                      "AND COLLATION_NAME IS NOT NULL AND COLLATION_NAME <> %s")
 
 
 def pending_diffs(replica_conn, channel: str) -> list[tuple[int, ChunkResult]]:
@@ -73,6 +81,11 @@ class Repairer:
         with self.primary.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
             cur.execute(REPAIRS_DDL.format(table=self.markers))
+            cur.execute(MARKERS_COLLATIONS, (SCHEMA, sqlnames.owned(sqlnames.REPAIR_MARKERS, self.channel),
+                                            MARKER_COLLATION))
+            if cur.fetchone()[0]:  # made by an older version in the database's default: made again, as both sides
+                cur.execute(f"DROP TABLE {self.markers}")  # take it now (a CONVERT would widen TEXT on one side only)
+                cur.execute(REPAIRS_DDL.format(table=self.markers))
         for n, (diff_id, chunk) in enumerate(diffs, start=1):
             self._repair(diff_id, chunk)
             self.progress(f"repaired {n}/{len(diffs)}: {chunk.db}.{chunk.tbl} chunk {chunk.chunk} "

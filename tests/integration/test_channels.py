@@ -1,23 +1,34 @@
 """Channels that share one replica server never step on each other: two primaries (the
-second in its own GTID domain) consolidated into one replica under renamed schemas, and
-one primary split by filters into two channels. A checksum finds damage in its own
-channel only, the other channel's checksum stays clean run after run, and a repair of
-one channel fixes it while the other keeps applying. Every case ends with both
-channels' tables compared row by row."""
+second in its own GTID domain) consolidated into one replica under renamed schemas, a
+primary started outside the sandbox (its own domain and server id, latin1 defaults,
+log_slave_updates, its root account) as a second whole channel, and one primary split by
+filters into two channels. A checksum finds damage in its own channel only, the other
+channel's checksum stays clean run after run, and a repair of one channel fixes it
+while the other keeps applying. Every case ends with both channels' tables compared row
+by row."""
 
 import dataclasses
+import os
+import signal
 import threading
+import time
 
+import pymysql
 import pytest
 
 from bridge.check.checksum import Checksummer
 from bridge.check.compare import compare_databases
-from bridge.check.repair import Repairer
+from bridge import sqlnames
+from bridge.check.repair import MARKER_COLLATION, REPAIRS_DDL, Repairer
 from bridge.config import MysqlUrl
 from bridge.filter import Filter
-from bridge.workload import connect
-from tests.conftest import BridgePair, sandbox_up
-from tests.helpers import numbers
+from bridge.images import server_kind
+from bridge.sandbox import free_port
+from bridge.servercnf import server_cnf
+from bridge.servers import servers_for
+from bridge.workload import connect, create_schema
+from tests.conftest import BridgePair, sandbox_up, server_flavors
+from tests.helpers import BackgroundWorkload, numbers, wait_shipped
 
 
 def rules(include=(), renames=()) -> str:
@@ -126,6 +137,94 @@ def test_two_primaries_into_one_replica_check_and_repair_their_own_rows(urls, fr
         assert mismatched(checksum(urls, b, [s])) == set()
         same(a, urls, s, a_rules)
         same(b, urls, s, b_rules)
+        assert not any(p.errors or p.replica_node.halt for p in pairs)
+    finally:
+        for pair in pairs:
+            pair.stop()
+
+
+# A primary as a user starts one by hand: defaults the sandbox does not set (latin1 is
+# MariaDB's compiled default), its own GTID domain and server id, log_slave_updates.
+OUTSIDE_CNF = {"mariadb": "server_id=4301\ngtid_domain_id=2\nlog_slave_updates=ON\ncharacter_set_server=latin1\n"
+                          "collation_server=latin1_swedish_ci\n",
+               "mysql": "server_id=4301\nlog_replica_updates=ON\ncharacter_set_server=latin1\n"
+                        "collation_server=latin1_swedish_ci\n"}
+
+
+@pytest.fixture
+def outside_primary(tmp_path_factory):
+    """A primary of the suite's primary flavor, started apart from the sandbox, reached as
+    root over TCP with a password."""
+    flavor = server_flavors()[0] or "local"
+    kind, home = server_kind(flavor), tmp_path_factory.mktemp("outside")
+    servers, port = servers_for(flavor, home), free_port()
+    (home / "tmp").mkdir()
+    cnf = home / "my.cnf"
+    cnf.write_text(server_cnf(kind, "primary2", str(home), port, local=flavor == "local", tls_dir=None)
+                   + OUTSIDE_CNF[kind])
+    subprocess_run(servers.install_command(cnf))
+    servers.start("outside", cnf)
+    root = _wait_root(home / "mysqld.sock")
+    with root.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin=0")
+        cur.execute("CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY 'outside-root'")
+        cur.execute("ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY 'outside-root'")
+        cur.execute("GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+    root.close()
+    tls = "?ssl-mode=DISABLED" if kind == "mysql" else ""
+    url = MysqlUrl.parse(f"mysql://root:outside-root@127.0.0.1:{port}{tls}")
+    yield {"primary": url, "primary_admin": url}
+    os.kill(int((home / "mysqld.pid").read_text()), signal.SIGTERM)
+
+
+def subprocess_run(command: list[str]) -> None:
+    import subprocess
+
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-800:]
+
+
+def _wait_root(socket_path) -> pymysql.Connection:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return pymysql.connect(unix_socket=str(socket_path), user="root", autocommit=True)
+        except pymysql.MySQLError:
+            assert time.monotonic() < deadline, f"the outside primary did not start ({socket_path})"
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_repair_on_the_channel_of_a_primary_started_outside_the_sandbox(urls, fresh_schema, outside_primary,
+                                                                          transport):
+    """Two whole channels (no filter, binlog apply where the flavors allow): the sandbox's
+    primary with a writer running throughout, and a primary of other defaults; a row of
+    the second's damaged on the replica is found and repaired by that channel alone (its
+    rdma_bridge tables are made in latin1 there, utf8mb4 on the replica: the repair's marker
+    once did not fit), and both channels end equal, row by row."""
+    a_schema, b_schema = fresh_schema("whole_a"), fresh_schema("whole_b")
+    a = BridgePair(urls, transport)
+    b = BridgePair({**urls, **outside_primary}, transport)
+    pairs = [a, b]
+    try:
+        for pair in pairs:
+            pair.start()
+        create_schema(a.primary, a_schema)
+        shop(b.primary, b_schema)
+        if transport == "tcp":  # the marker table as an older version made it: the database's default (latin1)
+            markers = f"rdma_bridge.{sqlnames.owned(sqlnames.REPAIR_MARKERS, b.channel)}"
+            b.sql("CREATE DATABASE IF NOT EXISTS rdma_bridge",
+                  REPAIRS_DDL.format(table=markers).replace(f"DEFAULT CHARSET=utf8mb4 COLLATE={MARKER_COLLATION}", ""))
+        same(b, urls, b_schema, rules())
+        with BackgroundWorkload(urls["primary_admin"], a_schema):  # channel a applies all along
+            damage(b.replica, b_schema)
+            assert mismatched(checksum(urls, b, [b_schema])) == {(b_schema, "customers"), (b_schema, "orders")}
+            assert mismatched(checksum(urls, a, [a_schema])) == set()
+            repaired, recheck = repair(urls, b)
+            assert repaired == 2 and recheck.mismatches == []
+            wait_shipped(a.primary_node, 20)
+        same(a, urls, a_schema, rules())
+        same(b, urls, b_schema, rules())
         assert not any(p.errors or p.replica_node.halt for p in pairs)
     finally:
         for pair in pairs:
