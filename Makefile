@@ -17,6 +17,7 @@ FUZZ_INPUTS ?= 1000000
 HOURS ?= 1
 RATE ?= 2000
 SEMI_SYNC ?= received
+TRANSPORT ?= shm
 
 .PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
 
@@ -163,9 +164,9 @@ bench: deps
 
 # The acceptance run: $(HOURS) hour(s) with the bridge as the primary's semi-sync
 # replica ($(SEMI_SYNC)) at $(RATE) txn/s beside a native replica, then a native
-# semi-sync window; writes bench/results/<date>-stress.json/.html.
+# semi-sync window; writes bench/results/<date>-stress-<minutes>min-<transport>-<mode>-<timeout>ms.json/.html.
 stress: deps
-	$(PY) -m bench.stress --hours $(HOURS) --rate $(RATE) --semi-sync $(SEMI_SYNC)
+	$(PY) -m bench.stress --hours $(HOURS) --rate $(RATE) --semi-sync $(SEMI_SYNC) --transport $(TRANSPORT)
 
 # Mutated and random inputs into every wire/ring decoder: each must yield a value or
 # the protocol error type (a short property-based version runs in make test).

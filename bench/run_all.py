@@ -2,7 +2,7 @@
 sweep, semi-sync and checksum, bridge vs baselines measured in the same run on the
 sandbox (native MariaDB replica, stock mysql-replication). Writes
 bench/results/<date>.json and .html (ratios first), the flame graphs of both bridge
-processes (<date>-flame-*.svg), a 3-minute acceptance run (<date>-stress-short.*; the
+processes (<date>-flame-*.svg), a 3-minute acceptance run (<date>-stress-2min-shm-received-10ms.*; the
 hour is `make stress`) and prints the ratios.
 
     python -m bench.run_all [--transactions 200000] [--decode-transactions 100000] [--seconds 5]

@@ -34,10 +34,14 @@ phase, as an async replica beside it, is reported too. Under semi-sync that one 
 negative: the primary's client waits for the bridge's ACK while the native replica
 already shows the row.
 
-Writes bench/results/<date>-stress.json and .html (per-minute lag chart, the
-acceptance criteria met or not); -stress-short for a bridge phase under an hour.
+Each minute reports the rate it achieved, and says so when that is under 95% of the
+offered one (the comparison of both phases holds only at equal achieved rates).
+
+Writes bench/results/<date>-stress-<minutes>min-<transport>-<mode>-<timeout>ms.json and
+.html (per-minute lag chart, the acceptance criteria met or not).
 
     python -m bench.stress [--hours 1 | --minutes 60 --native-minutes 6] [--rate 2000] [--semi-sync received]
+                           [--transport shm|tcp] [--ack-timeout-ms 10]
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ from bench.semisync import primary_sql, wait_clients
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
 from bridge.report import fetch_status
-from bridge.workload import percentile
+from bridge.workload import numbers, percentile
 
 SCHEMA = "stress"
 PROBE_EVERY_S = 0.05
@@ -76,6 +80,7 @@ TABLES = (f"CREATE TABLE {SCHEMA}.orders (id BIGINT PRIMARY KEY, customer INT NO
           f"CREATE TABLE {SCHEMA}.probe (id BIGINT PRIMARY KEY)")
 ACCOUNTS = 1000
 RECONNECTS = ("primary_reconnects", "binlog_reopens", "replica_reconnects")  # counters that must not move
+BELOW_OFFERED = 0.95  # a window whose achieved rate is under this share of the offered one says so
 
 
 # --- the load (its own process) ----------------------------------------------------
@@ -164,9 +169,10 @@ def rss_mib(pid: int) -> float:
 
 
 def semi_status(bench: Bench) -> dict:
+    prefix = bench.flavor.semi_sync_status_prefix.lower()
     with bench.primary.cursor() as cur:
-        cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'")
-        return {k.lower().removeprefix("rpl_semi_sync_master_"): v for k, v in cur.fetchall()}
+        cur.execute("SHOW GLOBAL STATUS LIKE %s", (prefix + "%",))
+        return {k.lower().removeprefix(prefix): v for k, v in cur.fetchall()}
 
 
 class Minute:
@@ -177,9 +183,11 @@ class Minute:
         self.lags: dict[str, list[float]] = {"bridge": [], "native": []}
         self.async_s, self.backlog_max = 0.0, 0
 
-    def row(self, txns: int, cpu_s: dict, rss: dict, semi: dict, counters: dict) -> dict:
+    def row(self, txns: int, cpu_s: dict, rss: dict, semi: dict, counters: dict, rate: int, seconds: float) -> dict:
         lags = {side: _percentiles(v) for side, v in self.lags.items() if v}
-        return {"minute": self.index, "phase": self.phase, "transactions": txns,
+        achieved = round(txns / seconds)
+        return {"minute": self.index, "phase": self.phase, "transactions": txns, "achieved_rate": achieved,
+                "below_offered": achieved < BELOW_OFFERED * rate,
                 "lag_us": lags, "semi_sync": {**semi, "async_s": round(self.async_s, 1)},
                 "cpu_us_per_txn": {k: round(v / max(txns, 1) * 1e6, 1) for k, v in cpu_s.items()},
                 "rss_mib": {k: round(v, 1) for k, v in rss.items()}, "ring_backlog_frames_max": self.backlog_max,
@@ -234,7 +242,8 @@ class Run:
             pids = self.pids(bridge)
             cpu0, seq0, semi0 = {k: cpu.cpu_seconds(p) for k, p in pids.items()}, cpu.seq(self.bench), \
                 semi_status(self.bench)
-            end = time.monotonic() + 60
+            begun = time.monotonic()
+            end = begun + 60
             while time.monotonic() < end:
                 tick = time.monotonic()
                 self._drain(minute, name)
@@ -255,7 +264,7 @@ class Run:
                     "commits_acked": int(semi1.get("yes_tx", 0)) - int(semi0.get("yes_tx", 0))}
             row = minute.row(txns, {k: cpu.cpu_seconds(p) - cpu0[k] for k, p in pids.items()},
                              {k: rss_mib(pids[k]) for k in ("primary side", "replica side") if k in pids}, semi,
-                             self._counters() if bridge else {})
+                             self._counters() if bridge else {}, self.rate, time.monotonic() - begun)
             self.minutes.append(row)
             self.log(_line(row))
 
@@ -315,7 +324,8 @@ class Run:
 def _line(row: dict) -> str:
     lag = " ".join(f"{side} p50/p99/max {v['p50']}/{v['p99']}/{v['max']} us" for side, v in row["lag_us"].items())
     c = row["cpu_us_per_txn"]
-    return (f"minute {row['minute']} ({row['phase']}): {row['transactions']} txns; {lag}; semi-sync "
+    short = f" BELOW the offered rate ({row['achieved_rate']} txn/s)" if row["below_offered"] else ""
+    return (f"minute {row['minute']} ({row['phase']}): {row['transactions']} txns{short}; {lag}; semi-sync "
             f"degradations {row['semi_sync']['degradations']}, not acked {row['semi_sync']['commits_not_acked']}; "
             f"cpu us/txn bridge {c.get('primary side', '-')} + {c.get('replica side', '-')}, replica server "
             f"{c['replica server']}, native server {c['native replica server']}; rss {row['rss_mib']}")
@@ -324,16 +334,15 @@ def _line(row: dict) -> str:
 # --- the run -------------------------------------------------------------------------
 
 def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir: str, ack_timeout_ms: int = 10,
-        out: Path = RESULTS, log=print, primary_nice: int = 0, primary_fifo: int = 0) -> dict:
-    bench = Bench(state_dir, "shm", extra_primary=("--semi-sync", semi_sync))
+        out: Path = RESULTS, log=print, primary_nice: int = 0, primary_fifo: int = 0, transport: str = "shm") -> dict:
+    bench = Bench(state_dir, transport, extra_primary=("--semi-sync", semi_sync))
     started_at = dt.datetime.now(dt.timezone.utc)
     stress = None
     try:
         primary_sql(bench, f"DROP DATABASE IF EXISTS {SCHEMA}", f"CREATE DATABASE {SCHEMA}", *TABLES,
-                    f"INSERT INTO {SCHEMA}.accounts SELECT seq, 0 FROM {SCHEMA}.seq_0_to_{ACCOUNTS - 1}",
-                    "SET GLOBAL rpl_semi_sync_master_wait_point='AFTER_SYNC'",
-                    f"SET GLOBAL rpl_semi_sync_master_timeout={ack_timeout_ms}",
-                    "SET GLOBAL rpl_semi_sync_master_enabled=ON")
+                    f"INSERT INTO {SCHEMA}.accounts SELECT seq, 0 "
+                    f"FROM {numbers(bench.primary, SCHEMA, ACCOUNTS - 1, 0)}")
+        bench.semi_sync_sql(wait_point="'AFTER_SYNC'", timeout=ack_timeout_ms, enabled="ON")
         bench.restart_native(semi_sync="OFF")
         bench.start_bridge()
         if primary_nice:
@@ -374,15 +383,16 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
     finally:
         if stress is not None:
             stress.stop()
-        primary_sql(bench, "SET GLOBAL rpl_semi_sync_master_enabled=OFF")
+        bench.semi_sync_sql(enabled="OFF")
         bench.restart_native(semi_sync="OFF")
         bench.stop()
     counters = {k: (counters_end.get(k) or 0) - (counters_start.get(k) or 0) for k in RECONNECTS}
     result = summarize(stress, compared, counters, minutes, native_minutes, rate, semi_sync, ack_timeout_ms,
                        started_at)
     result["bridge_stages_us"] = stages
+    result["transport"] = transport
     out.mkdir(parents=True, exist_ok=True)
-    name = f"{started_at.date().isoformat()}-stress{'' if minutes >= 60 else '-short'}" + \
+    name = f"{started_at.date().isoformat()}-stress-{minutes}min-{transport}-{semi_sync}-{ack_timeout_ms}ms" + \
         (f"-nice{primary_nice}" if primary_nice else "") + (f"-fifo{primary_fifo}" if primary_fifo else "")
     result["primary_side_nice"] = primary_nice
     result["primary_side_fifo"] = primary_fifo
@@ -455,6 +465,8 @@ def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: in
             "rate_achieved": round(txns / max(1, 60 * len(bridge_rows))),
             "rate_achieved_native_phase": round(sum(m["transactions"] for m in native_rows)
                                                 / max(1, 60 * len(native_rows))),
+            "windows_below_offered": {phase: [m["minute"] for m in rows if m["below_offered"]]
+                                      for phase, rows in (("bridge", bridge_rows), ("native", native_rows))},
             "semi_sync": semi_sync,
             "ack_timeout_ms": ack_timeout_ms, "lag_us": lag, "probes_never_seen": stress.lost,
             "cpu_us_per_txn_bridge_phase": cpu_sum,
@@ -543,6 +555,7 @@ def main() -> None:
     ap.add_argument("--semi-sync", default="received", choices=["received", "applied"])
     ap.add_argument("--ack-timeout-ms", type=int, default=10)
     ap.add_argument("--state-dir", default=".sandbox")
+    ap.add_argument("--transport", default="shm", choices=["shm", "tcp"])
     ap.add_argument("--primary-nice", type=int, default=0,
                     help="run the bridge's primary side at this nice value (e.g. -10; root), the result file named so")
     ap.add_argument("--primary-fifo", type=int, default=0, metavar="PRIORITY",
@@ -553,7 +566,7 @@ def main() -> None:
         args.minutes, args.native_minutes = max(1, round(args.hours * 60)), max(1, round(args.hours * 6))
     run(args.minutes, args.native_minutes, args.rate, args.semi_sync, args.state_dir, args.ack_timeout_ms,
         log=lambda m: print(m, file=sys.stderr, flush=True), primary_nice=args.primary_nice,
-        primary_fifo=args.primary_fifo)
+        primary_fifo=args.primary_fifo, transport=args.transport)
 
 
 if __name__ == "__main__":

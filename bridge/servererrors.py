@@ -22,3 +22,9 @@ def code_of(exc: BaseException) -> int:
     """A PyMySQL error's number (0 when it has none)."""
     args = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else 0
+
+
+def answered(code: int) -> bool:
+    """The error is the server's answer to a statement (1000-1999 and 3000 up; 2000-2999
+    are the client's own), on a connection that goes on: not one of the lost ones."""
+    return (1000 <= code < 2000 or code >= 3000) and code not in CONNECTION_LOST

@@ -223,7 +223,7 @@ class Applier:
     # --- transactions ------------------------------------------------------------
 
     def apply(self, seq: int, txn: Transaction) -> None:
-        if seq <= self.position.applied_seq:
+        if not self.unapplied([(seq, txn)]):
             return  # already applied before a reconnect: exactly once
         if seq != self.position.applied_seq + 1:
             raise ApplyError(f"apply seq {seq} ({txn.gtid}): expected seq {self.position.applied_seq + 1}")
@@ -247,7 +247,7 @@ class Applier:
         position update: the replica still only shows a prefix of the primary's
         history, and the whole group is retried or skipped as a unit. Only the first
         may carry a FORMAT_DESCRIPTION (the replica node starts a group there)."""
-        items = [(seq, txn) for seq, txn in items if seq > self.position.applied_seq]
+        items = self.unapplied(items)
         if not items:
             return  # already applied before a reconnect: exactly once
         if self.keeps_gtids and len(items) > 1:  # one GTID per replica transaction
@@ -267,6 +267,16 @@ class Applier:
         self._apply_rows(context, last, [c for _, txn in items for c in txn.changes], gtids, fmt,
                          self.gtid_script(items[0][1].gtid))
         self.position, self.format = Position(last, gtids), fmt
+
+    def unapplied(self, items: list[tuple[int, Transaction]]) -> list[tuple[int, Transaction]]:
+        """The items past the position. One the replica holds already (its commit went
+        through, its answer was lost with the connection) is not applied again, but the
+        FORMAT_DESCRIPTION it carried stays in force: the transactions after it do not
+        carry it again."""
+        for seq, txn in items:
+            if seq <= self.position.applied_seq and txn.format_event:
+                self.format = self.format_for(txn)
+        return [(seq, txn) for seq, txn in items if seq > self.position.applied_seq]
 
     def execute_rows(self, context: str, changes, fmt: binlog.FormatDescription | None) -> None:
         """Row statements inside an open replica transaction, not committed (a
@@ -317,14 +327,23 @@ class Applier:
         ``forget_keys`` after DDL)."""
         cached = self._unique_keys.get((schema, table))
         if cached is None:
-            with self.conn.cursor() as cur:
-                cur.execute(sql.UNIQUE_KEYS_SELECT, (schema, table))
-                keys: dict[str, list[str]] = {}
-                for index_name, column in cur.fetchall():
-                    keys.setdefault(index_name, []).append(column)
+            keys: dict[str, list[str]] = {}
+            for index_name, column in self._read(f"read the keys of {schema}.{table}", sql.UNIQUE_KEYS_SELECT,
+                                                 (schema, table)):
+                keys.setdefault(index_name, []).append(column)
             cached = tuple(tuple(cols) for cols in keys.values())
             self._unique_keys[(schema, table)] = cached
         return cached
+
+    def _read(self, what: str, query: str, args: tuple) -> tuple:
+        """Rows of a query about the replica's tables; a lost connection is our error (the
+        caller reconnects), never PyMySQL's."""
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(query, args)
+                return cur.fetchall()
+        except pymysql.MySQLError as exc:
+            raise apply_error(f"{what} on replica {self.url}", exc) from exc
 
     def forget_keys(self) -> None:
         self._unique_keys.clear()
@@ -338,10 +357,9 @@ class Applier:
         for table in tables:
             known = self._non_transactional.get(table)
             if known is None:
-                with self.conn.cursor() as cur:
-                    cur.execute(sql.ENGINE_SELECT, table)
-                    row = cur.fetchone()
-                known = self._non_transactional[table] = bool(row and str(row[0]).lower() in sql.NON_TRANSACTIONAL)
+                rows = self._read(f"read the engine of {table[0]}.{table[1]}", sql.ENGINE_SELECT, table)
+                known = self._non_transactional[table] = bool(rows and str(rows[0][0]).lower() in
+                                                              sql.NON_TRANSACTIONAL)
             if known:
                 return True
         return False

@@ -128,9 +128,8 @@ def server_notes(conn: pymysql.Connection, exc: pymysql.MySQLError) -> str:
     replica's Last_SQL_Error quotes them): a row event that cannot be applied often
     fails as 1105 "Unknown error" with the reason only there. '' for a lost connection."""
     code = servererrors.code_of(exc)
-    if code in servererrors.CONNECTION_LOST or code == servererrors.CANT_CONNECT or \
-            isinstance(exc, pymysql.InterfaceError):
-        return ""
+    if not servererrors.answered(code) or isinstance(exc, pymysql.InterfaceError):
+        return ""  # no answer from a server that is still there: nothing to ask it (the connection may hang)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW WARNINGS")

@@ -204,7 +204,7 @@ class ParallelApplier:
     # --- parallel windows --------------------------------------------------
 
     def apply_group(self, items: list[tuple[int, Transaction]]) -> None:
-        items = [(seq, txn) for seq, txn in items if seq > self.position.applied_seq]
+        items = self.main.unapplied(items)
         if not items:
             return  # already applied before a reconnect: exactly once
         self.stats.windows += 1

@@ -76,9 +76,12 @@ class SqlRows:
         """(generated columns, referenced by a foreign key) of a replica table."""
         cached = self._traits.get((schema, table))
         if cached is None:
-            with self.conn.cursor() as cur:
-                cur.execute(sql.TRAITS_SELECT, (schema, table, schema, table))
-                generated, referenced = cur.fetchone()
+            try:
+                with self.conn.cursor() as cur:
+                    cur.execute(sql.TRAITS_SELECT, (schema, table, schema, table))
+                    generated, referenced = cur.fetchone()
+            except pymysql.MySQLError as exc:  # a lost connection is retried after a reconnect
+                raise apply_error(f"read the generated columns of {schema}.{table}", exc) from exc
             cached = (frozenset(generated.split("\0")) if generated else frozenset(), bool(referenced))
             self._traits[(schema, table)] = cached
         return cached

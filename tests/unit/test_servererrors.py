@@ -47,3 +47,10 @@ def test_session_end_codes_travel_as_their_names_and_an_unknown_one_is_an_error(
             control.raise_refusal(msg)
     assert EndCode.of("bad_frame") is EndCode.BAD_FRAME and EndCode.of("something new") is EndCode.ERROR
     assert EndCode.of(1062) is EndCode.ERROR  # a server error number is not a session-end code
+
+
+def test_only_a_server_answer_on_a_live_connection_is_asked_about():
+    from bridge.servererrors import answered
+
+    assert answered(1105) and answered(1062) and answered(3140) and answered(4025)
+    assert not answered(0) and not answered(2013) and not answered(2006) and not answered(1053)
