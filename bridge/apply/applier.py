@@ -18,7 +18,8 @@ the primary (bridge.apply.replay). DDL cannot share a transaction with the posit
 row (it commits implicitly), so it is applied as: mark ``pending_ddl_seq`` (commit)
 → DDL → position (commit). On replay of a marked seq, "already exists / already
 gone" errors mean the DDL ran before the crash, and are accepted: that makes DDL
-replay idempotent.
+replay idempotent. DDL, repairs and chunked transactions: bridge.apply.barriers; a MySQL
+primary's GTIDs kept on a MySQL replica: bridge.apply.gtids (both mixed in here).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ import logging
 import pymysql
 
 from bridge import servererrors
-from bridge.apply import modes, repairs, sql
+from bridge.apply import modes, sql
 from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
                                   record_skip, record_stop, schemas_with_tables)
-from bridge.apply.connection import (GTID_AUTOMATIC, apply_error, connect, current_grants, gtid_next, rollback,
+from bridge.apply.connection import (apply_error, connect, current_grants, rollback,
                                      run_script, session_setup, trigger_names)
+from bridge.apply.barriers import Barriers
+from bridge.apply.gtids import GtidKeeping
 from bridge.apply.sql_rows import SqlRows
 from bridge.apply.statements import StatementReplayer
 from bridge.config import MysqlUrl
@@ -41,14 +44,14 @@ from bridge.errors import (ApplyError, BridgeError, ChannelLocked, ConfigError, 
                            TargetConnectionLost)
 from bridge.filter import EVERYTHING
 from bridge.grants import holds
-from bridge.model import Chunk, GtidSet, RowEvents, Statement, Transaction
+from bridge.model import Chunk, GtidSet, Transaction
 from bridge.apply.payload import heartbeat_rows
 from bridge.wire import binlog
 
 log = logging.getLogger(__name__)
 
 
-class Applier:
+class Applier(GtidKeeping, Barriers):
     """One replica connection. ``lock_wait_timeout_s`` shortens InnoDB's lock wait
     (parallel workers: a wait on a later worker's lock must end soon, see ParallelApplier)."""
 
@@ -137,25 +140,6 @@ class Applier:
         if (mode, same_flavor) != (self.mode, self.same_flavor):
             self.mode, self.same_flavor = mode, same_flavor
             self._setup_session()
-
-    @property
-    def keeps_gtids(self) -> bool:
-        """Each transaction commits with its primary's GTID: a MySQL replica with GTIDs fed
-        by a MySQL primary, on a channel that replicates every table. A filtered channel
-        does not (two channels may split one primary's transactions between them, and a
-        GTID commits once: the channel that took it first would leave the other nothing)."""
-        return self._gtid_next and self.rules.everything
-
-    def gtid_script(self, gtid: str) -> tuple[list[bytes], list[bytes]]:
-        """(before the transaction, after its COMMIT): where the replica keeps the
-        primary's GTIDs, the transaction commits with ``gtid`` (a MySQL primary's, so
-        gtid_executed on the replica holds the primary's transactions, and a transaction
-        whose GTID it already holds is skipped by the server itself)."""
-        if not self.keeps_gtids:
-            return [], []
-        # GTID_NEXT only outside a transaction; a read (information_schema under
-        # autocommit=0) may have opened one, which holds no writes: ended first
-        return [b"COMMIT", gtid_next(gtid)], [GTID_AUTOMATIC]
 
     def _load_position(self) -> Position:
         try:
@@ -350,53 +334,6 @@ class Applier:
         self._non_transactional.clear()
         self._sql.forget()
 
-    def _commits_alone(self, changes) -> bool:
-        """Rows of a non-transactional table (MyISAM): MySQL commits them, and their GTID,
-        at the end of their statement, so the position cannot share their transaction."""
-        tables = {t for c in changes for t in (c.tables if isinstance(c, RowEvents) else ((c.schema, c.table),))}
-        for table in tables:
-            known = self._non_transactional.get(table)
-            if known is None:
-                rows = self._read(f"read the engine of {table[0]}.{table[1]}", sql.ENGINE_SELECT, table)
-                known = self._non_transactional[table] = bool(rows and str(rows[0][0]).lower() in
-                                                              sql.NON_TRANSACTIONAL)
-            if known:
-                return True
-        return False
-
-    def _apply_repair(self, seq: int, txn: Transaction) -> None:
-        """A `rdma-bridge repair` transaction: its rows (the marker, and the primary's
-        rows of the range copied into ``rdma_bridge.<copy_table>``) land as usual, then,
-        in the same replica transaction as the position, the replica's rows of the
-        range are replaced by that copy: missing, extra, changed and duplicated rows
-        all end as the primary had them at this point of the stream."""
-        fmt = self.format_for(txn)
-        fields = self._marker_fields(txn.changes[0], fmt)
-        context = f"apply seq {seq} ({txn.gtid}): repair of {fields['db']}.{fields['tbl']}"
-        gtids = self.position.gtid_set.add_text(txn.gtid)
-        self._replace_range(context, fields, txn.changes, seq, gtids, fmt, self.gtid_script(txn.gtid))
-        self.position, self.format = Position(seq, gtids), fmt
-
-    def _replace_range(self, context: str, fields: dict, changes, seq: int, gtids: GtidSet, fmt,
-                       gtid_script: tuple[list[bytes], list[bytes]] = ([], [])) -> None:
-        """The last rows of a repair (the copy), then the replica's rows of the range
-        replaced by the copy, the position and COMMIT; all rolled back on failure.
-        ``gtid_script``: before the first rows and after the COMMIT (``gtid_script``;
-        a repair cut in chunks set its GTID with its first chunk)."""
-        head, after = gtid_script
-        replace = repairs.replace_range(context, self.rules.target(fields["db"]), fields,
-                                        self._position_statement(seq, gtids), self.mode == "sql")
-        try:
-            self._apply_rows(context, 0, changes, None, fmt, (head, []))
-            run_script(self.conn, context, replace + after, lambda i: " (replacing the range)" if i < 3 else "")
-        except BaseException:
-            self.rollback()
-            raise
-        log.warning("%s: replaced the rows of %s with the primary's", context, fields["where_sql"][:200])
-
-    def _marker_fields(self, first, fmt) -> dict:
-        return repairs.marker_fields(first, self._checksum_bytes(fmt, "repair marker"))
-
     def reload_position(self) -> Position:
         self.abort_open()
         self.position = self._load_position()
@@ -482,85 +419,6 @@ class Applier:
 
     def _position_statement(self, seq: int, gtids: GtidSet) -> bytes:
         return sql.position_write(self.conn.escape, self.channel, seq, gtids)
-
-    def apply_chunk(self, seq: int, chunk: Chunk) -> None:
-        """Chunks of one transaction share one replica transaction; the last commits
-        it with the position, so a crash in between leaves no trace of it."""
-        expected = (self._open[1] if self._open else self.position.applied_seq) + 1
-        starts = chunk.index == 0
-        if seq != expected or starts != (self._open is None) or (self._open and self._open[0] != chunk.gtid):
-            raise ApplyError(f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}: out of order "
-                             f"(expected seq {expected}, open transaction {self._open})")
-        if any(isinstance(c, Statement) for c in chunk.changes):
-            raise ApplyError(f"apply chunk {chunk.index} of {chunk.gtid}: a chunked transaction holds DDL")
-        fmt = self.format_for(chunk)
-        gtids = self.position.gtid_set.add_text(chunk.gtid) if chunk.last else None
-        if starts:  # a repair whose copy is too large for one frame: the range is replaced at its last chunk
-            self._open_repair = self._marker_fields(chunk.changes[0], fmt) if chunk.is_repair else None
-        self._open = (chunk.gtid, seq - 1)
-        context = f"apply chunk {chunk.index} of {chunk.gtid} at seq {seq}"
-        head, after = self.gtid_script(chunk.gtid)  # set with the first chunk, given back after the last
-        script = (head if starts else [], after if chunk.last else [])
-        try:
-            # rolls the whole transaction back on failure
-            if chunk.last and self._open_repair is not None:
-                self._replace_range(context, self._open_repair, chunk.changes, seq, gtids, fmt, script)
-            else:
-                self._apply_rows(context, seq, chunk.changes, gtids, fmt, script)
-        except BaseException:
-            self._open = None
-            raise
-        if chunk.last:
-            self.position, self.format = Position(seq, gtids), fmt
-            self._open = None
-        else:
-            self._open, self._open_format = (chunk.gtid, seq), fmt
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._open is not None
-
-    def abort_open(self) -> None:
-        """Roll back a chunked transaction whose remaining chunks will not come."""
-        if self._open is not None:
-            log.warning("rolling back the partly applied transaction %s (chunks through seq %d)", *self._open)
-            self._open = None
-            self.rollback()
-
-    # --- statements (DDL) ------------------------------------------------------------
-
-    def _apply_ddl(self, seq: int, txn: Transaction, gtids: GtidSet, fmt) -> None:
-        try:
-            self._run_ddl(seq, txn, gtids, fmt)
-        except BaseException:
-            self.rollback()
-            raise
-
-    def _run_ddl(self, seq: int, txn: Transaction, gtids: GtidSet, fmt) -> None:
-        after_crash = self.position.pending_ddl_seq == seq
-        context = f"apply seq {seq} ({txn.gtid})"
-        if self.mode == "binlog" and any(isinstance(c, RowEvents) for c in txn.changes):
-            self._binlog.prepare(fmt, context)  # its first use probes and rolls back: not inside this transaction
-        with self.conn.cursor() as cur:
-            cur.execute(sql.DDL_PENDING, (seq, self.channel))
-            self.conn.commit()
-        # the GTID (where kept) is set before the first statement or rows that run: a DDL's own
-        # commit takes it; statement-format DML (and MySQL's CREATE ... SELECT) stays in the
-        # transaction that the position's COMMIT ends, as does a statement not replayed
-        head, after = self.gtid_script(txn.gtid)
-        for change in txn.changes:
-            if isinstance(change, Statement):
-                commits = sql.commits_implicitly(change.sql)
-                if self._statements.run(context, change, fmt, self.mode, self.same_flavor, after_crash, head,
-                                        after if commits else []):
-                    head, after = [], [] if commits else after
-            elif isinstance(change, RowEvents):
-                self._binlog.run(context, [change], [], fmt, head=head)
-                head = []
-            else:
-                self._sql.run(context, seq, [change], None, head=head)
-                head = []
-        run_script(self.conn, context, [*head, self._position_statement(seq, gtids), b"COMMIT", *after])
 
     def close(self) -> None:
         try:

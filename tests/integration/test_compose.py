@@ -22,7 +22,7 @@ def test_compose_files_are_generated_from_the_sandbox_settings():
 
 
 def test_compose_server_flags_are_the_sandbox_settings():
-    from bridge.sandbox import PRIMARY_CNF
+    from bridge.servercnf import PRIMARY_CNF
 
     text = (DOCKER / "docker-compose.yml").read_text()
     for line in PRIMARY_CNF.strip().splitlines():

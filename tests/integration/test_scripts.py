@@ -44,7 +44,7 @@ def test_a_short_error_answer_is_named_and_the_connection_goes_on(conn, failing)
     statements[failing] = b"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'x'"
     with pytest.raises(ApplyError) as err:
         run_script(conn, "signal", statements, lambda i: f" (statement {i})")
-    assert err.value.code == 1644 and f"(statement {failing}): x" in str(err.value)
+    assert err.value.code == 1644 and f"(statement {failing}): error 1644: x" in str(err.value)
     rollback(conn, "replica")
     assert select_one(conn, "SELECT @b") == (2 if failing == 2 else None)
     assert lowat(conn) == 1
