@@ -80,7 +80,7 @@ class FanOutBench:
             return cur.fetchone()[0]
 
     def seq(self) -> int:
-        return GtidSet.parse(self.position()).mariadb[0].seq
+        return GtidSet.parse(self.position()).count()
 
     def start_primaries(self, members: list[list[int]]) -> None:
         """One primary side per list, feeding the replica sides it names."""
