@@ -10,8 +10,8 @@ docker/generate.py makes the compose demo's server flags from the same text.
 
 from __future__ import annotations
 
-COMMON_CNF = """[mariadbd]
-datadir={dir}/data
+# where each server keeps its files and listens: the same for both kinds
+_PLACES = """datadir={dir}/data
 socket={dir}/mysqld.sock
 pid-file={dir}/mysqld.pid
 log-error={dir}/error.log
@@ -20,7 +20,8 @@ port={port}
 bind-address=127.0.0.1
 server_id={server_id}
 skip-name-resolve
-character_set_server=utf8mb4
+"""
+COMMON_CNF = "[mariadbd]\n" + _PLACES + """character_set_server=utf8mb4
 collation_server=utf8mb4_general_ci
 innodb_log_file_size=16M
 innodb_buffer_pool_size=64M
@@ -43,17 +44,7 @@ slave_parallel_mode=optimistic
 ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF),
          "primary2": (4, PRIMARY_CNF + "gtid_domain_id=1\n")}
 
-MYSQL_CNF = """[mysqld]
-datadir={dir}/data
-socket={dir}/mysqld.sock
-pid-file={dir}/mysqld.pid
-log-error={dir}/error.log
-tmpdir={dir}/tmp
-port={port}
-bind-address=127.0.0.1
-server_id={server_id}
-skip-name-resolve
-mysqlx=OFF
+MYSQL_CNF = "[mysqld]\n" + _PLACES + """mysqlx=OFF
 performance_schema=OFF
 innodb_redo_log_capacity=16M
 innodb_buffer_pool_size=64M

@@ -1,0 +1,119 @@
+"""What only a MySQL primary has: generated invisible primary keys, accounts that
+authenticate with caching_sha2_password with and without TLS, tagged GTIDs (refused,
+losing nothing), partial JSON updates and GTID mode (refused by the preflight with the
+fix). Each test is skipped on a MariaDB primary (`make test-matrix` runs them on MySQL)."""
+
+import ssl
+
+import pytest
+
+from bridge import dbconn
+from bridge.config import MysqlUrl
+from bridge.errors import PreflightError
+from bridge.source import preflight
+from bridge.workload import connect
+from tests.conftest import BridgePair
+from tests.helpers import wait_for
+
+
+@pytest.fixture(autouse=True)
+def only_mysql(mysql_primary):
+    if not mysql_primary:
+        pytest.skip("MySQL only (the primary is MariaDB)")
+
+
+def test_generated_invisible_primary_keys_replicate_with_their_values(urls, fresh_schema):
+    """sql_generate_invisible_primary_key gives a keyless table an invisible my_row_id
+    that the binlog carries: the replica holds the same ids (the comparison reads
+    invisible columns too)."""
+    s = fresh_schema("gipk")
+    pair = BridgePair(urls, "shm").start()
+    try:
+        pair.sql(f"CREATE DATABASE {s}", "SET SESSION sql_generate_invisible_primary_key=ON",
+                 f"CREATE TABLE {s}.k (v VARCHAR(10), n INT)", "SET SESSION sql_generate_invisible_primary_key=OFF",
+                 f"INSERT INTO {s}.k VALUES ('a', 1), ('a', 1), ('b', 2)", f"UPDATE {s}.k SET n = 5 WHERE v = 'b'",
+                 f"DELETE FROM {s}.k WHERE v = 'a' LIMIT 1")
+        pair.assert_same(s)
+        with pair.replica.cursor() as cur:
+            cur.execute(f"SELECT my_row_id, v, n FROM {s}.k ORDER BY my_row_id")
+            assert cur.fetchall() == ((2, "a", 1), (3, "b", 5))
+    finally:
+        pair.stop()
+
+
+@pytest.mark.parametrize("mode, encrypted", [("DISABLED", False), ("PREFERRED", True), ("REQUIRED", True)])
+def test_a_caching_sha2_account_signs_in_with_and_without_tls(urls, mode, encrypted):
+    """Without TLS the password goes RSA-encrypted with the server's key (PyMySQL asks for
+    it; the cryptography package does the work); with TLS, in the clear inside it. A new
+    account each time: the server's cache of good passwords would skip the full exchange."""
+    admin = connect(urls["primary_admin"])
+    user = f"sha2_{mode.lower()}"
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+            cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED WITH caching_sha2_password BY 'pw-{mode}'")
+            cur.execute("FLUSH PRIVILEGES")  # empties the cache of passwords already checked
+        url = MysqlUrl.parse(f"mysql://{user}:pw-{mode}@{urls['primary'].host}:{urls['primary'].port}"
+                             f"?ssl-mode={mode}")
+        conn = dbconn.connect(url)
+        try:
+            assert isinstance(dbconn.raw_socket(conn), ssl.SSLSocket) == encrypted
+            with conn.cursor() as cur:
+                cur.execute("SELECT CURRENT_USER()")
+                assert cur.fetchone()[0] == f"{user}@127.0.0.1"
+        finally:
+            conn.close()
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin=0")
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+        admin.close()
+
+
+def test_a_tagged_gtid_stops_the_primary_side_with_the_reason_and_loses_nothing(urls, fresh_schema):
+    s = fresh_schema("tagged")
+    pair = BridgePair(urls, "shm").start()
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        pair.sync()
+        pair.sql("SET SESSION gtid_next='AUTOMATIC:bridge_test'", f"INSERT INTO {s}.t VALUES (2)",
+                 "SET SESSION gtid_next='AUTOMATIC'")
+        wait_for(lambda: pair.errors, "the primary side to stop at the tagged transaction")
+        (name, error), = pair.errors
+        assert name == "primary" and "tagged GTID" in str(error) and "commit without a tag" in str(error)
+        with pair.replica.cursor() as cur:
+            cur.execute(f"SELECT id FROM {s}.t")
+            assert cur.fetchall() == ((1,),)  # what came before is applied; the tagged one waits in the binlog
+    finally:
+        pair.errors.clear()
+        pair.stop()
+        with connect(urls["primary_admin"]).cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {s}")
+
+
+def test_partial_json_updates_are_refused_with_the_fix(urls):
+    admin = connect(urls["primary_admin"])
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_row_value_options='PARTIAL_JSON'")
+        conn = preflight.connect(urls["primary"], "primary")
+        try:
+            settings = preflight.read_settings(conn)
+        finally:
+            conn.close()
+        with pytest.raises(PreflightError, match=r"binlog_row_value_options is PARTIAL_JSON: SET GLOBAL "
+                                                 r"binlog_row_value_options=''"):
+            preflight.check_primary(settings, 4242, urls["primary"])
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_row_value_options=''")
+        admin.close()
+
+
+def test_gtid_mode_off_is_refused_with_the_fix(urls):
+    settings = {name: "" for name in preflight.SETTINGS}
+    settings.update(log_bin="ON", binlog_format="ROW", binlog_row_image="FULL", binlog_row_metadata="FULL",
+                    server_id="1", version="9.7.4", gtid_mode="OFF")
+    with pytest.raises(PreflightError, match="gtid_mode is OFF: need ON: .*enforce_gtid_consistency=ON"):
+        preflight.check_primary(settings, 4242, urls["primary"])
