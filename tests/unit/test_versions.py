@@ -23,12 +23,18 @@ def test_tested_pairs_pass_and_others_warn_with_the_tested_list():
     assert "newer" in backwards.fix
 
 
-def test_apt_sources_are_the_hosts_debian_ones_renamed_to_the_release(tmp_path):
+def _deb822_sources(tmp_path):
+    """A host's sources.list.d as Debian 12 writes it: the main suites and security."""
     listing = tmp_path / "sources.list.d"
     listing.mkdir()
     (listing / "debian.sources").write_text(
         "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
         "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n")
+    return listing
+
+
+def test_apt_sources_are_the_hosts_debian_ones_renamed_to_the_release(tmp_path):
+    listing = _deb822_sources(tmp_path)
     (listing / "other.sources").write_text("Types: deb\nURIs: https://vendor.example/apt\nSuites: bookworm\n")
     one_line = tmp_path / "sources.list"
     one_line.write_text("# deb http://old.example/debian bookworm main\ndeb http://mirror.example/debian bookworm main\n")
@@ -40,11 +46,7 @@ def test_apt_sources_are_the_hosts_debian_ones_renamed_to_the_release(tmp_path):
 
 
 def test_sid_sources_keep_only_the_suite_itself(tmp_path):
-    listing = tmp_path / "sources.list.d"
-    listing.mkdir()
-    (listing / "debian.sources").write_text(
-        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
-        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n")
+    listing = _deb822_sources(tmp_path)
     one_line = tmp_path / "sources.list"
     one_line.write_text("deb [arch=amd64] http://mirror.example/debian bookworm main\n"
                         "deb http://mirror.example/debian bookworm-updates main\n")
