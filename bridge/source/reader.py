@@ -24,14 +24,13 @@ checks the installed version first.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Callable
 from typing import Protocol
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants import BINLOG, FIELD_TYPE
+from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -39,8 +38,8 @@ from bridge import dbconn, servererrors
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.flavor import Flavor
-from bridge.model import BitValue, InvalidTemporal, RowEvents, Transaction
-from bridge.source import _compat, rowimage
+from bridge.model import RowEvents, Transaction
+from bridge.source import _compat, libraryvalues, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
                                   SourceEvent)
 from bridge.source.stream import LIBRARY, Handled, StreamConnection
@@ -59,7 +58,6 @@ class Taken(Protocol):
 
 
 MARIADB_FL_STANDALONE = 0x01
-_EPOCH = dt.datetime(1970, 1, 1)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 
 
@@ -323,10 +321,10 @@ class BinlogReader:
         rows = []
         for row in ev.rows:
             if kind == "update":
-                rows.append((_image(row["before_values"], row["before_none_sources"], columns, convert),
-                             _image(row["after_values"], row["after_none_sources"], columns, convert)))
+                rows.append((libraryvalues.image(row["before_values"], row["before_none_sources"], columns, convert),
+                             libraryvalues.image(row["after_values"], row["after_none_sources"], columns, convert)))
             else:
-                image = _image(row["values"], row["none_sources"], columns, convert)
+                image = libraryvalues.image(row["values"], row["none_sources"], columns, convert)
                 rows.append((None, image) if kind == "insert" else (image, None))
         return RowsRead(kind, ev.schema, ev.table, columns, key, tuple(rows), ev.event_size, ev.flags)
 
@@ -334,7 +332,7 @@ class BinlogReader:
         table = ev.table_map[ev.table_id]
         cached = self._converters.get(ev.table_id)
         if cached is None or cached[0] is not table:
-            cached = (table, tuple(_converter(c) for c in ev.columns))
+            cached = (table, tuple(libraryvalues.converter(c) for c in ev.columns))
             self._converters[ev.table_id] = cached
         return cached[1]
 
@@ -390,43 +388,6 @@ _TRANSLATE = {
     UpdateRowsEvent: BinlogReader._rows,
     DeleteRowsEvent: BinlogReader._rows,
 }
-
-
-def _image(values: dict, none_sources: dict, columns: tuple, convert: tuple) -> tuple:
-    out = []
-    for name, conv in zip(columns, convert):
-        v = values[name]
-        if v is None:
-            out.append(frozenset() if none_sources.get(name) == "empty set" else None)
-        else:
-            out.append(conv(v) if conv else v)
-    return tuple(out)
-
-
-def _converter(column):
-    t = column.type
-    if t == FIELD_TYPE.BIT:
-        return lambda v, w=column.bits: BitValue(int(v, 2) if v else 0, w)
-    if t == FIELD_TYPE.SET:
-        return frozenset
-    if t == FIELD_TYPE.YEAR:  # the library reads YEAR 0000 as 1900, which YEAR cannot hold
-        return lambda v: 0 if v == 1900 else v
-    if t in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
-        return _timestamp
-    if t == FIELD_TYPE.STRING and getattr(column, "character_set_name", None) in (None, "binary"):
-        width = column.max_length
-        binary = column.character_set_name == "binary"  # the library decodes an empty binary value to ''
-        return lambda v, n=width: v.ljust(n, b"\0") if isinstance(v, bytes) else \
-            b"".ljust(n, b"\0") if binary and v == "" else v
-    if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB) and getattr(column, "character_set_name", None) == "binary":
-        return lambda v: b"" if v == "" else v  # the library decodes an empty binary value to ''
-    return None
-
-
-def _timestamp(v):
-    if isinstance(v, dt.datetime) and v.replace(microsecond=0) == _EPOCH and not v.microsecond:
-        return InvalidTemporal("0000-00-00 00:00:00")
-    return v
 
 
 def _read_flavor(url: MysqlUrl) -> Flavor:

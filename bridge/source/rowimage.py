@@ -2,7 +2,7 @@
 all of the common types. Decode is the bridge's bottleneck (the library's generic
 reader goes through a wrapper call per value and an if-chain per column); here each
 table gets one list of small readers, built once per table map, that produce the
-exact values ``reader._image`` would (BINARY padding, zero dates as
+exact values ``libraryvalues.image`` would (BINARY padding, zero dates as
 ``InvalidTemporal``, TIMESTAMP zero, big-endian UTF-16/32). A table with any other
 column type (BIT, SET, JSON, GEOMETRY, old temporal types, ...), a MINIMAL row image
 or a partial JSON update returns ``None`` and the library decodes it.
