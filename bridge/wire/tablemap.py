@@ -211,13 +211,24 @@ def _collations(types: list[int], optional: dict) -> tuple[int | None, ...]:
 
 # --- row images ----------------------------------------------------------------
 
-Image = tuple  # raw value bytes per column (None: NULL)
+Image = tuple  # raw value bytes per column (None: NULL, ABSENT: not in the image)
+
+
+class _Absent:
+    """A column a row image leaves out (not NULL: nothing is known of it)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
 
 
 def row_images(event, table: TableMap, checksum_bytes: int) -> list[tuple[Image | None, Image | None]]:
     """(before, after) per row of a WRITE/UPDATE/DELETE rows event (v1 or v2) on
-    ``table``. Only full row images are read (binlog_row_image=FULL, which the
-    primary side's preflight demands); anything else raises."""
+    ``table``. A column the image leaves out reads as ``ABSENT``: with
+    binlog_row_image=FULL (which the primary side's preflight demands) only MariaDB
+    11.x leaves any out, the generated columns of an UPDATE's images (measured, 11.8)."""
     kind = ROW_KINDS.get(event_type(event))
     if kind is None or event_type(event) == PARTIAL_UPDATE_ROWS:
         raise RemoteProtocolError(f"row images: event type {event_type(event)} is not a full-image rows event")
@@ -235,17 +246,16 @@ def _row_images(event: bytes, table: TableMap, checksum_bytes: int, kind: str):
     n, bitmap_bytes = len(table.sizes), (width + 7) // 8
     if width != n:
         raise RemoteProtocolError(f"row images of {table.schema}.{table.table}: {width} columns, table map has {n}")
-    full = (1 << n) - 1
+    present = []  # per image (an UPDATE has two): the columns it holds
     for _ in range(2 if event_type(event) in (UPDATE_ROWS_V1, UPDATE_ROWS_V2) else 1):
-        if int.from_bytes(event[at:at + bitmap_bytes], "little") & full != full:
-            raise RemoteProtocolError(f"row images of {table.schema}.{table.table}: not a full row image "
-                                      "(binlog_row_image must be FULL)")
+        bits = int.from_bytes(event[at:at + bitmap_bytes], "little")
+        present.append(tuple(bits >> i & 1 for i in range(n)))
         at += bitmap_bytes
     end, rows = len(event) - checksum_bytes, []
     while at < end:
-        first, at = _image(event, at, table.sizes, bitmap_bytes)
+        first, at = _image(event, at, table.sizes, present[0])
         if kind == "update":
-            second, at = _image(event, at, table.sizes, bitmap_bytes)
+            second, at = _image(event, at, table.sizes, present[1])
             rows.append((first, second))
         else:
             rows.append((None, first) if kind == "insert" else (first, None))
@@ -254,12 +264,18 @@ def _row_images(event: bytes, table: TableMap, checksum_bytes: int, kind: str):
     return rows
 
 
-def _image(event: bytes, at: int, sizes: tuple[int, ...], null_bytes: int) -> tuple[Image, int]:
+def _image(event: bytes, at: int, sizes: tuple[int, ...], present: tuple[int, ...]) -> tuple[Image, int]:
+    """One row image: its NULL bits count only the columns it holds."""
+    null_bytes = (sum(present) + 7) // 8
     nulls = int.from_bytes(event[at:at + null_bytes], "little")
     at += null_bytes
-    values = []
-    for i, size in enumerate(sizes):
-        if nulls >> i & 1:
+    values, held = [], 0
+    for size, here in zip(sizes, present):
+        if not here:
+            values.append(ABSENT)
+            continue
+        held += 1
+        if nulls >> (held - 1) & 1:
             values.append(None)
             continue
         if size < 0:

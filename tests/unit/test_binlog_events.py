@@ -78,6 +78,22 @@ def test_table_map_with_full_metadata_and_row_images():
     assert [kind for _, kind, _, _ in rows] == ["insert", "update"]
 
 
+# MariaDB 11.8, binlog_row_image=FULL: t.a (id INT PRIMARY KEY, v INT, g AS (v*2) VIRTUAL,
+# s AS (v+1) STORED); UPDATE t.a SET v=5 WHERE id=1 leaves both generated columns out
+TABLE_MAP_11 = bytes.fromhex(
+    "fd91116b13010000003d00000000000000000012000000000001000174000161000403030303000e010100040902696401760167017308010037"
+    "c98c28")
+UPDATE_11 = bytes.fromhex(
+    "fd91116b1801000000340000000000000000001200000000000100040303fc0100000001000000fc0100000005000000dd5ce217")
+
+
+def test_an_image_without_the_generated_columns_reads_them_as_absent():
+    table = tablemap.parse_table_map(TABLE_MAP_11, 4)
+    [(before, after)] = tablemap.row_images(UPDATE_11, table, 4)
+    assert [tablemap.as_int(v) for v in before[:2]] == [1, 1] and [tablemap.as_int(v) for v in after[:2]] == [1, 5]
+    assert before[2:] == after[2:] == (tablemap.ABSENT, tablemap.ABSENT)
+
+
 def test_split_events_and_bad_sizes():
     assert list(binlog.split_events(TABLE_MAP + WRITE)) == [TABLE_MAP, WRITE]
     with pytest.raises(RemoteProtocolError, match="bad event size"):

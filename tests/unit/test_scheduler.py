@@ -3,8 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.unit.test_binlog_events import TABLE_MAP_11, UPDATE_11
 from bridge.apply.scheduler import conflicts, fold, plan, writeset
-from bridge.model import RowChange, Statement, Transaction
+from bridge.model import RowChange, RowEvents, Statement, Transaction
 
 COLS = ("id", "email", "n")
 KEYS = {("s", "users"): (("id",), ("email",)), ("s", "log"): ()}
@@ -104,3 +105,11 @@ def test_plan_keeps_every_transaction_once_in_order_and_orders_every_conflict(ro
         for earlier in segments[:later.index]:
             if earlier.writeset & later.writeset:
                 assert later.waits_for >= earlier.index  # it starts after that one committed
+
+
+def test_a_unique_key_on_a_column_the_image_leaves_out_conflicts_as_the_whole_table():
+    update = Transaction("0-1-1", (RowEvents(TABLE_MAP_11 + UPDATE_11, (("t", "a"),), 1),))
+    by_id = writeset(update, lambda s, t: (("id",),), 4)
+    by_g = writeset(update, lambda s, t: (("id",), ("g",)), 4)
+    assert len(by_id) == 1 and hash(("t", "a")) not in by_id  # the primary key is in both images
+    assert hash(("t", "a")) in by_g
