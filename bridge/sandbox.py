@@ -177,10 +177,11 @@ class Sandbox:
         tls = f"?ssl-ca={self.dir / 'tls' / 'ca.pem'}&ssl-verify-cert=1" if state.get("tls") else ""
 
         def url(role: str, account: str) -> str:
-            """A MySQL server's URL says no TLS where the sandbox serves none (MySQL offers
-            TLS with a certificate of its own, which a client takes by default)."""
+            """A container's server URL says no TLS where the sandbox serves none (MySQL 8+ and
+            MariaDB 11.4+ offer TLS with a certificate of their own, which a client takes by
+            default: CPU on every packet, and the binlog dump off the compiled ship lane)."""
             user, _, key = ACCOUNTS_BY_NAME[account]
-            query = tls or ("?ssl-mode=DISABLED" if server_kind(self._server(state, role).flavor) == "mysql" else "")
+            query = tls or ("?ssl-mode=DISABLED" if self._server(state, role).flavor != "local" else "")
             return f"mysql://{user}:{pw[key]}@127.0.0.1:{state['ports'][role]}{query}"
 
         info = {"state_dir": str(self.dir), "primary": url("primary", "reader"), "replica": url("replica", "applier"),

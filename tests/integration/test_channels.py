@@ -171,7 +171,7 @@ def outside_primary(tmp_path_factory):
         cur.execute("ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY 'outside-root'")
         cur.execute("GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
     root.close()
-    tls = "?ssl-mode=DISABLED" if kind == "mysql" else ""
+    tls = "?ssl-mode=DISABLED" if flavor != "local" else ""  # a server in a container offers TLS
     url = MysqlUrl.parse(f"mysql://root:outside-root@127.0.0.1:{port}{tls}")
     yield {"primary": url, "primary_admin": url}
     os.kill(int((home / "mysqld.pid").read_text()), signal.SIGTERM)
