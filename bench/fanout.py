@@ -9,7 +9,13 @@ the primary side processes from /proc, over the transactions the primary committ
 (heartbeat rows off, so that is the load alone); the primary server's too (the client's
 load included), where each binlog dump is a thread of its own.
 
+With ``--semi-sync received|applied`` the primary runs semi-sync (timeout
+``--ack-timeout-ms``) and every primary side is a semi-sync replica, a fan-out one with
+``--semi-sync-quorum`` (at most its replica sides); each row then also gives the fan-out's
+CPU per transaction over the single replica side's (the first row).
+
     python -m bench.fanout [--rate 1000] [--seconds 10] [--transport shm] [--state-dir .sandbox-fanout]
+                           [--semi-sync received --semi-sync-quorum 2 --ack-timeout-ms 2]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import urllib.request
 from bench.common import BENCH_SCHEMA
 from bench.cpu import cpu_seconds, paced
 from bridge.config import MysqlUrl
+from bridge.flavor import Flavor
 from bridge.model import GtidSet
 from bridge.procs import BridgeProcess, primary_process, replica_process, wait_port
 from bridge.sandbox import Sandbox, free_port
@@ -48,8 +55,8 @@ def status(proc: BridgeProcess, timeout_s: float = 30.0) -> dict:
 
 
 class FanOutBench:
-    def __init__(self, state_dir: str, transport: str) -> None:
-        self.dir, self.transport = state_dir, transport
+    def __init__(self, state_dir: str, transport: str, semi_sync: str = "off", quorum: int = 1) -> None:
+        self.dir, self.transport, self.semi_sync, self.quorum = state_dir, transport, semi_sync, quorum
         self.box = Sandbox(state_dir)
         self.info = self.box.up(replicas=3)
         self.primary = connect(MysqlUrl.parse(self.info["primary_admin"]))
@@ -86,6 +93,8 @@ class FanOutBench:
         """One primary side per list, feeding the replica sides it names."""
         for n, group in enumerate(members):
             more = [a for i in group[1:] for a in ("--replica", f"127.0.0.1:{self.ports[i]}")]
+            if self.semi_sync != "off":
+                more += ["--semi-sync", self.semi_sync, "--semi-sync-quorum", str(min(self.quorum, len(group)))]
             self.primaries.append(primary_process(
                 self.info["primary"], self.ports[group[0]], self.transport, self.start_gtid, self.dir,
                 extra=(*more, "--server-id", str(SERVER_ID + 10 * n), "--heartbeat-interval", "0")).start())
@@ -134,17 +143,37 @@ class FanOutBench:
         self.first += sent
         return sent
 
+    def set_semi_sync(self, enabled: bool, timeout_ms: int = 10_000) -> None:
+        """The primary's semi-sync (its plugin's own names, bridge.flavor) on or off."""
+        flavor = Flavor.of(self.primary)
+        with self.primary.cursor() as cur:
+            cur.execute(f"SET GLOBAL {flavor.semi_sync_variable('timeout')}={int(timeout_ms)}")
+            cur.execute(f"SET GLOBAL {flavor.semi_sync_variable('enabled')}={'ON' if enabled else 'OFF'}")
+
+    def semi_sync_counts(self) -> tuple[int, int]:
+        """The primary's commits acknowledged and not acknowledged in time, so far."""
+        prefix = Flavor.of(self.primary).semi_sync_status_prefix
+        with self.primary.cursor() as cur:
+            cur.execute(f"SHOW GLOBAL STATUS LIKE '{prefix}%tx'")
+            got = {name.lower()[len(prefix):]: int(value) for name, value in cur.fetchall()}
+        return got.get("yes_tx", 0), got.get("no_tx", 0)
+
     def primary_cpu(self, rate: int, seconds: float, which) -> dict:
         """The primary sides' CPU per transaction over one paced load."""
         server = int((self.box.dir / "primary" / "mysqld.pid").read_text())
         before, start = [cpu_seconds(p.proc.pid) for p in self.primaries], self.seq()
-        server_before = cpu_seconds(server)
+        server_before, acked_before = cpu_seconds(server), self.semi_sync_counts()
         self.load(rate, seconds)
         self.wait_caught_up(which)
         txns = self.seq() - start
         used = sum(cpu_seconds(p.proc.pid) - b for p, b in zip(self.primaries, before))
-        return {"transactions": txns, "primary_sides_us_per_txn": round(used / txns * 1e6, 1),
-                "primary_server_us_per_txn": round((cpu_seconds(server) - server_before) / txns * 1e6, 1)}
+        out = {"transactions": txns, "primary_sides_us_per_txn": round(used / txns * 1e6, 1),
+               "primary_server_us_per_txn": round((cpu_seconds(server) - server_before) / txns * 1e6, 1)}
+        if self.semi_sync != "off":
+            acked = self.semi_sync_counts()
+            out["semi_sync_acked"], out["semi_sync_not_acked"] = (acked[0] - acked_before[0],
+                                                                  acked[1] - acked_before[1])
+        return out
 
     def restart_replica(self, i: int) -> None:
         """A fresh replica side: its stages count from here."""
@@ -159,9 +188,11 @@ class FanOutBench:
 
 
 def run(rate: int, seconds: float, state_dir: str, transport: str = "shm", log=print, counts=(1, 2, 3),
-        frozen: bool = True) -> dict:
-    bench = FanOutBench(state_dir, transport)
+        frozen: bool = True, semi_sync: str = "off", quorum: int = 1, ack_timeout_ms: int = 10_000) -> dict:
+    bench = FanOutBench(state_dir, transport, semi_sync, quorum)
     rows, latency = [], {}
+    if semi_sync != "off":
+        bench.set_semi_sync(True, ack_timeout_ms)
     try:
         for n in counts:
             members = list(range(n))
@@ -177,6 +208,8 @@ def run(rate: int, seconds: float, state_dir: str, transport: str = "shm", log=p
             rows.append(row)
             row["ratio_primary_server_fan_out_over_separate"] = round(
                 shared["primary_server_us_per_txn"] / separate["primary_server_us_per_txn"], 2)
+            row["ratio_fan_out_over_first_row"] = round(shared["primary_sides_us_per_txn"] /
+                                                        rows[0]["fan_out"]["primary_sides_us_per_txn"], 2)
             log(f"{n} replica(s): one primary side {shared['primary_sides_us_per_txn']} us/txn, {n} separate "
                 f"{separate['primary_sides_us_per_txn']} us/txn ({row['ratio_fan_out_over_separate']}x); the primary "
                 f"server (its load included) {shared['primary_server_us_per_txn']} vs "
@@ -200,11 +233,15 @@ def run(rate: int, seconds: float, state_dir: str, transport: str = "shm", log=p
         if frozen:
             bench.wait_caught_up([0, 1, 2])
     finally:
+        if semi_sync != "off":
+            bench.set_semi_sync(False)
         bench.close()
     base = latency.get("all streaming") or {"p50": 0, "p99": 0, "p999": 0}
     return {"benchmark": "fan-out: primary side CPU per txn, one read for N replica sides vs N separate primary "
                          "sides; the first replica's latency while the third is frozen",
             "rate": rate, "seconds": seconds, "transport": transport, "rows": rows,
+            "semi_sync": semi_sync, "semi_sync_quorum": quorum if semi_sync != "off" else None,
+            "ack_timeout_ms": ack_timeout_ms if semi_sync != "off" else None,
             "first_replica_bridge_stage_us": latency,
             "ratio_frozen_over_streaming": {p: round(latency["third frozen"][p] / base[p], 2)
                                             for p in ("p50", "p99", "p999") if base[p] and "third frozen" in latency}}
@@ -218,10 +255,15 @@ def main() -> None:
     ap.add_argument("--replicas", default="1,2,3", help="replica side counts measured, comma-separated")
     ap.add_argument("--no-frozen", action="store_true", help="skip the latency with the third replica side frozen")
     ap.add_argument("--state-dir", default=".sandbox-fanout")
+    ap.add_argument("--semi-sync", default="off", choices=("off", "received", "applied"))
+    ap.add_argument("--semi-sync-quorum", type=int, default=2)
+    ap.add_argument("--ack-timeout-ms", type=int, default=10_000, help="the primary's semi-sync timeout")
     args = ap.parse_args()
     print(json.dumps(run(args.rate, args.seconds, args.state_dir, args.transport,
                          log=lambda m: print(m, file=sys.stderr, flush=True),
-                         counts=[int(n) for n in args.replicas.split(",")], frozen=not args.no_frozen), indent=2))
+                         counts=[int(n) for n in args.replicas.split(",")], frozen=not args.no_frozen,
+                         semi_sync=args.semi_sync, quorum=args.semi_sync_quorum,
+                         ack_timeout_ms=args.ack_timeout_ms), indent=2))
 
 
 if __name__ == "__main__":

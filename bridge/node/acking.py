@@ -51,6 +51,13 @@ class SemiSyncAcks:
         if self.pending:
             self.settle(reader, members)
 
+    def handed_over(self, seqs: tuple[int, ...], position: int, log_file: str, asked_ns: int) -> None:
+        """The ship lane published a transaction asked about at ``asked_ns`` (monotonic)
+        and returned before it could acknowledge it (tcp: the answer is late; fan-out: fewer
+        rings than the quorum hold it): the ACK at ``position`` waits here for ``seqs`` (per
+        replica side, -1 where it does not count), until the primary's timeout from then."""
+        self.pending.add(AckRequest(seqs, position, log_file, asked_ns / 1e9 + self.timeout_s))
+
     def settle(self, reader: BinlogReader, members: Sequence[Member | None]) -> None:
         """Send the ACK of the newest request the quorum covers, if any; requests past
         the primary's timeout are counted as skipped: an ACK never claims what is not true."""

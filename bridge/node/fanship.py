@@ -1,6 +1,7 @@
 """The fan-out's one-call paths, mixed into FanOutNode (bridge.node.fanout), as
-bridge.node.shipping's are into PrimaryNode: over shm without semi-sync, the ship lane
-feeding every member's ring in one compiled call (``ShipLane``'s further rings); else,
+bridge.node.shipping's are into PrimaryNode: over shm, semi-sync off or `received`, the
+ship lane feeding every member's ring in one compiled call (``ShipLane``'s further rings;
+the ACK from the same call once the quorum's rings hold the transaction); else,
 where the dump's buffer holds common transactions whole, one compiled framing call per
 member (``RingProducer.place_run``: the same packets, so the same transactions). A member
 short of ring space gets what it lacks framed one by one into its queue. FanOutNode owns
@@ -29,19 +30,26 @@ class FanShipLoop:
 
     def _lane_everywhere(self, reader) -> bool:
         """The ship lane feeding every member's ring in one compiled call (its further
-        rings, bridge.source.ship), where it can: over shm, without semi-sync, every member
-        streaming with nothing queued and the binlog format in force sent. True when this
-        step is done (transactions placed, or the dump quiet for the lane's wait)."""
+        rings, bridge.source.ship), where it can: over shm, semi-sync off or `received`
+        with no ACK waiting, every member streaming with nothing queued and the binlog
+        format in force sent. True when this step is done (transactions placed, or the
+        dump quiet for the lane's wait)."""
         lane = self._fan_lane(reader)
         if lane is None:
             return False
         streaming = self.members
+        ack_file = reader.log_file.encode() if self.cfg.semi_sync == "received" else None
         with self._lock:  # no catch-up runs now (the lane is only used without one): nothing waits on it
             try:
-                placed = reader.run_lane(lane, LANE_WAIT_MS)
+                placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file)
             except TransportError as exc:  # the first ring's doorbell: its replica side is gone
                 self._detach(streaming[0], str(exc))
                 return True
+            if lane.asked is not None:  # fewer rings than the quorum hold it: the general path counts them
+                missing = {i + 1 for i, _, _ in lane.owed} | {i + 1 for i in lane.gone}
+                self.acks.handed_over(tuple(-1 if i in missing else m.producer.write_seq
+                                            for i, m in enumerate(streaming)), lane.asked[1], reader.log_file,
+                                      lane.asked[2])
             if placed:
                 for member in streaming:
                     member.last_gtid = lane.gtid
@@ -62,7 +70,7 @@ class FanShipLoop:
     def _fan_lane(self, reader):
         """The lane for the members as they are now, or None where it cannot run."""
         members = self.members
-        if self.cfg.semi_sync != "off" or len(members) - 1 > lanes.MAX_RINGS or \
+        if self.cfg.semi_sync not in ("off", "received") or self.acks or len(members) - 1 > lanes.MAX_RINGS or \
                 any(m.state != STREAMING or m.queue or m.parked for m in members):
             return None
         dump, fmt = reader.dump_reader, event_of(reader.format)
@@ -77,6 +85,7 @@ class FanShipLoop:
                 dump, members[0].producer, targets[0]["remote"], targets[0].get("doorbell", -1), HEARTBEAT_TABLE,
                 self.assembler.chunk_bytes, None, self.counts,
                 [(m.producer, t["remote"], t.get("doorbell", -1)) for m, t in zip(members[1:], targets[1:])])
+            self._fan_lane_obj.quorum = self.acks.quorum
             self._fan_key = key
             self._stall_ns = int(reader.read_timeout_s * 1e9)
         return self._fan_lane_obj

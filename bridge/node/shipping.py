@@ -1,8 +1,8 @@
 """The primary side's one-call paths, mixed into PrimaryNode (bridge.node.primary):
 between transactions in binlog apply mode, ``step`` first tries the ship lane
 (bridge.source.lanes: the common case, dump socket to the replica's ring, in compiled
-calls), then, where the lane does not run (rdma, TLS on the ring's link, semi-sync over
-tcp or rdma, `applied`, an ACK waiting), a run: the transactions the dump's buffer holds
+calls, semi-sync `received` ACKs included), then, where the lane does not run (rdma,
+TLS on the ring's link, semi-sync `applied`, an ACK waiting), a run: the transactions the dump's buffer holds
 whole framed into the ring by one call (``RingProducer.place_run``) and published
 together. Everything else goes the per-transaction way in ``step``. PrimaryNode owns the
 state this works on: the reader, the member (its producer and link), the counters, the acks.
@@ -52,9 +52,13 @@ class ShipLoop:
         if lane is None:
             return False
         ack_file = reader.log_file.encode() if self.cfg.semi_sync != "off" else None
-        placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file)
+        placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file, int(self.acks.timeout_s * 1e6))
+        if lane.asked is not None:  # tcp: the answer it asked for is late; the general path waits for it
+            seq, position, asked_ns = lane.asked
+            self._lane_remote.lane_asked(seq, lane.reply)
+            self.acks.handed_over((seq,), position, reader.log_file, asked_ns)
         if placed:  # the lane counted them as it published (lanes.ShipLane's ``counts``)
-            self._lane_remote.lane_published(member.producer.write_seq)
+            self._lane_remote.lane_published(member.producer.write_seq, lane.placed, lane.applied)
             member.note_published()
             self.last_gtid = member.last_gtid = lane.gtid
             self.counts.lane_runs += 1
@@ -68,11 +72,14 @@ class ShipLoop:
         return placed > 0 or lane.why == lanes.IDLE
 
     def _lane_for(self, reader: BinlogReader, member: Member):
-        """The ship lane of this reader, producer and ring: over shm (semi-sync `received`
-        too: its stores are the confirmation) or plain tcp without semi-sync, while no
-        ACK waits, where the dump's reader is the lane's; else None."""
+        """The ship lane of this reader, producer and ring: over shm or plain tcp, semi-sync
+        `received` too (shm: its stores are the confirmation; tcp: it asks for the replica
+        side's answer, while no other is outstanding), while no ACK waits, where the dump's
+        reader is the lane's; else None."""
         remote, producer = member.remote, member.producer
         if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received"):
+            return None
+        if self.cfg.semi_sync == "received" and getattr(remote, "answers_outstanding", False):
             return None
         dump = reader.dump_reader
         if dump is None:

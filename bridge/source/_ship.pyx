@@ -72,11 +72,16 @@ cdef enum:
     DATA_OFFSET = 64
     OP_WRITE = 1  # bridge.wire.placement.Op
     OP_PUBLISH = 2
+    OP_PUBLISH_ANSWER = 6
     OP_HEAD = 9  # placement.HEAD: op u8, offset u32, length u32
+    REPLY_BYTES = 16  # placement.REPLY: placed u64, applied u64
+    ANSWER_CLOSED = -1  # _await_answer: the replica side closed the data connection
 
 if (C_RUN_TXNS, C_PEEK_BYTES, C_BATCHES, C_IDLE, C_NOT_MINE, C_MAX_RINGS, HEAD_AT, WRITE_SEQ_AT, WAITING_AT, DATA_OFFSET, OP_WRITE,
-        OP_PUBLISH, OP_HEAD) != (RUN_TXNS, _twin.PEEK_BYTES, _twin.BATCHES, IDLE, NOT_MINE, MAX_RINGS, _HEAD_AT, _WRITE_SEQ_AT, _WAITING_AT,
-                                 _DATA_OFFSET, _placement.Op.WRITE, _placement.Op.PUBLISH, _placement.HEAD.size):
+        OP_PUBLISH, OP_PUBLISH_ANSWER, OP_HEAD, REPLY_BYTES) != (
+        RUN_TXNS, _twin.PEEK_BYTES, _twin.BATCHES, IDLE, NOT_MINE, MAX_RINGS, _HEAD_AT, _WRITE_SEQ_AT, _WAITING_AT,
+        _DATA_OFFSET, _placement.Op.WRITE, _placement.Op.PUBLISH, _placement.Op.PUBLISH_ANSWER, _placement.HEAD.size,
+        _placement.REPLY.size):
     raise ImportError("bridge.source._ship was built from constants its sources no longer have; rebuild it")
 
 
@@ -179,6 +184,11 @@ cdef class ShipLane:
     cdef public int seq_id, why, ack_error
     cdef public Py_ssize_t frames, heartbeats, commit_position, acks
     cdef public object gtid
+    cdef public object asked  # tcp: (seq, ACK position, monotonic ns) whose answer is out, or None
+    cdef uint8_t reply_buf[REPLY_BYTES]  # ... and the bytes of that answer already read
+    cdef int reply_len
+    cdef public unsigned long long placed, applied  # tcp: the replica side's last answer
+    cdef public int quorum  # fan-out semi-sync: rings that must hold a transaction for its ACK
     cdef uint32_t batch_us[C_BATCHES]  # per publish: its first transaction's time from placed to published
     cdef uint32_t batch_n[C_BATCHES]  # ... and how many it published
     cdef int batches
@@ -203,18 +213,75 @@ cdef class ShipLane:
         self.gtid = ""
         self.batches = 0
         self.acks = self.ack_error = 0
+        self.asked, self.reply_len, self.placed, self.applied, self.quorum = None, 0, 0, 0, 1
         self.why = C_IDLE
 
     def __dealloc__(self):
         free(self.out)
 
-    cdef void _count(self, Py_ssize_t n, Py_ssize_t heartbeats, bint ack):
+    @property
+    def reply(self):
+        return PyBytes_FromStringAndSize(<char *>self.reply_buf, self.reply_len)
+
+    cdef void _count(self, Py_ssize_t n, Py_ssize_t heartbeats):
         counts = self.counts
         counts.transactions_shipped += n - heartbeats
         counts.heartbeats_shipped += heartbeats
         counts.taken_whole += n
-        if ack:
-            counts.acks_sent += 1  # before the ACK goes: once it is out, the primary's commit may return
+
+    cdef int _acknowledge(self, uint64_t position, const char *log_file, Py_ssize_t n):
+        """The ACK sent (``_send_ack``), counted before it goes (once it is out, the
+        primary's commit may return): 0 or an errno."""
+        cdef int err
+        if self.counts is not None:
+            self.counts.acks_sent += 1
+        err = self._send_ack(position, log_file, n)
+        if err and self.counts is not None:
+            self.counts.acks_sent -= 1  # it did not go
+        return err
+
+    cdef int _holding(self, int n_more):
+        """Fan-out: the rings that hold the transaction just published (a further ring that
+        had no space for it, or whose replica side is gone, does not)."""
+        missing = {owed[0] for owed in self.owed}
+        missing.update(self.gone)
+        return 1 + n_more - len(missing)
+
+    cdef int _await_answer(self, uint64_t until_ns, uint64_t write_seq) noexcept nogil:
+        """tcp: wait until ``until_ns`` at most for the replica side's answer to the PUBLISH
+        just sent (the only one asked: the lane runs with none outstanding): 1 once it is
+        here (``placed``, ``applied`` taken), 0 when the time ran out first (the bytes read
+        so far kept), ANSWER_CLOSED, or an errno made negative."""
+        cdef pollfd waiter
+        cdef uint64_t now
+        cdef int ready
+        cdef ssize_t got
+        while self.reply_len < REPLY_BYTES:
+            now = _mono_ns()
+            if now >= until_ns:
+                return 0
+            waiter.fd, waiter.events, waiter.revents = self.sock_fd, POLLIN, 0
+            ready = poll(&waiter, 1, <int>((until_ns - now + 999999) // 1000000))
+            if ready == 0:
+                continue  # the clock decides (poll counts whole ms)
+            if ready < 0:
+                if errno == EINTR:
+                    continue
+                return -errno
+            got = recv(self.sock_fd, self.reply_buf + self.reply_len, REPLY_BYTES - self.reply_len, MSG_DONTWAIT)
+            if got == 0:
+                return ANSWER_CLOSED
+            if got < 0:
+                if errno == EINTR or errno == EAGAIN:
+                    continue
+                return -errno
+            self.reply_len += got
+        self.reply_len = 0
+        if rd64(self.reply_buf) > self.placed:
+            self.placed = rd64(self.reply_buf)
+        if rd64(self.reply_buf + 8) > self.applied:
+            self.applied = rd64(self.reply_buf + 8)
+        return 1
 
     def record_stages(self, stages):
         """The last run's "place" stage: per publish, its transactions at its first one's time."""
@@ -296,7 +363,7 @@ cdef class ShipLane:
         self.out_len = 0
         return 0
 
-    def run(self, int seq_id, int wait_ms, ack_file=None):
+    def run(self, int seq_id, int wait_ms, ack_file=None, long long ack_wait_us=0):
         cdef Py_buffer mirror, ring
         cdef DumpReader rd = self.reader
         cdef Scanned s
@@ -307,7 +374,8 @@ cdef class ShipLane:
         cdef uint8_t sid = seq_id
         cdef uint8_t *o
         cdef uint8_t *r
-        cdef int scan, left_ms, bell_err = 0, send_err = 0, got_poll
+        cdef int scan, left_ms, bell_err = 0, send_err = 0, got_poll, answer
+        cdef uint64_t asked_ns, until_ns
         cdef bint tcp = self.sock_fd >= 0
         cdef bint semi_sync = ack_file is not None
         cdef const char *ack_name = NULL
@@ -333,7 +401,7 @@ cdef class ShipLane:
         cdef Py_ssize_t mframe_at, mused
         entries = []
         more_entries = [[] for _ in range(n_more)]
-        self.owed, self.gone = [], []
+        self.owed, self.gone, self.asked, self.reply_len = [], [], None, 0
         if semi_sync:
             ack_name, ack_name_len = PyBytes_AS_STRING(ack_file), len(ack_file)
         self.frames = self.heartbeats = self.batches = self.acks = self.ack_error = 0
@@ -420,7 +488,7 @@ cdef class ShipLane:
                             scan = SCAN_NO  # a full ring or over half of it: the general path waits for space
                     if pending and tcp:
                         wr64(published, seq - 1)  # the PUBLISH body: write_seq u64
-                        self._queue(OP_PUBLISH, <uint32_t>head, published, 8)
+                        self._queue(OP_PUBLISH_ANSWER if ack_pos >= 0 else OP_PUBLISH, <uint32_t>head, published, 8)
                         with nogil:
                             send_err = self._send_queued()
                         if send_err:
@@ -445,16 +513,38 @@ cdef class ShipLane:
                     if pending:
                         self._batch(_mono_ns() - whole_ns, batch_n)
                         if self.counts is not None:  # live: status and metrics see them as they happen
-                            self._count(batch_n, batch_hb, ack_pos >= 0)
+                            self._count(batch_n, batch_hb)
                         pending, whole_ns, batch_n, batch_hb = False, 0, 0, 0
                         if bell_err:
                             break
-                        if ack_pos >= 0:  # the replica's ring holds it: what semi-sync `received` promises
-                            self.ack_error = self._send_ack(<uint64_t>ack_pos, ack_name, ack_name_len)
+                        if ack_pos >= 0:
+                            if n_more and self._holding(n_more) < self.quorum:
+                                self.asked = (seq - 1, ack_pos, _mono_ns())  # the general path counts them
+                                self.why = C_NOT_MINE
+                                break
+                            if tcp:
+                                asked_ns = _mono_ns()
+                                until_ns = asked_ns + <uint64_t>ack_wait_us * 1000
+                                if deadline < until_ns:
+                                    until_ns = deadline
+                                with nogil:
+                                    answer = self._await_answer(until_ns, seq - 1)
+                                if answer == ANSWER_CLOSED:
+                                    raise TransportError("tcp transport: the replica side closed the data connection "
+                                                         "with an answer outstanding")
+                                if answer < 0:
+                                    raise TransportError(f"tcp transport: recv: {os.strerror(-answer)}")
+                                if answer == 0:
+                                    self.asked = (seq - 1, ack_pos, asked_ns)  # the general path waits for it
+                                    self.why = C_NOT_MINE
+                                    break
+                                if self.placed < seq - 1:
+                                    raise TransportError(f"tcp transport: the replica side answered that its ring "
+                                                         f"holds seq {self.placed}, after seq {seq - 1} was published")
+                            # the replica side holds it: what semi-sync `received` promises
+                            self.ack_error = self._acknowledge(<uint64_t>ack_pos, ack_name, ack_name_len)
                             ack_pos = -1
                             if self.ack_error:
-                                if self.counts is not None:
-                                    self.counts.acks_sent -= 1  # counted before the send: it did not go
                                 self.why = C_NOT_MINE  # the general path meets the broken dump connection
                                 break
                             self.acks += 1

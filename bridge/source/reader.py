@@ -154,13 +154,15 @@ class BinlogReader:
         conn = _compat.stream_connection(self._stream)
         return conn.dump_reader if self.raw_rows and conn is not None and conn.stashed is None else None
 
-    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None) -> int:
+    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
         """The ship lane over this stream (bridge.source.ship): transactions placed and
-        published; ``lane.why`` says why it returned; ``ack_file``: see ``ShipLane.run``."""
-        got = _compat.stream_connection(self._stream).run_lane(lane, wait_ms, ack_file)
-        if got:
-            self.commit_pos = lane.commit_position
-        return got
+        published; ``lane.why`` says why it returned; ``ack_file``, ``ack_wait_us``: see
+        ``ShipLane.run``."""
+        try:
+            return _compat.stream_connection(self._stream).run_lane(lane, wait_ms, ack_file, ack_wait_us)
+        finally:
+            if lane.frames:
+                self.commit_pos = lane.commit_position
 
     @property
     def read_timeout_s(self) -> float:

@@ -22,8 +22,19 @@ first packet number) and ends the call: the node queues it for that ring. A furt
 ring whose doorbell fails (its replica side is gone) is named in ``gone``; the first
 ring's failure raises, as without fan-out.
 
-It runs over shm and tcp (not TLS), in binlog apply mode, without semi-sync, over a dump
-connection without TLS (``bridge.node.primary`` decides). Both twins keep the
+Semi-sync ``received`` (``ack_file``): a transaction whose event asks for an ACK is
+published at once; over shm the stores are the confirmation and the ACK goes on the dump
+connection then; over tcp the PUBLISH asks the replica side for its answer (ANSWER,
+bridge.wire.placement), and the lane waits for it, as a native replica's I/O thread
+waits for its relay log, at most until the primary stops waiting (``ack_wait_us``) or the
+run's end: the answer covering the transaction sends the ACK; one not here by then is
+handed back (``asked``: the request; ``reply``: the answer's bytes already read), and the
+node's general path waits for it and acknowledges or skips it (bridge.node.acking).
+With further rings (fan-out over shm) the ACK goes once ``quorum`` rings hold the
+transaction; when fewer do (one had no space, one is gone) it is handed back the same way.
+
+It runs over shm and tcp (not TLS), in binlog apply mode, over a dump connection without
+TLS (``bridge.node.primary`` decides). Both twins keep the
 producer's bookkeeping (head, used, next seq, the entries ``unacked`` resends) as
 ``RingProducer.place_run`` does, so a lost link resends from the ring as always.
 """
@@ -136,97 +147,110 @@ class ShipLane:
         self.gtid = ""  # the last transaction placed
         self.acks = 0  # semi-sync ACKs the last run sent
         self.ack_error = 0  # the errno that stopped an ACK's send, or 0
+        self.asked: tuple[int, int, int] | None = None  # tcp: (seq, ACK position, monotonic ns) whose answer is out
+        self.reply = bytearray()  # ... and the bytes of that answer already read
+        self.placed = self.applied = 0  # tcp: the replica side's last answer (TcpRemoteRing.placed, .applied)
+        self.quorum = 1  # fan-out semi-sync: rings that must hold a transaction for its ACK (--semi-sync-quorum)
         self._batches: list[list[int]] = []  # per publish: [µs from its first transaction placed, transactions]
         self.why = IDLE
 
-    def run(self, seq_id: int, wait_ms: int, ack_file: bytes | None = None) -> int:
+    def run(self, seq_id: int, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
         """Transactions placed and published (see the module's docstring); ``why``
         says why it returned. ``ack_file``: the binlog file being read, where the
-        dump's packets carry semi-sync headers and the placement itself is what an ACK
-        may claim (shm, ``received``): a transaction whose event asked for an ACK is
-        published at once and acknowledged on the dump connection."""
+        dump's packets carry semi-sync headers and the placement is what an ACK may
+        claim (``received``); ``ack_wait_us``: how long the primary waits for one."""
         reader, producer, semi_sync = self.reader, self.producer, ack_file is not None
         self.frames = self.heartbeats = self.acks = self.ack_error = 0
-        self._batches, self.owed, self.gone = [], [], []
+        self._batches, self.owed, self.gone, self.asked = [], [], [], None
+        self.reply.clear()
         deadline = time.monotonic_ns() + wait_ms * 1_000_000
         pending, whole_ns, batch_n, batch_hb, ack = False, 0, 0, 0, -1
-        while True:
-            with memoryview(reader.buf) as view:
-                buffered = view[reader.start:reader.end]
-                run = producer.place_run(buffered, seq_id, semi_sync, self.max_bytes, self.heartbeat, 1) \
-                    if buffered else None
-                if run is None:
-                    more = hotpath.scan_wants_more(buffered, seq_id, semi_sync, self.max_bytes)
-                else:
-                    for i, (other, ring, _) in enumerate(self.rings):
-                        placed = other.place_run(buffered[:run.taken], seq_id, semi_sync, self.max_bytes,
-                                                 self.heartbeat, 1)
-                        if placed is None:
-                            self.owed.append((i, bytes(buffered[:run.taken]), seq_id))
-                            continue
-                        for p in placed.placements:
-                            ring[p.offset:p.offset + p.length] = other.region[p.offset:p.offset + p.length]
-                del buffered
-            if run is not None:
-                whole_ns = whole_ns or time.monotonic_ns()
-                for p in run.placements:
-                    if self.sock is None:
-                        self.remote[p.offset:p.offset + p.length] = producer.region[p.offset:p.offset + p.length]
+        try:
+            while True:
+                with memoryview(reader.buf) as view:
+                    buffered = view[reader.start:reader.end]
+                    run = producer.place_run(buffered, seq_id, semi_sync, self.max_bytes, self.heartbeat, 1) \
+                        if buffered else None
+                    if run is None:
+                        more = hotpath.scan_wants_more(buffered, seq_id, semi_sync, self.max_bytes)
                     else:
-                        self._out += placement.encode_write(p.offset, producer.region[p.offset:p.offset + p.length])
-                reader.start += run.taken
-                seq_id = run.seq_id
-                self.frames += 1
-                batch_n += 1
-                batch_hb += run.heartbeats
-                self.heartbeats += run.heartbeats
-                self.gtid, self.commit_position, ack = run.gtid, run.commit_position, run.ack
-                pending = True
-                if ack < 0 and self.frames % RUN_TXNS and not self.owed:
-                    continue
-            if pending:
-                self._publish(producer.write_seq, producer.head)
-                self._batch(time.monotonic_ns() - whole_ns, batch_n)
-                if self.counts is not None:  # live: status and metrics see them as they happen
-                    self._count(batch_n, batch_hb, ack >= 0)
-                pending, whole_ns, batch_n, batch_hb = False, 0, 0, 0
-                if ack >= 0:  # the replica's ring holds it: what semi-sync `received` promises
-                    self.ack_error = self._send_ack(ack, ack_file)
-                    ack = -1
-                    if self.ack_error:
-                        if self.counts is not None:
-                            self.counts.acks_sent -= 1  # counted before the send: it did not go
-                        self.why = NOT_MINE  # the general path meets the broken dump connection
+                        for i, (other, ring, _) in enumerate(self.rings):
+                            placed = other.place_run(buffered[:run.taken], seq_id, semi_sync, self.max_bytes,
+                                                     self.heartbeat, 1)
+                            if placed is None:
+                                self.owed.append((i, bytes(buffered[:run.taken]), seq_id))
+                                continue
+                            for p in placed.placements:
+                                ring[p.offset:p.offset + p.length] = other.region[p.offset:p.offset + p.length]
+                    del buffered
+                if run is not None:
+                    whole_ns = whole_ns or time.monotonic_ns()
+                    for p in run.placements:
+                        if self.sock is None:
+                            self.remote[p.offset:p.offset + p.length] = producer.region[p.offset:p.offset + p.length]
+                        else:
+                            self._out += placement.encode_write(p.offset, producer.region[p.offset:p.offset + p.length])
+                    reader.start += run.taken
+                    seq_id = run.seq_id
+                    self.frames += 1
+                    batch_n += 1
+                    batch_hb += run.heartbeats
+                    self.heartbeats += run.heartbeats
+                    self.gtid, self.commit_position, ack = run.gtid, run.commit_position, run.ack
+                    pending = True
+                    if ack < 0 and self.frames % RUN_TXNS and not self.owed:
+                        continue
+                if pending:
+                    self._publish(producer.write_seq, producer.head, ack >= 0)
+                    self._batch(time.monotonic_ns() - whole_ns, batch_n)
+                    if self.counts is not None:  # live: status and metrics see them as they happen
+                        self._count(batch_n, batch_hb)
+                    pending, whole_ns, batch_n, batch_hb = False, 0, 0, 0
+                    if ack >= 0:
+                        asked_ns = time.monotonic_ns()
+                        if self.rings and self._holding() < self.quorum:
+                            self.asked = (producer.write_seq, ack, asked_ns)  # the general path counts them
+                            self.why = NOT_MINE
+                            break
+                        if self.sock is not None and not self._answered(min(asked_ns + ack_wait_us * 1000, deadline),
+                                                                        producer.write_seq):
+                            self.asked = (producer.write_seq, ack, asked_ns)  # the general path waits for it
+                            self.why = NOT_MINE
+                            break
+                        # the replica side holds it: what semi-sync `received` promises
+                        self.ack_error = self._send_ack(ack, ack_file)
+                        ack = -1
+                        if self.ack_error:
+                            self.why = NOT_MINE  # the general path meets the broken dump connection
+                            break
+                        self.acks += 1
+                if self.owed:
+                    self.why = NOT_MINE  # the node queues what a further ring had no space for
+                    break
+                if run is not None:
+                    if time.monotonic_ns() >= deadline:  # a steady stream: back to the node every wait_ms all the same
+                        self.why = IDLE
                         break
-                    self.acks += 1
-            if self.owed:
-                self.why = NOT_MINE  # the node queues what a further ring had no space for
-                break
-            if run is not None:
-                if time.monotonic_ns() >= deadline:  # a steady stream: back to the node every wait_ms all the same
+                    continue
+                if not more or reader.buffered == len(reader.buf):
+                    self.why = NOT_MINE  # not the lane's kind, a full ring, or longer than the buffer
+                    break
+                left_ms = (deadline - time.monotonic_ns()) // 1_000_000
+                if left_ms <= 0 or not select.select([reader.fd], [], [], left_ms / 1000)[0]:
                     self.why = IDLE
                     break
-                continue
-            if not more or reader.buffered == len(reader.buf):
-                self.why = NOT_MINE  # not the lane's kind, a full ring, or longer than the buffer
-                break
-            left_ms = (deadline - time.monotonic_ns()) // 1_000_000
-            if left_ms <= 0 or not select.select([reader.fd], [], [], left_ms / 1000)[0]:
-                self.why = IDLE
-                break
-            if not self._receive():
-                self.why = NOT_MINE  # the end of the stream or an error: the general path meets it
-                break
-        self.seq_id = seq_id
+                if not self._receive():
+                    self.why = NOT_MINE  # the end of the stream or an error: the general path meets it
+                    break
+        finally:
+            self.seq_id = seq_id  # the packets read are read, whatever ends the run
         return self.frames
 
-    def _count(self, n: int, heartbeats: int, ack: bool) -> None:
+    def _count(self, n: int, heartbeats: int) -> None:
         counts = self.counts
         counts.transactions_shipped += n - heartbeats
         counts.heartbeats_shipped += heartbeats
         counts.taken_whole += n
-        if ack:
-            counts.acks_sent += 1  # before the ACK goes: once it is out, the primary's commit may return
 
     def record_stages(self, stages) -> None:
         """The last run's "place" stage: per publish, its transactions at its first one's time."""
@@ -242,14 +266,49 @@ class ShipLane:
             self._batches.append([micros, n])
 
     def _send_ack(self, position: int, log_file: bytes) -> int:
-        """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno."""
+        """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno.
+        Counted before it goes (once it is out, the primary's commit may return)."""
         if len(log_file) > 512:
             return errno.EINVAL
+        if self.counts is not None:
+            self.counts.acks_sent += 1
         try:
             self.reader.sock.sendall(binlog.semi_sync_ack(position, log_file))
         except OSError as exc:
+            if self.counts is not None:
+                self.counts.acks_sent -= 1  # it did not go
             return exc.errno or errno.EIO
         return 0
+
+    def _holding(self) -> int:
+        """Fan-out: the rings that hold the transaction just published (a further ring that
+        had no space for it, or whose replica side is gone, does not)."""
+        return 1 + len(self.rings) - len({i for i, _, _ in self.owed} | set(self.gone))
+
+    def _answered(self, until_ns: int, write_seq: int) -> bool:
+        """tcp: wait until ``until_ns`` at most for the replica side's answer to the PUBLISH
+        just sent (the only one asked: the lane runs with none outstanding); True once it
+        is here, False when the time ran out first (the bytes read so far in ``reply``)."""
+        size = placement.REPLY.size
+        while len(self.reply) < size:
+            left_s = (until_ns - time.monotonic_ns()) / 1e9
+            if left_s <= 0 or not select.select([self.sock], [], [], left_s)[0]:
+                return False
+            try:
+                data = self.sock.recv(size - len(self.reply))
+            except OSError as exc:
+                raise TransportError(f"tcp transport: recv: {exc.strerror or exc}") from exc
+            if not data:
+                raise TransportError("tcp transport: the replica side closed the data connection with an answer "
+                                     "outstanding")
+            self.reply += data
+        placed, applied = placement.REPLY.unpack(self.reply)
+        self.reply.clear()
+        self.placed, self.applied = max(self.placed, placed), max(self.applied, applied)
+        if self.placed < write_seq:
+            raise TransportError(f"tcp transport: the replica side answered that its ring holds seq {self.placed}, "
+                                 f"after seq {write_seq} was published")
+        return True
 
     def _receive(self) -> bool:
         """Bytes the dump socket holds into the buffer, without waiting; False at the end of the
@@ -259,12 +318,13 @@ class ShipLane:
         except OSError:
             return False
 
-    def _publish(self, write_seq: int, head: int) -> None:
+    def _publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
         """shm: the new head and write_seq in the replica's ring header (after the frames),
         then the doorbell when the replica side sleeps on it (ShmRemoteRing.publish). tcp:
-        the WRITE messages and a PUBLISH in one send (TcpRemoteRing.publish)."""
+        the WRITE messages and a PUBLISH in one send (TcpRemoteRing.publish), ``confirm``:
+        one that asks for the answer."""
         if self.sock is not None:
-            self._out += placement.encode_publish(write_seq, head)
+            self._out += placement.encode_publish(write_seq, head, answer=confirm)
             try:
                 self.sock.sendall(self._out)
             except OSError as exc:

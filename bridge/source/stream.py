@@ -170,11 +170,13 @@ class StreamConnection(pymysql.connections.Connection):
         rfile = self._rfile
         return rfile if self.dumping and self._stall_s is not None and isinstance(rfile, lanes.DumpReader) else None
 
-    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None) -> int:
-        """``lane.run`` from this connection's next packet number on (see bridge.source.ship)."""
-        got = lane.run(self._next_seq_id, wait_ms, ack_file)
-        self._next_seq_id = lane.seq_id
-        return got
+    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
+        """``lane.run`` from this connection's next packet number on (see bridge.source.ship);
+        the packets it read are read here too when it raises (a lost link keeps the dump)."""
+        try:
+            return lane.run(self._next_seq_id, wait_ms, ack_file, ack_wait_us)
+        finally:
+            self._next_seq_id = lane.seq_id
 
     def stalled(self) -> SourceConnectionLost:
         """The error of a read that found nothing for the read timeout (the connection closed)."""

@@ -130,14 +130,31 @@ class TcpRemoteRing:
 
     def lane_target(self) -> dict | None:
         """What a ship lane (bridge.source.ship) sends its WRITE and PUBLISH messages on:
-        the data socket; None over TLS (the lane writes the plain socket)."""
+        the data socket; None over TLS (the lane writes the plain socket). The lane may
+        ask for answers itself (semi-sync `received`) while none is outstanding here."""
         if isinstance(self._sock, ssl.SSLSocket) or self._out:
             return None
-        return {"sock": self._sock}
+        return {"sock": self._sock, "confirms": True}
 
-    def lane_published(self, write_seq: int) -> None:
-        """A ship lane sent a PUBLISH of ``write_seq`` on the data socket."""
+    @property
+    def answers_outstanding(self) -> bool:
+        """Whether answers asked for here are still on their way (after taking those that
+        arrived): a lane that asks for its own would read theirs."""
+        self._read_replies(wait=False)
+        return self._asked > 0
+
+    def lane_published(self, write_seq: int, placed: int = 0, applied: int = 0) -> None:
+        """A ship lane sent a PUBLISH of ``write_seq`` on the data socket; ``placed`` and
+        ``applied``: the replica side's answers it read."""
         self._published = write_seq
+        self.placed, self.applied = max(self.placed, placed), max(self.applied, applied)
+
+    def lane_asked(self, write_seq: int, partial: bytes) -> None:
+        """A ship lane asked for an answer covering ``write_seq`` and returned before it came
+        (``partial``: its bytes already read): it is read here from now on."""
+        self._asked += 1
+        self._asked_through = write_seq
+        self._replies[:0] = partial
 
     def held(self, wanted: int) -> int:
         """The highest seq the replica side said its ring holds, from the answers already

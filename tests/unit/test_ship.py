@@ -6,6 +6,7 @@ the same bytes (stamps aside), the same producer bookkeeping, and stop at the sa
 from __future__ import annotations
 
 import os
+import select
 import socket
 import struct
 import threading
@@ -266,25 +267,33 @@ def test_without_the_compiled_lane_the_twin_runs_and_one_line_says_why():
                                                    "is not built"), out.stderr
 
 
-@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
-def test_semi_sync_a_transaction_that_asks_is_published_then_acknowledged_on_the_dump_connection(module):
-    from bridge.metrics import STAGES, Stages
-    txns, asks = [_txn(1), _txn(2), _txn(3)], {1}
+def _semi_sync_packets(txns: list[list[bytes]], asks: set[int]) -> tuple[bytes, int]:
+    """Dump packets with semi-sync headers; the last event of each transaction in ``asks``
+    asks for an ACK (the packet numbers restart after it, as the primary's do)."""
     data, number = bytearray(), 0
     for i, events in enumerate(txns):
         for j, e in enumerate(events):
             flag = 1 if i in asks and j == len(events) - 1 else 0
             data += (len(e) + 3).to_bytes(3, "little") + bytes([number]) + b"\0\xef" + bytes([flag]) + e
             number = 1 if flag else (number + 1) % 256
+    return bytes(data), number
+
+
+ACK_502 = b"\xef" + (502).to_bytes(8, "little") + b"mariadb-bin.000007"  # the ACK of txn 2's XID (its end)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_semi_sync_a_transaction_that_asks_is_published_then_acknowledged_on_the_dump_connection(module):
+    from bridge.metrics import STAGES, Stages
+    data, number = _semi_sync_packets([_txn(1), _txn(2), _txn(3)], {1})
     setup = Setup(module)
     try:
-        setup.feed(bytes(data))
+        setup.feed(data)
         assert setup.lane.run(0, 20, b"mariadb-bin.000007") == 3
         assert setup.lane.acks == 1 and setup.lane.ack_error == 0 and setup.lane.seq_id == number
         assert (setup.counts.acks_sent, setup.counts.transactions_shipped) == (1, 3)
-        payload = b"\xef" + (502).to_bytes(8, "little") + b"mariadb-bin.000007"  # the asking XID's end
         setup.server.settimeout(2)
-        assert setup.server.recv(100) == len(payload).to_bytes(3, "little") + b"\0" + payload
+        assert setup.server.recv(100) == len(ACK_502).to_bytes(3, "little") + b"\0" + ACK_502
         assert [decode_transaction(f.payload).gtid for f in setup.frames()] == ["0-1-1", "0-1-2", "0-1-3"]
         stages = Stages(STAGES["primary"])
         setup.lane.record_stages(stages)
@@ -354,4 +363,128 @@ def test_a_further_ring_whose_doorbell_fails_is_named_gone_and_the_others_are_fe
         assert [f.seq for f in setup.frames()] == [10, 11] and other[0].next_seq == 3
     finally:
         os.close(write_end)
+        setup.close()
+
+
+class Receiver(threading.Thread):
+    """The tcp receiver's part for a lane that asks for answers: carries the messages out
+    into ``setup.ring`` and answers each PUBLISH_ANSWER with ``answer(write_seq)`` (bytes
+    sent as they are, after ``delay_s``), noting whether the primary already had an ACK."""
+
+    def __init__(self, setup: Setup, answer, delay_s: float = 0.0) -> None:
+        super().__init__(daemon=True)
+        self.setup, self.answer, self.delay_s = setup, answer, delay_s
+        self.acked_before_answer: list[bool] = []
+        self.start()
+
+    def _exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.setup.data[1].recv(n - len(out))
+            if not chunk:
+                raise EOFError
+            out += chunk
+        return bytes(out)
+
+    def run(self) -> None:
+        ring = self.setup.ring
+        try:
+            while True:
+                op, offset, length, body = placement.parse_head(self._exact(placement.HEAD.size), len(ring))
+                data = self._exact(body)
+                if op == placement.Op.WRITE:
+                    ring[offset:offset + length] = data
+                    continue
+                ring[24:28], ring[8:16] = offset.to_bytes(4, "little"), data
+                if op == placement.Op.PUBLISH_ANSWER:
+                    time.sleep(self.delay_s)
+                    self.acked_before_answer.append(bool(select.select([self.setup.server], [], [], 0)[0]))
+                    self.setup.data[1].sendall(self.answer(int.from_bytes(data, "little")))
+        except (EOFError, OSError):
+            return
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_semi_sync_over_tcp_the_ack_goes_once_the_replica_side_answers_that_it_holds_the_transaction(module):
+    data, number = _semi_sync_packets([_txn(1), _txn(2), _txn(3)], {1})
+    setup = Setup(module, tcp=True)
+    receiver = Receiver(setup, lambda seq: placement.REPLY.pack(seq, 7), delay_s=0.05)
+    try:
+        setup.feed(data)
+        assert setup.lane.run(0, 500, b"mariadb-bin.000007", 2_000_000) == 3
+        assert setup.lane.acks == 1 and setup.lane.asked is None and setup.lane.seq_id == number
+        assert (setup.counts.acks_sent, setup.counts.transactions_shipped) == (1, 3)
+        assert (setup.lane.placed, setup.lane.applied) == (11, 7)  # txn 2 is seq 11: the answer read
+        setup.server.settimeout(2)
+        assert setup.server.recv(100) == len(ACK_502).to_bytes(3, "little") + b"\0" + ACK_502
+        wait_until = time.monotonic() + 2
+        while [f.seq for f in setup.frames()] != [10, 11, 12] and time.monotonic() < wait_until:
+            time.sleep(0.01)
+        assert [decode_transaction(f.payload).gtid for f in setup.frames()] == ["0-1-1", "0-1-2", "0-1-3"]
+        assert receiver.acked_before_answer == [False]  # never before the replica side holds it
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_semi_sync_over_tcp_an_answer_late_past_the_primarys_wait_is_handed_back_and_no_ack_goes(module):
+    data, number = _semi_sync_packets([_txn(1), _txn(2)], {1})
+    late = placement.REPLY.pack(11, 0)
+    setup = Setup(module, tcp=True)
+    receiver = Receiver(setup, lambda seq: late[:5])  # five bytes of it now, the rest never
+    try:
+        setup.feed(data + _packets([_txn(3)], number)[0])
+        started = time.monotonic_ns()
+        assert setup.lane.run(0, 500, b"mariadb-bin.000007", 30_000) == 2  # the primary waits 30 ms
+        assert time.monotonic_ns() - started < 400_000_000  # it stopped at the primary's wait, not the run's
+        seq, position, asked_ns = setup.lane.asked
+        assert (seq, position, setup.lane.why, setup.lane.acks) == (11, 502, ship.NOT_MINE, 0)
+        assert started <= asked_ns <= time.monotonic_ns() and setup.lane.seq_id == number
+        assert bytes(setup.lane.reply) == late[:5] and setup.counts.acks_sent == 0
+        assert not select.select([setup.server], [], [], 0.05)[0]  # no ACK: the primary hears nothing
+        assert receiver.acked_before_answer == [False]
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_semi_sync_over_tcp_an_answer_short_of_the_published_seq_is_a_transport_error(module):
+    data, number = _semi_sync_packets([_txn(1), _txn(2)], {1})
+    setup = Setup(module, tcp=True)
+    Receiver(setup, lambda seq: placement.REPLY.pack(seq - 1, 0))
+    try:
+        setup.feed(data)
+        with pytest.raises(TransportError, match="holds seq 10, after seq 11 was published"):
+            setup.lane.run(0, 500, b"mariadb-bin.000007", 2_000_000)
+        assert setup.lane.seq_id == number and setup.counts.acks_sent == 0  # the packets read stay read
+        assert not select.select([setup.server], [], [], 0.05)[0]
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+@pytest.mark.parametrize("quorum", [2, 3])
+def test_fan_out_semi_sync_acknowledges_once_the_quorums_rings_hold_the_transaction(module, quorum):
+    """Two further rings; the second has no space for the transaction that asks: the first
+    ring and the first further one hold it. A quorum of 2 gets the ACK from the lane, one
+    of 3 gets the request handed back and no ACK."""
+    data, _ = _semi_sync_packets([_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5)], {2})
+    first, second = _further_ring(100, 0, 0, 7), _further_ring(5, 0, SIZE - 2 * 224, 9)
+    setup = Setup(module, rings=[(*first, -1), (*second, -1)])
+    setup.lane.quorum = quorum
+    try:
+        setup.feed(data)
+        assert setup.lane.run(0, 20, b"mariadb-bin.000007") == 3
+        assert [i for i, _, _ in setup.lane.owed] == [1] and setup.lane.why == ship.NOT_MINE
+        assert (first[0].write_seq, second[0].write_seq) == (102, 6)
+        setup.server.settimeout(0.2)
+        if quorum == 2:
+            ack = b"\xef" + (503).to_bytes(8, "little") + b"mariadb-bin.000007"
+            assert setup.lane.asked is None and (setup.lane.acks, setup.counts.acks_sent) == (1, 1)
+            assert setup.server.recv(100) == len(ack).to_bytes(3, "little") + b"\0" + ack
+        else:
+            assert setup.lane.asked[:2] == (12, 503) and (setup.lane.acks, setup.counts.acks_sent) == (0, 0)
+            with pytest.raises(socket.timeout):
+                setup.server.recv(100)
+    finally:
         setup.close()
