@@ -88,6 +88,11 @@ class GtidSet:
     def __bool__(self) -> bool:
         return bool(self.mariadb or self.mysql)
 
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """MySQL 8.4+: the tags of the set's tagged GTIDs (uuid:tag:n), each once."""
+        return tuple(dict.fromkeys(key.partition(":")[2] for key, _ in self.mysql if ":" in key))
+
     def contains(self, gtid: Gtid) -> bool:
         if gtid.is_mariadb:
             last = next((g for g in self.mariadb if g.domain == gtid.domain), None)
