@@ -30,6 +30,9 @@ def test_across_flavors_unknown_collations_become_utf8mb4_and_sql_mode_keeps_com
     plan = replay.statements(QUERY, 4, False, replay.ReplicaCollations({}))
     assert b"SET NAMES utf8mb4" in plan.session
     assert b"SET @@session.sql_mode=%d" % (1411383296 & replay.PORTABLE_SQL_MODE) in plan.session
+    # MariaDB's default (STRICT_TRANS_TABLES, ERROR_FOR_DIVISION_BY_ZERO, NO_AUTO_CREATE_USER,
+    # NO_ENGINE_SUBSTITUTION) on a MySQL 8 replica: without NO_AUTO_CREATE_USER, which MySQL refuses
+    assert 0x54200000 & replay.PORTABLE_SQL_MODE == 0x44200000
 
 
 def test_raw_statement_must_end_with_its_query():
