@@ -2,10 +2,11 @@
 between transactions in binlog apply mode, ``step`` first tries the ship lane
 (bridge.source.lanes: the common case, dump socket to the replica's ring, in compiled
 calls, semi-sync `received` ACKs included), then, where the lane does not run (rdma,
-TLS on the ring's link, semi-sync `applied`, an ACK waiting), a run: the transactions the dump's buffer holds
-whole framed into the ring by one call (``RingProducer.place_run``) and published
-together. Everything else goes the per-transaction way in ``step``. PrimaryNode owns the
-state this works on: the reader, the member (its producer and link), the counters, the acks.
+TLS on the ring's link, semi-sync `applied`, an ACK waiting), a run: the transactions
+the dump's buffer holds whole framed into the ring by one call
+(``RingProducer.place_run``) and published together. Everything else goes the
+per-transaction way in ``step``. PrimaryNode owns the state this works on: the reader,
+the member (its producer and link), the counters, the acks.
 """
 
 from __future__ import annotations
@@ -77,9 +78,8 @@ class ShipLoop:
         side's answer, while no other is outstanding), while no ACK waits, where the dump's
         reader is the lane's; else None."""
         remote, producer = member.remote, member.producer
-        if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received"):
-            return None
-        if self.cfg.semi_sync == "received" and getattr(remote, "answers_outstanding", False):
+        if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received") or \
+                self.cfg.semi_sync == "received" and remote.answers_outstanding():
             return None
         dump = reader.dump_reader
         if dump is None:

@@ -136,10 +136,9 @@ class TcpRemoteRing:
             return None
         return {"sock": self._sock, "confirms": True}
 
-    @property
     def answers_outstanding(self) -> bool:
         """Whether answers asked for here are still on their way (after taking those that
-        arrived): a lane that asks for its own would read theirs."""
+        arrived, without waiting): a lane that asks for its own would read theirs."""
         self._read_replies(wait=False)
         return self._asked > 0
 
