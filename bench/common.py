@@ -14,7 +14,8 @@ from bridge.config import MysqlUrl
 from bridge.flavor import Flavor
 from bridge.model import GtidSet
 from bridge.procs import primary_process, replica_process, wait_port
-from bridge.sandbox import Sandbox, free_port
+from bridge.ports import free_port
+from bridge.sandbox import Sandbox
 from bridge.workload import connect
 
 BENCH_SCHEMA = "bench"

@@ -33,7 +33,8 @@ from bridge.config import MysqlUrl
 from bridge.flavor import Flavor
 from bridge.model import GtidSet
 from bridge.procs import BridgeProcess, primary_process, replica_process, wait_port
-from bridge.sandbox import Sandbox, free_port
+from bridge.ports import free_port
+from bridge.sandbox import Sandbox
 from bridge.workload import connect
 
 ROLES = ("replica", "replica2", "replica3")

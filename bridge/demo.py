@@ -16,7 +16,8 @@ from bridge.config import MysqlUrl
 from bridge.model import GtidSet
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.report import fetch_status, status_table
-from bridge.sandbox import Sandbox, free_port
+from bridge.ports import free_port
+from bridge.sandbox import Sandbox
 from bridge.sqlnames import META
 from bridge.workload import MixedWorkload, connect, create_schema, percentile, probe_lag
 

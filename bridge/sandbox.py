@@ -15,7 +15,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from bridge.certs import make_set
 from bridge.errors import SandboxError
 from bridge.flavor import Flavor
 from bridge.images import LOCAL, check_flavor, server_kind
+from bridge.ports import free_port
 from bridge.servercnf import ROLES, server_cnf
 from bridge.servers import servers_for
 from bridge.sqlfiles import sql_statements
@@ -73,12 +73,6 @@ class ServerState:
     @property
     def pid_file(self) -> Path:
         return self.dir / "mysqld.pid"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Sandbox:

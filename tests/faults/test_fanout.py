@@ -23,7 +23,8 @@ from bridge.node.fanout import FanOutNode
 from bridge.node.replica import ReplicaNode
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.report import render_html, status_table
-from bridge.sandbox import Sandbox, free_port
+from bridge.ports import free_port
+from bridge.sandbox import Sandbox
 from bridge.statusdoc import PrimaryStatus, deviations
 from bridge.workload import connect, create_schema
 from tests.conftest import primary_position, sandbox_up

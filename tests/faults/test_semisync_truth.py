@@ -12,7 +12,7 @@ import pytest
 from bridge.metrics import prometheus_text
 from bridge.procs import replica_process, wait_port
 from bridge.ring.layout import WRITE_SEQ_AT, read_u64
-from bridge.sandbox import free_port
+from bridge.ports import free_port
 from bridge.workload import connect
 from tests.conftest import BridgePair
 from tests.faults.proxy import FaultProxy

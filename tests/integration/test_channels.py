@@ -23,7 +23,7 @@ from bridge.check.repair import MARKER_COLLATION, REPAIRS_DDL, Repairer
 from bridge.config import MysqlUrl
 from bridge.filter import Filter
 from bridge.images import server_kind
-from bridge.sandbox import free_port
+from bridge.ports import free_port
 from bridge.servercnf import server_cnf
 from bridge.servers import servers_for
 from bridge.workload import connect, create_schema

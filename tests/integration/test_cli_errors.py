@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bridge.sandbox import free_port
+from bridge.ports import free_port
 
 
 def run(*args, env=None, timeout=60):

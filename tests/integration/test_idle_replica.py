@@ -10,7 +10,7 @@ import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.procs import primary_process, replica_process, wait_port
-from bridge.sandbox import free_port
+from bridge.ports import free_port
 from bridge.workload import connect
 from tests.conftest import BridgePair, primary_position
 from tests.helpers import wait_for

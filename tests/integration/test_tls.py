@@ -22,7 +22,8 @@ from bridge.node import admin
 from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
 from bridge.procs import primary_process, replica_process, wait_port
-from bridge.sandbox import Sandbox, free_port
+from bridge.ports import free_port
+from bridge.sandbox import Sandbox
 from bridge.transport.tls import client_context
 from bridge.workload import connect
 from tests.conftest import BridgePair

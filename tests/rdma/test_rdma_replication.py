@@ -13,7 +13,7 @@ from bridge.certs import make_set
 from bridge.config import TlsFiles
 from bridge.procs import replica_process, wait_port
 from bridge.ring.layout import WRITE_SEQ_AT
-from bridge.sandbox import free_port
+from bridge.ports import free_port
 from bridge.transport import rdma_available
 from bridge.workload import MixedWorkload, create_schema
 from tests.conftest import BridgePair

@@ -14,7 +14,7 @@ from bridge.errors import SourceConnectionLost, SourceError, TargetConnectionLos
 from bridge.source import preflight
 from bridge.source.reader import BinlogReader
 from bridge.config import MysqlUrl
-from bridge.sandbox import free_port
+from bridge.ports import free_port
 
 
 @pytest.mark.parametrize("code", sorted(servererrors.CONNECTION_LOST))
