@@ -36,7 +36,7 @@ READY_TIMEOUT_S = 30.0
 
 _READER = ("rdma_repl", "primary", "repl")  # (user, grants file's role, password key)
 _APPLIER = ("rdma_apply", "replica", "apply")
-ACCOUNTS = {"primary": _READER, "primary2": _READER, "replica": _APPLIER}
+ACCOUNTS = {"primary": _READER, "primary2": _READER, "standby": _READER, "replica": _APPLIER}
 ACCOUNTS_BY_NAME = {"reader": _READER, "applier": _APPLIER, "admin": ("rdma_admin", "", "admin")}
 MAX_REPLICAS = 8  # sandbox up --replicas N: replica, replica2 .. replicaN (server ids 11..)
 
@@ -81,7 +81,8 @@ class Sandbox:
         self.state_file = self.dir / "sandbox.json"
 
     def up(self, native_replica: bool = False, tls: bool = False, flavor: str | None = None,
-           replica_flavor: str | None = None, second_primary: bool = False, replicas: int = 1) -> dict:
+           replica_flavor: str | None = None, second_primary: bool = False, replicas: int = 1,
+           standby: bool = False) -> dict:
         """Start (creating once) the primary and the replica; with ``native_replica``
         also a third server replicating the primary with MariaDB's own GTID
         replication, the baseline of the benchmarks. ``tls``: the servers take only
@@ -91,13 +92,15 @@ class Sandbox:
         (None: as it was made, or this host's mariadbd for a new one). ``second_primary``:
         also a second primary (GTID domain 1), for several primaries into one replica.
         ``replicas``: that many replica servers (replica, replica2 .. replicaN, each with the
-        same accounts), for one primary side feeding several; more are added, never removed."""
+        same accounts), for one primary side feeding several; more are added, never removed.
+        ``standby``: also a native replica of the primary with a binlog of its own (the
+        primary's GTIDs kept, the reader account): the new primary of a failover drill."""
         if not 1 <= replicas <= MAX_REPLICAS:
             raise SandboxError(f"sandbox: --replicas {replicas}: between 1 and {MAX_REPLICAS}")
         state = self._load_or_create(flavor, replica_flavor or flavor)
         if tls and not state.get("tls"):
             self._enable_tls(state)
-        wanted_roles = [("native", native_replica), ("primary2", second_primary),
+        wanted_roles = [("native", native_replica), ("primary2", second_primary), ("standby", standby),
                         *((role, True) for role in replica_roles(replicas)[1:])]
         for role, wanted in wanted_roles:
             if wanted and role not in state["ports"]:
@@ -121,8 +124,13 @@ class Sandbox:
             self._bootstrap(state, tuple(added))
             state["replicas_bootstrapped"] += added
             self._save(state)
-        if "native" in state["ports"] and not state.get("native_configured"):
-            self._configure_native(state)
+        if "standby" in state["ports"] and not state.get("standby_bootstrapped"):
+            self._bootstrap(state, ("standby",))
+            state["standby_bootstrapped"] = True
+            self._save(state)
+        for role in ("native", "standby"):
+            if role in state["ports"] and not state.get(f"{role}_configured"):
+                self._configure_native(state, role)
         return self.info(state)
 
     def _enable_tls(self, state: dict) -> None:
@@ -187,6 +195,8 @@ class Sandbox:
         if "native" in state["ports"]:
             info["native_socket"] = str(self.dir / "native" / "mysqld.sock")
             info["native_admin"] = url("native", "admin")
+        if "standby" in state["ports"]:
+            info["standby"], info["standby_admin"] = url("standby", "reader"), url("standby", "admin")
         if state.get("tls"):  # the same certificate serves the bridge's two ends on this host
             info["tls"] = {"cert": str(self.dir / "tls" / "localhost.pem"),
                            "key": str(self.dir / "tls" / "localhost-key.pem"),
@@ -197,7 +207,7 @@ class Sandbox:
         """Root on the native replica (its unix socket): STOP/START SLAVE, positions."""
         return _root(self._server(json.loads(self.state_file.read_text()), "native"))
 
-    def _configure_native(self, state: dict) -> None:
+    def _configure_native(self, state: dict, role: str) -> None:
         """Copy the primary's schemas (mariadb-dump or mysqldump, one consistent snapshot)
         and replicate from the snapshot's GTID position: a native replica started at the
         position alone would stop at the first row event for a table it lacks (the
@@ -216,8 +226,8 @@ class Sandbox:
             position = cur.fetchone()[0]
         primary.close()
         if schemas:
-            position = self._copy_schemas(state, schemas, flavor)
-        native = _root(self._server(state, "native"))
+            position = self._copy_schemas(state, schemas, flavor, role)
+        native = _root(self._server(state, role))
         with native.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin=0")
             cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s",
@@ -225,19 +235,22 @@ class Sandbox:
             cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
             if not flavor.is_mysql:  # MySQL's position came with the dump (its GTID_PURGED)
                 cur.execute("SET GLOBAL gtid_slave_pos=%s", (position,))
+                if role == "standby" and position:  # its binlog starts there: a dump from it may too
+                    cur.execute("SET GLOBAL gtid_binlog_state=%s", (position,))
             statement, params = flavor.change_source(state["ports"]["primary"], "rdma_native",
                                                      state["passwords"]["apply"],
                                                      str(self.dir / "tls" / "ca.pem") if state.get("tls") else None)
             cur.execute(statement, params)
             cur.execute(flavor.start_replica)
         native.close()
-        state["native_configured"] = True
+        state[f"{role}_configured"] = True
         self._save(state)
 
-    def _copy_schemas(self, state: dict, schemas: list[str], flavor: Flavor) -> str:
-        """The primary's ``schemas`` into the native replica; the snapshot's GTID position
-        (MariaDB's; MySQL's dump sets the replica's GTID_PURGED itself)."""
-        primary, native = self._server(state, "primary"), self._server(state, "native")
+    def _copy_schemas(self, state: dict, schemas: list[str], flavor: Flavor, role: str) -> str:
+        """The primary's ``schemas`` into a native replica (``role``), not into its binlog;
+        the snapshot's GTID position (MariaDB's; MySQL's dump sets the replica's
+        GTID_PURGED itself)."""
+        primary, native = self._server(state, "primary"), self._server(state, role)
         gtid_options = ("--set-gtid-purged=ON",) if flavor.is_mysql else ("--master-data=2", "--gtid")
         dump = subprocess.run(self._servers(primary).command(
             flavor.dump_program, f"--socket={primary.socket}", "--user=root", "--single-transaction", *gtid_options,
@@ -245,12 +258,12 @@ class Sandbox:
         found = re.search(rb"gtid_slave_pos='([^']*)'", dump.stdout)
         if dump.returncode != 0 or not (found or flavor.is_mysql):
             why = dump.stderr.decode(errors='replace').strip()[-500:] or 'no GTID position in the dump'
-            raise SandboxError(f"sandbox: copying the primary's schemas for the native replica failed: {why}")
+            raise SandboxError(f"sandbox: copying the primary's schemas for the {role} server failed: {why}")
         loaded = subprocess.run(self._servers(native).command(flavor.client_program, f"--socket={native.socket}",
                                                               "--user=root"),
-                                input=dump.stdout, capture_output=True)
+                                input=b"SET SESSION sql_log_bin=0;\n" + dump.stdout, capture_output=True)
         if loaded.returncode != 0:
-            raise SandboxError(f"sandbox: loading the primary's schemas into the native replica failed: "
+            raise SandboxError(f"sandbox: loading the primary's schemas into the {role} server failed: "
                                f"{loaded.stderr.decode(errors='replace').strip()[-500:]}")
         return found.group(1).decode() if found else ""
 
@@ -258,10 +271,12 @@ class Sandbox:
 
     def _load_or_create(self, flavor: str | None, replica_flavor: str | None) -> dict:
         flavors = {"primary": check_flavor(flavor or LOCAL), "replica": check_flavor(replica_flavor or LOCAL),
-                   "native": flavor or LOCAL, "primary2": flavor or LOCAL}
+                   "native": flavor or LOCAL, "primary2": flavor or LOCAL, "standby": flavor or LOCAL}
         if self.state_file.exists():
             state = json.loads(self.state_file.read_text())
             made = state.setdefault("flavors", {role: LOCAL for role in ROLES})
+            for role in ROLES:  # a role added since the sandbox was made: its primary's flavor
+                made.setdefault(role, made.get("primary", LOCAL))
             if flavor is not None and any(made.get(role, LOCAL) != f for role, f in flavors.items()):
                 raise SandboxError(f"sandbox in {self.dir} was made with servers {made}, not {flavors}: "
                                    f"`rdma-bridge sandbox down --state-dir {self.dir}` and use another --state-dir")

@@ -40,9 +40,12 @@ LOCAL_CHARSET_CNF = "character_set_server=utf8mb4\ncollation_server=utf8mb4_gene
 NATIVE_CNF = """relay_log=relay-bin
 slave_parallel_mode=optimistic
 """
-# role -> (server id, extra lines); primary2: a second primary, in its own GTID domain
+# role -> (server id, extra lines); primary2: a second primary, in its own GTID domain;
+# standby: a native replica with a binlog of its own that keeps the primary's transactions,
+# promotable (a failover's new primary)
 ROLES = {"primary": (1, PRIMARY_CNF), "replica": (2, ""), "native": (3, NATIVE_CNF),
-         "primary2": (4, PRIMARY_CNF + "gtid_domain_id=1\n")}
+         "primary2": (4, PRIMARY_CNF + "gtid_domain_id=1\n"),
+         "standby": (5, PRIMARY_CNF + NATIVE_CNF + "log_slave_updates=ON\n")}
 
 MYSQL_CNF = "[mysqld]\n" + _PLACES + """mysqlx=OFF
 performance_schema=OFF
@@ -63,7 +66,8 @@ MYSQL_PRIMARY_CNF = "log_bin=mysql-bin\n"
 # MariaDB sandbox's replica has none: one fsync per commit, not two
 MYSQL_REPLICA_CNF = "skip-log-bin\n"
 MYSQL_ROLES = {"primary": (1, MYSQL_PRIMARY_CNF), "replica": (2, MYSQL_REPLICA_CNF),
-               "native": (3, MYSQL_REPLICA_CNF + "relay_log=relay-bin\n"), "primary2": (4, MYSQL_PRIMARY_CNF)}
+               "native": (3, MYSQL_REPLICA_CNF + "relay_log=relay-bin\n"), "primary2": (4, MYSQL_PRIMARY_CNF),
+               "standby": (5, MYSQL_PRIMARY_CNF + "relay_log=relay-bin\nlog_replica_updates=ON\n")}
 
 # sandbox up --tls: every server serves TLS with a certificate of the sandbox's own CA, and
 # refuses clients over TCP without it (unix-socket clients, as root here, are let in)

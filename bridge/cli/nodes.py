@@ -53,17 +53,23 @@ def sandbox() -> None:
 @click.option("--replicas", type=click.IntRange(1, MAX_REPLICAS), default=1, show_default=True,
               help="How many replica servers (replica, replica2, ...), each with the same accounts: to feed "
                    "several replicas from one primary. Servers added earlier are kept.")
+@click.option("--standby", is_flag=True,
+              help="Also run a native replica of the primary with a binlog of its own that keeps the primary's "
+                   "GTIDs: promote it to rehearse a failover (start-primary --source STANDBY_URL then goes on "
+                   "from where the channel stopped).")
 def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool, flavor: str | None,
-               replica_flavor: str | None, replicas: int) -> None:
+               replica_flavor: str | None, replicas: int, standby: bool) -> None:
     """Create (once) and start the servers. Idempotent."""
     info = Sandbox(state_dir).up(native_replica=native_replica, tls=tls, flavor=flavor, replica_flavor=replica_flavor,
-                                 replicas=replicas)
+                                 replicas=replicas, standby=standby)
     if as_json:
         click.echo(json.dumps(info))
     else:
         click.echo(f"primary  {info['primary']}")
         for role in ["replica"] + [f"replica{n}" for n in range(2, replicas_in(info) + 1)]:
             click.echo(f"{role:8} {info[role]}")
+        if "standby" in info:
+            click.echo(f"standby  {info['standby']}")
         click.echo(f"state    {info['state_dir']}")
         if "tls" in info:
             click.echo(f"tls      --tls-cert {info['tls']['cert']} --tls-key {info['tls']['key']} "
