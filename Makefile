@@ -97,13 +97,13 @@ test-compose: deps compose containers
 # The server matrix: `make test` runs this host's MariaDB 10.11 on both ends; these run the
 # end-to-end, semantics, types, clone, checksum, filter, semi-sync, apply-stop, channel and
 # fault tests again from 10.11 into MariaDB 11.8 (the upgrade path), from 11.8 into 11.8,
-# from MySQL 9.7 into MySQL 9.7 and from MySQL 9.7 into this host's MariaDB 10.11; the 11.8
+# from MySQL 9.7 into MySQL 9.7, from MySQL 9.7 into this host's MariaDB 10.11 and back; the 11.8
 # and 9.7 servers in containers built once from Debian's packages (cached by podman).
 MATRIX_TESTS ?= tests/integration/test_dml_ddl.py tests/integration/test_semantics.py \
   tests/integration/test_types.py tests/integration/test_clone.py tests/integration/test_checksum.py \
   tests/integration/test_filter.py tests/integration/test_semisync.py tests/integration/test_apply_stop.py \
   tests/integration/test_doctor.py tests/integration/test_channels.py tests/integration/test_mysql.py tests/faults
-MATRIX ?= local,mariadb-11.8 mariadb-11.8 mysql-9.7 mysql-9.7,local
+MATRIX ?= local,mariadb-11.8 mariadb-11.8 mysql-9.7 mysql-9.7,local local,mysql-9.7
 test-matrix: deps containers
 	status=0; for servers in $(MATRIX); do echo "== servers $$servers"; \
 	  RDMA_BRIDGE_TEST_SERVERS=$$servers $(PY) -m pytest -q $(MATRIX_TESTS) || status=1; done; exit $$status

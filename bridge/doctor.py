@@ -307,7 +307,7 @@ def version_or_none(url: MysqlUrl, role: str) -> str | None:
 
 # Server pairs (primary, replica) the whole suite runs against in CI (`make test`, `make test-matrix`).
 TESTED_PAIRS = (("mariadb-10.11", "mariadb-10.11"), ("mariadb-10.11", "mariadb-11.8"), ("mariadb-11.8", "mariadb-11.8"),
-                ("mysql-9.7", "mysql-9.7"), ("mysql-9.7", "mariadb-10.11"))
+                ("mysql-9.7", "mysql-9.7"), ("mysql-9.7", "mariadb-10.11"), ("mariadb-10.11", "mysql-9.7"))
 
 
 def server_line(version: str) -> str:

@@ -32,6 +32,13 @@ import re
 from dataclasses import dataclass
 
 MARIADB, MYSQL = "mariadb", "mysql"
+# sql_mode names one flavor has and the other refuses: the modes MySQL 8 retired (MariaDB
+# keeps them) and MariaDB's own; MySQL's own
+_MARIADB_ONLY_SQL_MODES = frozenset({
+    "IGNORE_BAD_TABLE_OPTIONS", "POSTGRESQL", "ORACLE", "MSSQL", "DB2", "MAXDB", "NO_KEY_OPTIONS",
+    "NO_TABLE_OPTIONS", "NO_FIELD_OPTIONS", "MYSQL323", "MYSQL40", "NO_AUTO_CREATE_USER", "EMPTY_STRING_IS_NULL",
+    "SIMULTANEOUS_ASSIGNMENT", "TIME_ROUND_FRACTIONAL"})
+_MYSQL_ONLY_SQL_MODES = frozenset({"TIME_TRUNCATE_FRACTIONAL"})
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 # Row hashes, best first: CRC32+CRC32C sums (fastest, 64 bits per row), then MD5 halves,
 # then SHA2 halves. Both ends of a checksum use the first one both have.
@@ -191,6 +198,13 @@ class Flavor:
         return "@rpl_semi_sync_replica" if self._semi_sync_names == "source" else "@rpl_semi_sync_slave"
 
     # --- checks and copies ----------------------------------------------------------
+
+    def sql_mode(self, mode: str) -> str:
+        """The names in ``mode`` (a sql_mode as text, e.g. a routine's) this server takes:
+        a MariaDB primary's default has NO_AUTO_CREATE_USER, which MySQL 8 retired and
+        refuses (error 1231), as it refuses the other retired modes and MariaDB's own."""
+        foreign = _MARIADB_ONLY_SQL_MODES if self.is_mysql else _MYSQL_ONLY_SQL_MODES
+        return ",".join(name for name in mode.split(",") if name and name.upper() not in foreign)
 
     @property
     def row_hashes(self) -> tuple[str, ...]:

@@ -69,6 +69,11 @@ def mysql_primary(flavors) -> bool:
     return flavors[0].is_mysql
 
 
+@pytest.fixture(scope="session")
+def mysql_replica(flavors) -> bool:
+    return flavors[1].is_mysql
+
+
 def primary_position(conn) -> str:
     return str(positions.primary_position(conn))
 

@@ -21,6 +21,7 @@ from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
 from bridge.filter import EVERYTHING, Filter
 from bridge.filter.sqltext import rename
+from bridge.flavor import Flavor
 from bridge.sqlnames import SYSTEM_SCHEMAS, as_str, quote_name, table_name
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,8 @@ def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl)
             try:
                 _run(conn, f"USE {quote_name(db)}", f"database {db}", url)
                 if mode:  # a routine, trigger or event keeps the sql_mode it was created under
-                    _run(conn, f"SET SESSION sql_mode={conn.escape(mode)}", f"{kind.lower()} {db}.{name}", url)
+                    _run(conn, f"SET SESSION sql_mode={conn.escape(Flavor.of(conn).sql_mode(mode))}",
+                         f"{kind.lower()} {db}.{name}", url)
                 _run(conn, create, f"{kind.lower()} {db}.{name}", url)
                 if kind == "EVENT":  # as a native replica holds them: the primary runs them
                     _run(conn, f"ALTER EVENT {table_name(db, name)} DISABLE ON SLAVE", f"event {db}.{name}", url)

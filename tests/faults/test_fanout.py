@@ -154,7 +154,7 @@ def fanout(box, tmp_path, request):
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
-def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_primary):
+def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_primary, mysql_replica):
     f = fanout(transport)
     f.start(process=False, heartbeat_row_s=0.0)  # no heartbeat rows: once the load stops, nothing new is placed
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
@@ -165,7 +165,9 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_pr
     wait_for(lambda: [m["behind_s"] for m in f.node.status()["replicas"]] == [0.0] * 3,
              "each replica side seen to have applied everything placed", alive=f.alive)
     assert f.node.counts.binlog_reopens == 1  # one read of the binlog for all three
-    if not mysql_primary:  # MySQL's transactions go one by one (the compiled framing reads MariaDB's)
+    # MySQL's transactions go one by one (the compiled framing reads MariaDB's), and so do those
+    # sql apply mode replica sides (across flavors) take decoded
+    if not (mysql_primary or mysql_replica):
         assert f.node.counts.lane_runs + f.node.counts.runs > 0  # the compiled framing, not one by one only
         if transport == "shm":
             assert f.node.counts.lane_runs > 0  # one lane call feeds all three rings
@@ -203,7 +205,8 @@ def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
 
 
 @pytest.mark.parametrize("mode", ["applied", "received"])
-def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box, mode, mysql_primary):
+def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box, mode, mysql_primary,
+                                                                         mysql_replica):
     f = fanout()
     f.start(semi_sync=mode, semi_sync_quorum=2)
     wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
@@ -221,7 +224,7 @@ def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout,
         wait_for(lambda: f.states() == ["streaming"] * 3, "the restarted one back in the shared stream",
                  timeout_s=90, alive=f.alive)
         assert f.node.counts.acks_sent > 0
-        if mode == "received" and not mysql_primary:
+        if mode == "received" and not (mysql_primary or mysql_replica):
             assert f.node.counts.lane_runs > 0  # the ship lane feeds all three rings and sends the ACKs itself
     assert int(semi_sync_status(semi_sync_box)["no_tx"]) - async_before <= 2  # a commit in flight at the kill
     f.assert_all_same()

@@ -199,7 +199,7 @@ def test_repair_fixes_a_table_of_every_column_type(urls, fresh_schema, mode):
     pair = BridgePair(urls, "shm", apply_mode=mode).start()
     try:
         pair.sql(f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s))
-        for row in type_rows(pair.primary):
+        for row in type_rows(pair.primary, pair.replica):
             pair.sql(f"INSERT INTO {s}.types VALUES {row}")
         pair.sql(f"INSERT INTO {s}.types SELECT id + 10, ti, tiu, si, siu, mi, miu, i, iu, bi, biu, d1, d2, d3, f, db, "
                  f"b1, b3, b64, dt, dtm, dtm6, ts, ts3, tm, tm2, tm6, y, c, vc, tx, mtx, lat, bn, vb, bl, lbl, j, e, st "

@@ -31,7 +31,8 @@ ROWS_PER_TABLE = 20_000
 
 
 def _fill(pair, s):
-    pair.sql(TYPES_TABLE.format(s=s), *[f"INSERT INTO {s}.types VALUES {row}" for row in type_rows(pair.primary)],
+    rows = type_rows(pair.primary, pair.replica)
+    pair.sql(TYPES_TABLE.format(s=s), *[f"INSERT INTO {s}.types VALUES {row}" for row in rows],
              f"UPDATE {s}.types SET f = 0.123456789 WHERE id = 1",  # FLOAT's text (6 digits) would lose bits
              f"CREATE TABLE {s}.big (id INT PRIMARY KEY AUTO_INCREMENT, v VARCHAR(40), n DOUBLE, "
              "hidden INT INVISIBLE DEFAULT 7, twice DOUBLE AS (n * 2) VIRTUAL, KEY (v))",  # MySQL: not of id

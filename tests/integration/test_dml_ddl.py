@@ -43,12 +43,13 @@ def test_keyless_duplicates_change_exactly_once(pair, fresh_schema):
     assert result.digests[f"{s}.log"][1].rows == 4
 
 
-def test_aria_and_myisam_tables(pair, fresh_schema, mysql_primary):
+def test_aria_and_myisam_tables(pair, fresh_schema, mysql_primary, mysql_replica):
     """Non-transactional tables (a commit is a COMMIT query, no Xid); MariaDB also splits an
-    InnoDB+MyISAM transaction in two. MySQL has no Aria, and with GTIDs refuses the mix
-    (enforce_gtid_consistency): its MyISAM only."""
+    InnoDB+MyISAM transaction in two. MySQL has no Aria (a MySQL replica refuses the table,
+    as a native one would), and with GTIDs refuses the mix (enforce_gtid_consistency): its
+    MyISAM only."""
     s = fresh_schema("engines")
-    aria = "MyISAM" if mysql_primary else "Aria"
+    aria = "MyISAM" if mysql_primary or mysql_replica else "Aria"
     mixed = [f"INSERT INTO {s}.i VALUES (1,1)", f"INSERT INTO {s}.m VALUES (2,2)"]
     pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.a (id INT PRIMARY KEY, v INT) ENGINE={aria}",
              f"CREATE TABLE {s}.m (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",

@@ -42,7 +42,8 @@ def test_filtered_renamed_clone_then_stream_ends_equal(urls, fresh_schema, mode)
     into = f"{s}_r"
     pair = BridgePair(urls, "tcp", apply_mode=mode)
     create_schema(pair.primary, s)  # accounts, ledger, items, probe
-    pair.sql(TYPES_TABLE.format(s=s), *[f"INSERT INTO {s}.types VALUES {row}" for row in type_rows(pair.primary)],
+    rows = type_rows(pair.primary, pair.replica)
+    pair.sql(TYPES_TABLE.format(s=s), *[f"INSERT INTO {s}.types VALUES {row}" for row in rows],
              f"CREATE VIEW {s}.rich AS SELECT id, balance FROM {s}.accounts WHERE balance > 100",
              f"CREATE FUNCTION {s}.twice(x INT) RETURNS INT DETERMINISTIC RETURN x * 2",
              f"CREATE DATABASE {out}", f"CREATE TABLE {out}.t (id INT PRIMARY KEY)", f"INSERT INTO {out}.t VALUES (1)")

@@ -38,10 +38,14 @@ ROWS = [
 ]
 
 
-def type_rows(conn) -> list[str]:
-    """ROWS within the ranges of ``conn``'s server: MySQL's TIME stops at 838:59:59.000000
-    (MariaDB's at ...59.999999)."""
-    if not Flavor.of(conn).is_mysql:
+def _any_mysql(conns) -> bool:
+    return any(Flavor.of(conn).is_mysql for conn in conns)
+
+
+def type_rows(*conns) -> list[str]:
+    """ROWS within the ranges of every one of ``conns``' servers (the primary's and the
+    replica's): MySQL's TIME stops at 838:59:59.000000 (MariaDB's at ...59.999999)."""
+    if not _any_mysql(conns):
         return ROWS
     return [row.replace("'-838:59:59.99'", "'-838:59:58.99'").replace("'838:59:59.000001'", "'838:59:58.000001'")
             for row in ROWS]
@@ -50,7 +54,7 @@ def type_rows(conn) -> list[str]:
 def test_type_matrix_round_trips(pair, fresh_schema):
     s = fresh_schema("types")
     pair.sql(f"CREATE DATABASE {s}", TYPES_TABLE.format(s=s))
-    for row in type_rows(pair.primary):
+    for row in type_rows(pair.primary, pair.replica):
         pair.sql(f"INSERT INTO {s}.types VALUES {row}")
     pair.sql(f"UPDATE {s}.types SET f=1.1, db=2.2, tm2='-12:00:00.5', b64=b'1010', bn=x'0a000000' WHERE id=1",
              f"UPDATE {s}.types SET id=30 WHERE id=3",
@@ -97,9 +101,12 @@ MORE_TYPES = """CREATE TABLE {s}.more (
 )"""
 
 
-def test_mariadb_specific_and_wide_types(pair, fresh_schema, mysql_primary):
+def test_mariadb_specific_and_wide_types(pair, fresh_schema, mysql_primary, mysql_replica):
     if mysql_primary:
         pytest.skip("MariaDB's own types (UUID, INET6, INET4); MySQL's are in test_mysql_specific_and_wide_types")
+    if mysql_replica:
+        pytest.skip("MariaDB's own types (UUID, INET6, INET4): a MySQL replica has none of them (a native one "
+                    "stops at the CREATE TABLE too)")
     s = fresh_schema("more")
     pair.sql(f"CREATE DATABASE {s}", MORE_TYPES.format(s=s),
              f"""INSERT INTO {s}.more VALUES (18446744073709551615, 'tiny', REPEAT('m', 70000), REPEAT('l', 100000),
@@ -150,10 +157,10 @@ _MARIADB_FAST = (", u UUID, i6 INET6", (",\n        '123e4567-e89b-12d3-a456-426
                                         ", NULL, NULL)"))
 
 
-def fast_types(conn) -> tuple[str, list[str]]:
-    """(FAST_TYPES, FAST_ROWS) for ``conn``'s server: MySQL has no UUID or INET6 type,
-    and its TIME stops at 838:59:59.000000."""
-    if not Flavor.of(conn).is_mysql:
+def fast_types(*conns) -> tuple[str, list[str]]:
+    """(FAST_TYPES, FAST_ROWS) every one of ``conns``' servers holds: MySQL has no UUID or
+    INET6 type, and its TIME stops at 838:59:59.000000."""
+    if not _any_mysql(conns):
         return FAST_TYPES, FAST_ROWS
     columns, (first_end, third_end) = _MARIADB_FAST
     rows = [FAST_ROWS[0].replace(first_end, ")").replace("'838:59:59.000001'", "'838:59:58.000001'")
@@ -281,7 +288,7 @@ def test_our_row_decoder_gives_the_library_path_values_exactly(urls, fresh_schem
 
 def test_covered_types_round_trip(pair, fresh_schema):
     s = fresh_schema("fastrt")
-    fast_table, fast_rows = fast_types(pair.primary)
+    fast_table, fast_rows = fast_types(pair.primary, pair.replica)
     pair.sql(f"CREATE DATABASE {s}", "SET SESSION sql_mode=''", fast_table.format(s=s),
              *[f"INSERT INTO {s}.fast VALUES {row}" for row in fast_rows],
              f"UPDATE {s}.fast SET f=1.5, tm5='-10:00:00.5', y=1901, vc='changed', bn=x'0a' WHERE id=1",

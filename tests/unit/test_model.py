@@ -101,3 +101,14 @@ def test_url_options_for_tls_and_option_files(tmp_path):
     with pytest.raises(ConfigError, match=f"ssl-ca '{cnf}' is not a PEM CA certificate") as err:
         MysqlUrl.parse(f"mysql://u:secret@h?ssl-ca={cnf}")  # named at start, not by the first connection
     assert "secret" not in str(err.value)
+
+
+def test_a_sql_mode_keeps_only_the_names_the_target_flavor_takes():
+    from bridge.flavor import Flavor
+    mariadb_default = "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_CREATE_USER,NO_ENGINE_SUBSTITUTION"
+    mysql, mariadb = Flavor.from_version("9.7.4"), Flavor.from_version("10.11.19-MariaDB")
+    assert mysql.sql_mode(mariadb_default) == "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+    assert mysql.sql_mode("ansi_quotes,oracle,,Time_Round_Fractional") == "ansi_quotes"
+    assert mariadb.sql_mode(mariadb_default) == mariadb_default
+    assert mariadb.sql_mode("TIME_TRUNCATE_FRACTIONAL,ONLY_FULL_GROUP_BY") == "ONLY_FULL_GROUP_BY"
+    assert mysql.sql_mode("") == ""
