@@ -31,6 +31,9 @@ What is adapted, and why:
   table it touches, and parsing it was over half of the decode time; events with the
   same body bytes describe the same table, so the first parse is reused (an ALTER or
   a reused table id changes the bytes and parses anew).
+- MySQL 8.4+'s tagged GTIDs in the dump request: the library encodes a GTID set without
+  tags; the set a MySQL dump starts from is encoded by ours (``encode_gtid_set``: the
+  tagged format when it holds a tag, as the server writes its Previous_gtids event).
 
 Only bridge.source imports this module (import-linter keeps it so).
 """
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication import BinLogStreamReader, binlogstream
 from pymysqlreplication import row_event
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE
@@ -48,8 +51,9 @@ from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.row_event import MetadataFieldType, RowsEvent, TableMapEvent
 
 from bridge.errors import ConfigError, SourceError
+from bridge.model import GtidSet
 from bridge.source import rowimage
-from bridge.wire import mysqljson
+from bridge.wire import binlog, mysqljson
 
 LIBRARY = "mysql-replication"
 TESTED_VERSIONS = ("1.0.17",)  # the reader's tests pass against these; add one only after they do
@@ -238,7 +242,23 @@ def _cached_table_map_init(self, from_packet, event_size, table_map, ctl_connect
     table_map[self.table_id] = self.table_obj
 
 
+class _DumpGtidSet:
+    """What the library's MySQL dump request reads of its start position (the
+    ``binlogstream.GtidSet`` it makes of the text): the encoded set and its length."""
+
+    def __init__(self, text: str) -> None:
+        self._encoded = binlog.encode_gtid_set([(key, list(ivs)) for key, ivs in GtidSet.parse(text).mysql])
+
+    @property
+    def encoded_length(self) -> int:
+        return len(self._encoded)
+
+    def encoded(self) -> bytes:
+        return self._encoded
+
+
 def _install() -> None:
+    binlogstream.GtidSet = _DumpGtidSet
     TableMapEvent.__init__ = _cached_table_map_init
     row_event.find_charset = _find_charset
     RowsEvent.charset_to_encoding = staticmethod(charset_to_encoding)

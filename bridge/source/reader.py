@@ -38,7 +38,7 @@ from bridge import dbconn, servererrors
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
 from bridge.flavor import Flavor
-from bridge.model import GtidSet, RowEvents, Transaction
+from bridge.model import RowEvents, Transaction
 from bridge.source import _compat, libraryvalues, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
                                   SourceEvent)
@@ -75,9 +75,6 @@ class BinlogReader:
         wrapper = type("_Stream", (StreamConnection,), {"semi_sync": semi_sync,
                                                          "semi_sync_variable": flavor.dump_semi_sync_variable,
                                                          "fast_path": staticmethod(self._fast_event)})
-        if tags := GtidSet.parse(gtid_set).tags:  # the library cannot ask the primary for such a set
-            raise SourceError(f"binlog stream from {url}: the start position {gtid_set} holds tagged GTIDs (tag "
-                              f"{', '.join(tags)}: uuid:tag:n), which are not supported yet")
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
             # heartbeats arrive every heartbeat_s, so silence past a few of them is a stalled link
@@ -343,17 +340,13 @@ class BinlogReader:
 
 
 _XID_EVENT, _TABLE_MAP_EVENT = BINLOG.XID_EVENT, BINLOG.TABLE_MAP_EVENT
-_GTID_EVENTS = (binlog.MARIADB_GTID, binlog.MYSQL_GTID)
+_GTID_EVENTS = (binlog.MARIADB_GTID, binlog.MYSQL_GTID, binlog.MYSQL_GTID_TAGGED)
 _WHOLE_EVENTS = frozenset({binlog.QUERY, binlog.FORMAT_DESCRIPTION, *binlog.CONTEXT_EVENTS})
 _RAW_ROW_EVENTS = frozenset({binlog.TABLE_MAP, *binlog.ROW_EVENTS})  # kept whole in binlog apply mode
 _UNSUPPORTED = {**{t: "compressed binlog events (log_bin_compress=ON) are not supported; set it OFF"
                    for t in (binlog.QUERY_COMPRESSED, *binlog.ROWS_COMPRESSED)},
                 binlog.TRANSACTION_PAYLOAD: "compressed transactions (binlog_transaction_compression=ON) are not "
-                                            "supported; set it OFF",
-                # its GTID is in MySQL's serialization format, which this version does not read: stopping here
-                # loses nothing (the transaction stays in the binlog), reading on would drop its GTID
-                binlog.MYSQL_GTID_TAGGED: "a transaction with a tagged GTID (uuid:tag:n, SET gtid_next='AUTOMATIC:"
-                                          "tag') is not supported yet; commit without a tag on the primary"}
+                                            "supported; set it OFF"}
 _FAST_ROW_KINDS = {BINLOG.WRITE_ROWS_EVENT_V1: "insert", BINLOG.UPDATE_ROWS_EVENT_V1: "update",
                    BINLOG.DELETE_ROWS_EVENT_V1: "delete", BINLOG.WRITE_ROWS_EVENT_V2: "insert",
                    BINLOG.UPDATE_ROWS_EVENT_V2: "update", BINLOG.DELETE_ROWS_EVENT_V2: "delete"}

@@ -1,6 +1,6 @@
 """What only a MySQL primary has: generated invisible primary keys, accounts that
-authenticate with caching_sha2_password with and without TLS, tagged GTIDs (refused,
-losing nothing), partial JSON updates and GTID mode (refused by the preflight with the
+authenticate with caching_sha2_password with and without TLS, tagged GTIDs (kept on a
+MySQL replica, a restart resumes from a position that holds them), partial JSON updates and GTID mode (refused by the preflight with the
 fix). Each test is skipped on a MariaDB primary (`make test-matrix` runs them on MySQL)."""
 
 import ssl
@@ -10,11 +10,13 @@ import pytest
 from bridge import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import PreflightError
+from bridge.flavor import Flavor
+from bridge.model import GtidSet
 from bridge.sandbox import Sandbox
 from bridge.source import preflight
 from bridge.workload import connect
-from tests.conftest import BridgePair, sandbox_up
-from tests.helpers import wait_for
+from tests.conftest import BridgePair, primary_position, sandbox_up
+from tests.helpers import channel_row
 
 
 @pytest.fixture(autouse=True)
@@ -72,10 +74,9 @@ def test_a_caching_sha2_account_signs_in_with_and_without_tls(urls, mode, encryp
         admin.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def own_urls(tmp_path_factory):
-    """Servers of their own: a tagged GTID stays in the primary's gtid_executed for good,
-    and a GTID set with a tag is one no test could start a primary side from after it."""
+    """Servers of their own: a tagged GTID stays in the primary's gtid_executed for good."""
     box = Sandbox(tmp_path_factory.mktemp("tagged"))
     try:
         yield {k: MysqlUrl.parse(v) for k, v in sandbox_up(box).items() if v.startswith("mysql://")}
@@ -83,23 +84,38 @@ def own_urls(tmp_path_factory):
         box.down()
 
 
-def test_a_tagged_gtid_stops_the_primary_side_with_the_reason_and_loses_nothing(own_urls):
-    s, urls = "tagged", own_urls
-    pair = BridgePair(urls, "shm").start()
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_tagged_gtids_replicate_and_a_restart_resumes_from_a_position_holding_them(own_urls, transport):
+    """MySQL 8.4+'s tagged GTIDs (uuid:tag:n) are read (MySQL's serialization format), kept
+    by a MySQL replica as its primary's, recorded in the channel's position, and asked for
+    by the next dump (the GTID set's tagged form): a restarted primary side goes on."""
+    s, urls = f"tagged_{transport}", own_urls
+    pair = BridgePair(urls, transport).start()
     try:
-        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)")
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY)", f"INSERT INTO {s}.t VALUES (1)",
+                 "SET SESSION gtid_next='AUTOMATIC:bridge_test'", f"INSERT INTO {s}.t VALUES (2)",
+                 f"INSERT INTO {s}.t VALUES (3)", "SET SESSION gtid_next='AUTOMATIC'", f"INSERT INTO {s}.t VALUES (4)")
         pair.sync()
-        pair.sql("SET SESSION gtid_next='AUTOMATIC:bridge_test'", f"INSERT INTO {s}.t VALUES (2)",
-                 "SET SESSION gtid_next='AUTOMATIC'")
-        wait_for(lambda: pair.errors, "the primary side to stop at the tagged transaction")
-        (name, error), = pair.errors
-        assert name == "primary" and "tagged GTID" in str(error) and "commit without a tag" in str(error)
+        pair.stop_primary()  # the next dump starts from a position that holds tagged GTIDs
+        pair.sql("SET SESSION gtid_next='AUTOMATIC:bridge_test'", f"UPDATE {s}.t SET id = 20 WHERE id = 2",
+                 "SET SESSION gtid_next='AUTOMATIC:other_tag'", f"INSERT INTO {s}.t VALUES (5)",
+                 "SET SESSION gtid_next='AUTOMATIC'", f"INSERT INTO {s}.t VALUES (6)")
+        pair.start_primary()
+        pair.assert_same(s)
         with pair.replica.cursor() as cur:
-            cur.execute(f"SELECT id FROM {s}.t")
-            assert cur.fetchall() == ((1,),)  # what came before is applied; the tagged one waits in the binlog
+            cur.execute(f"SELECT id FROM {s}.t ORDER BY id")
+            assert [r[0] for r in cur.fetchall()] == [1, 3, 4, 5, 6, 20]
+        primary_tagged = GtidSet(mysql=tuple((key, ivs) for key, ivs in
+                                             GtidSet.parse(primary_position(pair.primary)).mysql if ":" in key))
+        assert primary_tagged.tags == ("bridge_test", "other_tag")
+        assert GtidSet.parse(channel_row(pair.replica, pair.channel)[1]).contains_all(primary_tagged)
+        if Flavor.of(pair.replica).is_mysql:  # it keeps its primary's GTIDs, tags and all
+            with pair.replica.cursor() as cur:
+                cur.execute("SELECT @@GLOBAL.gtid_executed")
+                assert GtidSet.parse(cur.fetchone()[0]).contains_all(primary_tagged)
     finally:
-        pair.errors.clear()
         pair.stop()
+    assert not pair.errors, pair.errors
 
 
 def test_partial_json_updates_are_refused_with_the_fix(urls):

@@ -1,10 +1,11 @@
-"""The pure binlog readers on events captured from MariaDB 10.11 (CRC32 checksums)."""
+"""The pure binlog readers on events captured from MariaDB 10.11 (CRC32 checksums) and MySQL 9.7."""
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bridge.errors import RemoteProtocolError
+from bridge.model import GtidSet
 from bridge.wire import binlog, tablemap
 
 FDE = bytes.fromhex(
@@ -130,3 +131,47 @@ def test_a_flipped_byte_in_a_table_map_never_crashes(at, value):
         list(tablemap.rows_of(bytes(event) + WRITE, 4)) if table.table_id == 39 else None
     except RemoteProtocolError:
         pass
+
+
+# Written by MySQL 9.7.4 (server uuid 7db303a4-ef4f-11f1-8897-02fc00000001) for
+# `SET gtid_next='AUTOMATIC:bridge_tag'` then one INSERT: the tagged GTID event's body, and
+# the Previous_gtids event of the next binlog (uuid:1-3:bridge_tag:1-2)
+TAGGED_GTID_BODY = bytes.fromhex(
+    "027e00000002facd02069102bd039e22c50321025d0204f10300000002040406146272696467655f74616708000a040c7fccb26ebebf61"
+    "061071041283120b")
+PREVIOUS_GTIDS_TAGGED = bytes.fromhex(
+    "01020000000000017db303a4ef4f11f1889702fc00000001000100000000000000010000000000000004000000000000007db303a4ef"
+    "4f11f1889702fc00000001146272696467655f746167010000000000000001000000000000000300000000000000")
+PREVIOUS_GTIDS_UNTAGGED = bytes.fromhex(
+    "01000000000000007db303a4ef4f11f1889702fc00000001010000000000000001000000000000000300000000000000")
+
+
+def _event(etype: int, body: bytes) -> bytes:
+    size = binlog.HEADER_BYTES + len(body) + 4
+    return bytes(4) + bytes([etype]) + (1).to_bytes(4, "little") + size.to_bytes(4, "little") + bytes(6) + body + \
+        bytes(4)
+
+
+def test_a_tagged_gtid_event_reads_as_the_server_wrote_it():
+    assert binlog.parse_gtid(_event(binlog.MYSQL_GTID_TAGGED, TAGGED_GTID_BODY)) == \
+        ("7db303a4-ef4f-11f1-8897-02fc00000001:bridge_tag:1", False)
+    with pytest.raises(RemoteProtocolError, match="gtid event: truncated"):
+        binlog.parse_gtid(_event(binlog.MYSQL_GTID_TAGGED, TAGGED_GTID_BODY[:30]))
+    untagged = TAGGED_GTID_BODY[:TAGGED_GTID_BODY.index(bytes.fromhex("0614"))]  # up to the tag field
+    with pytest.raises(RemoteProtocolError, match="tagged gtid event: no uuid, tag or gno"):
+        binlog.parse_gtid(_event(binlog.MYSQL_GTID_TAGGED, untagged))
+
+
+def test_gtid_sets_encode_as_the_server_encodes_them_with_and_without_tags():
+    uuid = "7db303a4-ef4f-11f1-8897-02fc00000001"
+    parts = [(key, list(ivs)) for key, ivs in GtidSet.parse(f"{uuid}:1-3:bridge_tag:1-2").mysql]
+    assert binlog.encode_gtid_set(parts) == PREVIOUS_GTIDS_TAGGED
+    assert binlog.encode_gtid_set([(uuid, [(1, 2)])]) == PREVIOUS_GTIDS_UNTAGGED
+
+
+@pytest.mark.parametrize("value", [0, 1, 63, 64, 127, 128, 300, 2**14 - 1, 2**14, 2**21, 2**49 - 1, 2**56 - 1, 2**56,
+                                   2**63, 2**64 - 1])
+def test_mysql_serialization_varlen_round_trips_in_the_fewest_bytes(value):
+    data = binlog.write_varlen(value)
+    assert binlog.varlen(data + b"\x00", 0) == (value, len(data))
+    assert len(data) == min(9, max(1, (value.bit_length() + 6) // 7))

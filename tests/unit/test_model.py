@@ -56,16 +56,10 @@ def test_bad_url_error_masks_password():
     assert "hunter2" not in str(err.value)
 
 
-def test_a_set_names_its_tags_and_a_binlog_reader_refuses_to_start_from_one():
-    from bridge.errors import SourceError
-    from bridge.flavor import Flavor
-    from bridge.source.reader import BinlogReader
+def test_a_set_names_its_tags():
     tagged = "06e2eacb-ef39-11f1-a512-02fc00000001:1-57437:bridge_test:1-2:other:5"
     assert GtidSet.parse(tagged).tags == ("bridge_test", "other")
     assert GtidSet.parse("06e2eacb-ef39-11f1-a512-02fc00000001:1-3").tags == GtidSet.parse("0-1-5").tags == ()
-    with pytest.raises(SourceError, match="holds tagged GTIDs \\(tag bridge_test, other: uuid:tag:n\\), which are not "
-                                          "supported yet"):
-        BinlogReader(MysqlUrl.parse("mysql://u:secret@127.0.0.1:1/"), 7, tagged, flavor=Flavor.from_version("9.7.4"))
 
 
 def test_contains_all_in_both_gtid_forms():
