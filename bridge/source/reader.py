@@ -343,10 +343,8 @@ _XID_EVENT, _TABLE_MAP_EVENT = BINLOG.XID_EVENT, BINLOG.TABLE_MAP_EVENT
 _GTID_EVENTS = (binlog.MARIADB_GTID, binlog.MYSQL_GTID, binlog.MYSQL_GTID_TAGGED)
 _WHOLE_EVENTS = frozenset({binlog.QUERY, binlog.FORMAT_DESCRIPTION, *binlog.CONTEXT_EVENTS})
 _RAW_ROW_EVENTS = frozenset({binlog.TABLE_MAP, *binlog.ROW_EVENTS})  # kept whole in binlog apply mode
-_UNSUPPORTED = {**{t: "compressed binlog events (log_bin_compress=ON) are not supported; set it OFF"
-                   for t in (binlog.QUERY_COMPRESSED, *binlog.ROWS_COMPRESSED)},
-                binlog.TRANSACTION_PAYLOAD: "compressed transactions (binlog_transaction_compression=ON) are not "
-                                            "supported; set it OFF"}
+_UNSUPPORTED = {t: "compressed binlog events (log_bin_compress=ON) are not supported; set it OFF"
+                for t in (binlog.QUERY_COMPRESSED, *binlog.ROWS_COMPRESSED)}
 _FAST_ROW_KINDS = {BINLOG.WRITE_ROWS_EVENT_V1: "insert", BINLOG.UPDATE_ROWS_EVENT_V1: "update",
                    BINLOG.DELETE_ROWS_EVENT_V1: "delete", BINLOG.WRITE_ROWS_EVENT_V2: "insert",
                    BINLOG.UPDATE_ROWS_EVENT_V2: "update", BINLOG.DELETE_ROWS_EVENT_V2: "delete"}

@@ -17,12 +17,14 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+from collections import deque
 
 import pymysql
 
 from bridge import dbconn
 from bridge.errors import SourceConnectionLost
 from bridge.source import lanes
+from bridge.wire import binlog, payload
 from bridge.wire.hotpath import MAX_PACKET, SEMI_SYNC_ACK_REQUESTED, SEMI_SYNC_MAGIC
 from bridge.wire.native import hot
 
@@ -53,6 +55,8 @@ class StreamConnection(pymysql.connections.Connection):
     dumping = False  # the dump command was sent: every packet from here is an event
     stashed = None  # a packet BinlogReader read itself but leaves to the library
     _stall_s: float | None = None  # the read timeout, once the kernel keeps it (SO_RCVTIMEO)
+    _inner: deque | None = None  # the rest of a compressed transaction's events, as packets
+    _checksum_bytes = 0  # the stream's, from its FORMAT_DESCRIPTION: each inner event gets one
 
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in _DUMP_COMMANDS:
@@ -82,6 +86,8 @@ class StreamConnection(pymysql.connections.Connection):
         PyMySQL (no packet object per event), the semi-sync header taken off (ACK
         request noted). A silent server ends the read after the kernel's receive
         timeout (``_kernel_timeout``): no poll() before each read (over TLS, Python's)."""
+        if self._inner:
+            return self._inner.popleft()
         if self._stall_s is None:
             self._kernel_timeout()
         rfile, parts = self._rfile, []
@@ -113,6 +119,13 @@ class StreamConnection(pymysql.connections.Connection):
             if flag & SEMI_SYNC_ACK_REQUESTED:
                 self.ack_wanted = int.from_bytes(data[14:18], "little")  # header log_pos
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
+        etype = data[5] if len(data) > 5 else -1
+        if etype == binlog.FORMAT_DESCRIPTION:
+            self._checksum_bytes = binlog.parse_format_description(data[1:]).checksum_bytes
+        elif etype == binlog.TRANSACTION_PAYLOAD:  # MySQL's compressed transaction: its events one by one
+            first, *rest = (b"\0" + event for event in payload.expand(bytes(data[1:]), self._checksum_bytes))
+            self._inner = deque(rest)
+            return first
         return data
 
     def take_transaction(self, max_bytes: int, gtid_first: bool) -> tuple[str | None, bytes, tuple, int, int] | None:
@@ -150,7 +163,7 @@ class StreamConnection(pymysql.connections.Connection):
         same errors) when none is; None where only the per-event path may read (the
         dump not started, a packet stashed for the library) or when the wait ended
         just as a packet arrived."""
-        if not self.dumping or self.stashed is not None or self._stall_s is None:
+        if not self.dumping or self.stashed is not None or self._stall_s is None or self._inner:
             return None
         try:
             buffered = self._rfile.peek(1)
@@ -168,7 +181,8 @@ class StreamConnection(pymysql.connections.Connection):
         """The dump's reader the ship lane shares (``lanes.DumpReader``), or None: the
         dump not started, or over TLS (PyMySQL's file reads the TLS socket)."""
         rfile = self._rfile
-        return rfile if self.dumping and self._stall_s is not None and isinstance(rfile, lanes.DumpReader) else None
+        return rfile if self.dumping and self._stall_s is not None and isinstance(rfile, lanes.DumpReader) and \
+            not self._inner else None
 
     def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
         """``lane.run`` from this connection's next packet number on (see bridge.source.ship);
@@ -194,7 +208,7 @@ class StreamConnection(pymysql.connections.Connection):
         """Whether the next read finds bytes at once, buffered here or in the kernel (a
         peek with the socket non-blocking for a moment; its SO_RCVTIMEO stays). Also
         True when the read would fail: it is the read that says why."""
-        if not self.dumping or self.stashed is not None or self._stall_s is None:
+        if not self.dumping or self.stashed is not None or self._stall_s is None or self._inner:
             return True
         sock, timeout = self._sock, self._sock.gettimeout()
         sock.settimeout(0.0)

@@ -1,6 +1,7 @@
 """What only a MySQL primary has: generated invisible primary keys, accounts that
 authenticate with caching_sha2_password with and without TLS, tagged GTIDs (kept on a
-MySQL replica, a restart resumes from a position that holds them), partial JSON updates and GTID mode (refused by the preflight with the
+MySQL replica, a restart resumes from a position that holds them), compressed
+transactions, partial JSON updates and GTID mode (refused by the preflight with the
 fix). Each test is skipped on a MariaDB primary (`make test-matrix` runs them on MySQL)."""
 
 import ssl
@@ -16,7 +17,8 @@ from bridge.sandbox import Sandbox
 from bridge.source import preflight
 from bridge.workload import connect
 from tests.conftest import BridgePair, primary_position, sandbox_up
-from tests.helpers import channel_row
+from tests.helpers import channel_row, semi_sync_on, semi_sync_status
+from tests.integration.test_semisync import started
 
 
 @pytest.fixture(autouse=True)
@@ -113,6 +115,56 @@ def test_tagged_gtids_replicate_and_a_restart_resumes_from_a_position_holding_th
             with pair.replica.cursor() as cur:
                 cur.execute("SELECT @@GLOBAL.gtid_executed")
                 assert GtidSet.parse(cur.fetchone()[0]).contains_all(primary_tagged)
+    finally:
+        pair.stop()
+    assert not pair.errors, pair.errors
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_compressed_transactions_replicate(urls, fresh_schema, transport):
+    """binlog_transaction_compression=ON: each transaction's events arrive in one zstd
+    TRANSACTION_PAYLOAD event, which the stream expands (a large one chunked as usual)."""
+    s = fresh_schema("zstd")
+    pair = BridgePair(urls, transport).start()
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(100), j JSON)",
+                 "SET SESSION binlog_transaction_compression=ON",
+                 f"INSERT INTO {s}.t VALUES (1, 'one', '{{\"a\": [1, 2]}}')",
+                 "BEGIN", *(f"INSERT INTO {s}.t VALUES ({i}, REPEAT('x', 90), NULL)" for i in range(2, 3002)),
+                 f"UPDATE {s}.t SET v = 'changed' WHERE id < 100", "COMMIT",
+                 f"DELETE FROM {s}.t WHERE id % 3 = 0",
+                 "SET SESSION binlog_transaction_compression=OFF", f"INSERT INTO {s}.t VALUES (5000, 'plain', NULL)")
+        pair.assert_same(s)
+        with pair.primary.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            last = cur.fetchall()[-1][0]
+            cur.execute(f"SHOW BINLOG EVENTS IN '{last}'")
+            kinds = {row[2] for row in cur.fetchall()}
+        assert "Transaction_payload" in kinds  # the primary did compress them
+        with pair.replica.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*), SUM(v = 'changed'), MAX(id) FROM {s}.t")
+            assert cur.fetchone() == (2002, 66, 5000)
+    finally:
+        pair.stop()
+    assert not pair.errors, pair.errors
+
+
+@pytest.mark.parametrize("mode", ["received", "applied"])
+def test_compressed_transactions_are_acknowledged(urls, fresh_schema, semi_sync_primary, mode):
+    """The semi-sync ACK of a compressed transaction names where its payload event ends."""
+    s = fresh_schema("zack")
+    pair = started(urls, mode, "tcp")
+    try:
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(20))")
+        semi_sync_on(semi_sync_primary, pair, s)
+        before = semi_sync_status(semi_sync_primary)
+        pair.sql("SET SESSION binlog_transaction_compression=ON",
+                 *(f"INSERT INTO {s}.t VALUES ({i}, 'compressed')" for i in range(30)),
+                 "SET SESSION binlog_transaction_compression=OFF")
+        after = semi_sync_status(semi_sync_primary)
+        assert after["status"] == "ON" and after["no_tx"] == before["no_tx"]
+        assert int(after["yes_tx"]) - int(before["yes_tx"]) >= 30
+        pair.assert_same(s)
     finally:
         pair.stop()
     assert not pair.errors, pair.errors
