@@ -19,21 +19,12 @@ import zlib
 
 from bridge.errors import RemoteProtocolError
 from bridge.wire import binlog
+from bridge.wire.tablemap import packed_int
 
 _PAYLOAD_SIZE, _COMPRESSION, _UNCOMPRESSED_SIZE, _END = 1, 2, 3, 0
 ZSTD, NONE = 0, 255
 # a transaction larger than this once uncompressed is refused rather than held in memory
 MAX_UNCOMPRESSED = 1 << 30
-
-
-def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
-    first = data[pos]
-    if first < 251:
-        return first, pos + 1
-    size = {252: 2, 253: 3, 254: 8}.get(first)
-    if size is None:
-        raise RemoteProtocolError(f"transaction payload event: bad length byte {first:#x}")
-    return int.from_bytes(data[pos + 1:pos + 1 + size], "little"), pos + 1 + size
 
 
 def expand(event: bytes, checksum_bytes: int) -> list[bytes]:
@@ -44,11 +35,11 @@ def expand(event: bytes, checksum_bytes: int) -> list[bytes]:
     try:
         pos = binlog.HEADER_BYTES
         while True:
-            kind, pos = _length_coded(event, pos)
+            kind, pos = packed_int(event, pos)
             if kind == _END:
                 break
-            length, pos = _length_coded(event, pos)
-            fields[kind], _ = _length_coded(event, pos)
+            length, pos = packed_int(event, pos)
+            fields[kind], _ = packed_int(event, pos)
             pos += length
     except IndexError as exc:
         raise RemoteProtocolError("transaction payload event: truncated header") from exc
