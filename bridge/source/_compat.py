@@ -53,7 +53,7 @@ from pymysqlreplication.row_event import MetadataFieldType, RowsEvent, TableMapE
 from bridge.errors import ConfigError, SourceError
 from bridge.model import GtidSet
 from bridge.source import rowimage
-from bridge.wire import binlog, mysqljson
+from bridge.wire import mysqlgtid, mysqljson
 
 LIBRARY = "mysql-replication"
 TESTED_VERSIONS = ("1.0.17",)  # the reader's tests pass against these; add one only after they do
@@ -247,7 +247,7 @@ class _DumpGtidSet:
     ``binlogstream.GtidSet`` it makes of the text): the encoded set and its length."""
 
     def __init__(self, text: str) -> None:
-        self._encoded = binlog.encode_gtid_set([(key, list(ivs)) for key, ivs in GtidSet.parse(text).mysql])
+        self._encoded = mysqlgtid.encode_gtid_set([(key, list(ivs)) for key, ivs in GtidSet.parse(text).mysql])
 
     @property
     def encoded_length(self) -> int:

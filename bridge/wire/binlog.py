@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from bridge.errors import RemoteProtocolError
 from bridge.flavor import kind_of
+from bridge.wire import mysqlgtid
 
 HEADER_BYTES = 19
 _HEADER = struct.Struct("<IBIIIH")
@@ -133,99 +134,12 @@ def parse_gtid(event) -> tuple[str, bool]:
             return f"{domain}-{server}-{seq}", bool(flags & MARIADB_FL_STANDALONE)
         if kind == MYSQL_GTID:
             flags, sid, gno = struct.unpack_from("<B16sQ", event, body)
-            return f"{_uuid_text(sid)}:{gno}", False
+            return f"{mysqlgtid.uuid_text(sid)}:{gno}", False
         if kind == MYSQL_GTID_TAGGED:
-            return _tagged_gtid(bytes(event[body:])), False
+            return mysqlgtid.tagged_gtid(bytes(event[body:])), False
     except (struct.error, IndexError) as exc:
         raise RemoteProtocolError(f"gtid event: truncated ({exc})") from exc
     raise RemoteProtocolError(f"gtid: event type {kind} is not a GTID event")
-
-
-def _uuid_text(sid: bytes) -> str:
-    sid = sid.hex()
-    return f"{sid[:8]}-{sid[8:12]}-{sid[12:16]}-{sid[16:20]}-{sid[20:]}"
-
-
-# MySQL 8.4+'s tagged GTID event is a message of MySQL's serialization library: a format
-# version, the message's size and its last non-ignorable field id, then (field id, value)
-# pairs in id order, every number in the library's variable-length form (below); the
-# transaction's source uuid is field 1 (16 numbers), its gno field 2 (signed), its tag
-# field 3 (a length, then the text).
-_TAGGED_SID, _TAGGED_GNO, _TAGGED_TAG = 1, 2, 3
-
-
-def varlen(data: bytes, pos: int) -> tuple[int, int]:
-    """(value, next position) of an unsigned integer in MySQL's serialization library
-    form: the count of low one-bits of the first byte says how many bytes follow (8: a
-    whole little-endian u64); the first byte's remaining high bits are the value's lowest."""
-    first = data[pos]
-    follow = 0
-    while follow < 8 and first >> follow & 1:
-        follow += 1
-    if follow == 8:
-        return int.from_bytes(data[pos + 1:pos + 9], "little"), pos + 9
-    if pos + 1 + follow > len(data):
-        raise IndexError("variable-length integer past the end")
-    rest = int.from_bytes(data[pos + 1:pos + 1 + follow], "little")
-    return first >> (follow + 1) | rest << (7 - follow), pos + 1 + follow
-
-
-def write_varlen(value: int) -> bytes:
-    """``varlen``'s inverse: the fewest bytes that hold ``value`` (u64)."""
-    for follow in range(8):
-        if value < 1 << (7 * (follow + 1)):
-            low = (1 << follow) - 1 | (value << (follow + 1)) & 0xFF
-            return bytes([low]) + (value >> (7 - follow)).to_bytes(follow, "little")
-    return b"\xff" + value.to_bytes(8, "little")
-
-
-def _tagged_gtid(body: bytes) -> str:
-    """'uuid:tag:gno' of a tagged GTID event's body (after the common header)."""
-    _, pos = varlen(body, 0)  # the serialization format's version
-    size, pos = varlen(body, pos)  # the whole message, its version and size fields included
-    _, pos = varlen(body, pos)  # the last field a reader may not skip
-    sid = gno = tag = None
-    while pos < min(size, len(body)) and tag is None:
-        field, pos = varlen(body, pos)
-        if field == _TAGGED_SID:
-            raw = []
-            for _ in range(16):
-                byte, pos = varlen(body, pos)
-                raw.append(byte)
-            sid = bytes(raw)
-        elif field == _TAGGED_GNO:
-            zigzag, pos = varlen(body, pos)
-            gno = -(zigzag >> 1) - 1 if zigzag & 1 else zigzag >> 1
-        elif field == _TAGGED_TAG:
-            length, pos = varlen(body, pos)
-            tag = body[pos:pos + length].decode("ascii")
-        elif field < _TAGGED_TAG:
-            _, pos = varlen(body, pos)  # the flags (field 0): one number
-        else:
-            break
-    if sid is None or gno is None or not tag or gno <= 0:
-        raise RemoteProtocolError(f"tagged gtid event: no uuid, tag or gno in {body[:64].hex()}")
-    return f"{_uuid_text(sid)}:{tag}:{gno}"
-
-
-def encode_gtid_set(parts: list[tuple[str, list[tuple[int, int]]]]) -> bytes:
-    """A MySQL GTID set as COM_BINLOG_DUMP_GTID (and Previous_gtids) carry it: ``parts``
-    are (uuid or uuid:tag, [(first, last), ...]) in the server's order (by uuid, untagged
-    first). Without tags: the count, then each uuid's 16 bytes and intervals (u64, the
-    end exclusive). With any tag (MySQL 8.4+): the count shifted one byte up between two
-    format bytes (1), and each uuid followed by its tag (a length, then the text)."""
-    tagged = any(":" in key for key, _ in parts)
-    out = bytearray()
-    for key, intervals in parts:
-        uuid, _, tag = key.partition(":")
-        out += bytes.fromhex(uuid.replace("-", ""))
-        if tagged:
-            out += write_varlen(len(tag)) + tag.encode("ascii")
-        out += struct.pack("<Q", len(intervals))
-        for first, last in intervals:
-            out += struct.pack("<QQ", first, last + 1)
-    count = 1 << 56 | len(parts) << 8 | 1 if tagged else len(parts)
-    return struct.pack("<Q", count) + bytes(out)
 
 
 # --- BINLOG statements ---------------------------------------------------------

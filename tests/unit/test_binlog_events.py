@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from bridge.errors import RemoteProtocolError
 from bridge.model import GtidSet
-from bridge.wire import binlog, tablemap
+from bridge.wire import binlog, mysqlgtid, tablemap
 
 FDE = bytes.fromhex(
     "16700e6b0f01000000fc000000000100000100040031302e31312e31392d4d6172696144422d302b646562313275312d6c6f67000000000000"
@@ -165,13 +165,13 @@ def test_a_tagged_gtid_event_reads_as_the_server_wrote_it():
 def test_gtid_sets_encode_as_the_server_encodes_them_with_and_without_tags():
     uuid = "7db303a4-ef4f-11f1-8897-02fc00000001"
     parts = [(key, list(ivs)) for key, ivs in GtidSet.parse(f"{uuid}:1-3:bridge_tag:1-2").mysql]
-    assert binlog.encode_gtid_set(parts) == PREVIOUS_GTIDS_TAGGED
-    assert binlog.encode_gtid_set([(uuid, [(1, 2)])]) == PREVIOUS_GTIDS_UNTAGGED
+    assert mysqlgtid.encode_gtid_set(parts) == PREVIOUS_GTIDS_TAGGED
+    assert mysqlgtid.encode_gtid_set([(uuid, [(1, 2)])]) == PREVIOUS_GTIDS_UNTAGGED
 
 
 @pytest.mark.parametrize("value", [0, 1, 63, 64, 127, 128, 300, 2**14 - 1, 2**14, 2**21, 2**49 - 1, 2**56 - 1, 2**56,
                                    2**63, 2**64 - 1])
 def test_mysql_serialization_varlen_round_trips_in_the_fewest_bytes(value):
-    data = binlog.write_varlen(value)
-    assert binlog.varlen(data + b"\x00", 0) == (value, len(data))
+    data = mysqlgtid.write_varlen(value)
+    assert mysqlgtid.varlen(data + b"\x00", 0) == (value, len(data))
     assert len(data) == min(9, max(1, (value.bit_length() + 6) // 7))
