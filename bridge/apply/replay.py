@@ -27,8 +27,12 @@ from bridge.wire import binlog
 # What a replayed statement's session settings leave behind that the applier's own
 # session setup (bridge.apply.connection) does not set again.
 RESET_REPLAYED = (b"SET SESSION timestamp=DEFAULT, auto_increment_increment=DEFAULT, auto_increment_offset=DEFAULT, "
-                  b"insert_id=0, collation_database=DEFAULT, lc_time_names=DEFAULT, unique_checks=1, "
-                  b"sql_auto_is_null=0")
+                  b"collation_database=DEFAULT, lc_time_names=DEFAULT, unique_checks=1, sql_auto_is_null=0")
+# An INSERT_ID the statement did not use: 0 clears it on MariaDB. MySQL has no way to clear
+# it (no DEFAULT) and takes 0 as the value the next AUTO_INCREMENT insert gets (measured on
+# 9.7: the applier's own rdma_bridge.skipped row got id 0, the next one a duplicate), so a
+# MySQL replica is left with it; a replayed insert brings its own INSERT_ID anyway.
+RESET_INSERT_ID = b"SET SESSION insert_id=0"
 # explicit_defaults_for_timestamp decides what a TIMESTAMP column a DDL creates becomes.
 # MySQL refuses to set it inside a transaction (error 1766), where statement-format DML
 # runs: it is set (and reset) only around a statement that commits implicitly (DDL).
@@ -111,7 +115,7 @@ def split_raw(raw: bytes) -> tuple[list[bytes], bytes]:
 
 
 def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: ReplicaCollations,
-               in_transaction: bool = False) -> Replay:
+               in_transaction: bool = False, mysql_replica: bool = False) -> Replay:
     """``in_transaction``: the statement runs inside a transaction (statement-format DML):
     nothing that MySQL refuses to set there (explicit_defaults_for_timestamp)."""
     context, query_event = split_raw(raw)
@@ -119,6 +123,8 @@ def statements(raw: bytes, checksum_bytes: int, same_flavor: bool, collations: R
     session = [*_session(q, same_flavor, collations)]
     session += [_context(binlog.parse_context(ev, checksum_bytes), collations) for ev in context]
     restore = (RESET_REPLAYED, RESET_CHARSET_COLLATIONS) if collations.has_charset_collations else (RESET_REPLAYED,)
+    if not mysql_replica:
+        restore += (RESET_INSERT_ID,)
     if in_transaction:
         session = [s for s in session if not s.startswith(EXPLICIT_DEFAULTS)]
     else:

@@ -23,6 +23,7 @@ from bridge import servererrors, serverinfo
 from bridge.apply import replay, sql
 from bridge.apply.connection import apply_error, run_script, session_setup
 from bridge.errors import ApplyError, RemoteProtocolError
+from bridge.flavor import Flavor
 from bridge.model import Statement
 from bridge.wire import binlog
 
@@ -81,7 +82,7 @@ class StatementReplayer:
             raise RemoteProtocolError(f"{context}: raw binlog events before any FORMAT_DESCRIPTION event")
         else:
             plan = replay.statements(st.raw, fmt.checksum_bytes, same_flavor, self._replica_collations(),
-                                     in_transaction)
+                                     in_transaction, Flavor.of(self.conn).is_mysql)
         if same_flavor:
             return plan
         # the other flavor's collations (MySQL's utf8mb4_0900 on MariaDB): the character set's default here

@@ -156,7 +156,8 @@ def test_a_mariadb_11_session_replays_by_name_with_its_character_set_collations(
            b"@@session.collation_server='utf8mb4_uca1400_ai_ci'" in plan.session
     assert b"SET @@session.character_set_collations='utf8mb3=utf8mb3_uca1400_ai_ci,ucs2=ucs2_uca1400_ai_ci," \
            b"utf8mb4=utf8mb4_uca1400_ai_ci,utf16=utf16_uca1400_ai_ci,utf32=utf32_uca1400_ai_ci'" in plan.session
-    assert plan.restore == (replay.RESET_REPLAYED, replay.RESET_CHARSET_COLLATIONS, replay.RESET_EXPLICIT_DEFAULTS)
+    assert plan.restore == (replay.RESET_REPLAYED, replay.RESET_CHARSET_COLLATIONS, replay.RESET_INSERT_ID,
+                            replay.RESET_EXPLICIT_DEFAULTS)
 
 
 def test_a_statement_without_the_mapping_runs_with_none_where_the_replica_has_the_variable():
@@ -164,8 +165,16 @@ def test_a_statement_without_the_mapping_runs_with_none_where_the_replica_has_th
     character sets' own defaults, so the replica's mapping is emptied for them."""
     plan = replay.statements(QUERY, 4, True, replay.ReplicaCollations(COLLATIONS.by_id, has_charset_collations=True))
     assert b"SET @@session.character_set_collations=''" in plan.session
-    assert replay.statements(QUERY, 4, True, COLLATIONS).restore == (replay.RESET_REPLAYED,
+    assert replay.statements(QUERY, 4, True, COLLATIONS).restore == (replay.RESET_REPLAYED, replay.RESET_INSERT_ID,
                                                                      replay.RESET_EXPLICIT_DEFAULTS)
+
+
+def test_insert_id_is_cleared_only_on_a_mariadb_replica():
+    """MySQL takes insert_id=0 as the next AUTO_INCREMENT value (there is no DEFAULT): a
+    MySQL replica is not given it (the applier's own rows got id 0, then a duplicate)."""
+    mysql = replay.statements(QUERY, 4, False, COLLATIONS, mysql_replica=True)
+    assert replay.RESET_INSERT_ID not in mysql.restore and b"insert_id" not in b"".join(mysql.restore)
+    assert replay.RESET_INSERT_ID in replay.statements(QUERY, 4, False, COLLATIONS).restore
 
 
 def test_inside_a_transaction_explicit_defaults_for_timestamp_is_neither_set_nor_reset():
