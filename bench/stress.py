@@ -334,7 +334,8 @@ def _line(row: dict) -> str:
 # --- the run -------------------------------------------------------------------------
 
 def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir: str, ack_timeout_ms: int = 10,
-        out: Path = RESULTS, log=print, primary_nice: int = 0, primary_fifo: int = 0, transport: str = "shm") -> dict:
+        out: Path = RESULTS, log=print, primary_nice: int = 0, primary_fifo: int = 0, transport: str = "shm",
+        replica_nice: int = 0) -> dict:
     bench = Bench(state_dir, transport, extra_primary=("--semi-sync", semi_sync))
     started_at = dt.datetime.now(dt.timezone.utc)
     stress = None
@@ -347,6 +348,8 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
         bench.start_bridge()
         if primary_nice:
             renice(bench.bridge_primary.proc.pid, primary_nice, log)
+        if replica_nice:  # over tcp its receiver is on the ACK's path: it answers before the primary side ACKs
+            renice(bench.bridge_replica.proc.pid, replica_nice, log, "replica side")
         if primary_fifo:
             realtime(bench.bridge_primary.proc.pid, primary_fifo, log)
         wait_clients(bench, 1)
@@ -393,8 +396,9 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
     result["transport"] = transport
     out.mkdir(parents=True, exist_ok=True)
     name = f"{started_at.date().isoformat()}-stress-{minutes}min-{transport}-{semi_sync}-{ack_timeout_ms}ms" + \
-        (f"-nice{primary_nice}" if primary_nice else "") + (f"-fifo{primary_fifo}" if primary_fifo else "")
-    result["primary_side_nice"] = primary_nice
+        (f"-nice{primary_nice}" if primary_nice else "") + (f"-fifo{primary_fifo}" if primary_fifo else "") + \
+        (f"-replica-nice{replica_nice}" if replica_nice else "")
+    result["primary_side_nice"], result["replica_side_nice"] = primary_nice, replica_nice
     result["primary_side_fifo"] = primary_fifo
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     (out / f"{name}.html").write_text(render_html(result))
@@ -402,12 +406,12 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
     return result
 
 
-def renice(pid: int, nice: int, log) -> None:
-    """Every thread of the primary side at ``nice`` (Linux keeps it per thread; threads
+def renice(pid: int, nice: int, log, who: str = "primary side") -> None:
+    """Every thread of a bridge process at ``nice`` (Linux keeps it per thread; threads
     made later inherit it), as `Nice=` in its systemd unit would start it."""
     for task in Path(f"/proc/{pid}/task").iterdir():
         os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
-    log(f"primary side (pid {pid}) at nice {nice}")
+    log(f"{who} (pid {pid}) at nice {nice}")
 
 
 def realtime(pid: int, priority: int, log) -> None:
@@ -561,12 +565,15 @@ def main() -> None:
     ap.add_argument("--primary-fifo", type=int, default=0, metavar="PRIORITY",
                     help="run the bridge's primary side under SCHED_FIFO at this priority (1-99; root), the result "
                          "file named so")
+    ap.add_argument("--replica-nice", type=int, default=0,
+                    help="run the bridge's replica side at this nice value (e.g. -10; root: over tcp its receiver "
+                         "answers before a semi-sync ACK), the result file named so")
     args = ap.parse_args()
     if args.hours is not None:
         args.minutes, args.native_minutes = max(1, round(args.hours * 60)), max(1, round(args.hours * 6))
     run(args.minutes, args.native_minutes, args.rate, args.semi_sync, args.state_dir, args.ack_timeout_ms,
         log=lambda m: print(m, file=sys.stderr, flush=True), primary_nice=args.primary_nice,
-        primary_fifo=args.primary_fifo, transport=args.transport)
+        primary_fifo=args.primary_fifo, transport=args.transport, replica_nice=args.replica_nice)
 
 
 if __name__ == "__main__":

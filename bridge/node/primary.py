@@ -435,6 +435,7 @@ class PrimaryNode(ShipLoop):
 
     def close(self) -> None:
         self._stop.set()
+        self._report_lane()
         self.disconnect()
         for service in (self.heartbeat, self.semi_sync, self.behind, self.metrics, self.gc_pauses):
             if service is not None:

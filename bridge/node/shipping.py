@@ -11,6 +11,7 @@ the member (its producer and link), the counters, the acks.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -24,6 +25,8 @@ from bridge.wire import binlog
 
 RUN_TXNS = 64  # transactions framed by one call at most
 LANE_WAIT_MS = 20  # the ship lane returns at least this often (link, acks, progress, stop)
+
+log = logging.getLogger(__name__)
 
 
 def event_of(fmt: binlog.FormatDescription | None) -> bytes:
@@ -71,6 +74,14 @@ class ShipLoop:
         if placed == 0 and lane.why == lanes.IDLE and time.monotonic_ns() - lane.reader.data_ns >= self._stall_ns:
             raise reader.stalled()  # quiet past the read timeout, not even the server's heartbeat
         return placed > 0 or lane.why == lanes.IDLE
+
+    def _report_lane(self) -> None:
+        """At the end: how often the compiled lane, woken by the dump or an answer, waited
+        over 1 ms for the interpreter lock (another thread of this process running Python)."""
+        lane = self._lane
+        if lane is not None and lane.gil_wait_max_ns:
+            log.info("ship lane: %d wakeups waited over 1 ms for the interpreter lock (the longest %.1f ms)",
+                     lane.gil_waits, lane.gil_wait_max_ns / 1e6)
 
     def _lane_for(self, reader: BinlogReader, member: Member):
         """The ship lane of this reader, producer and ring: over shm or plain tcp, semi-sync

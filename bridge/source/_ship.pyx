@@ -189,6 +189,10 @@ cdef class ShipLane:
     cdef int reply_len
     cdef public unsigned long long placed, applied  # tcp: the replica side's last answer
     cdef public int quorum  # fan-out semi-sync: rings that must hold a transaction for its ACK
+    # over the lane's life: wakeups (the dump readable, an answer in) that waited over 1 ms for
+    # the interpreter lock before the lane could go on, and the longest such wait
+    cdef public Py_ssize_t gil_waits
+    cdef public unsigned long long gil_wait_max_ns
     cdef uint32_t batch_us[C_BATCHES]  # per publish: its first transaction's time from placed to published
     cdef uint32_t batch_n[C_BATCHES]  # ... and how many it published
     cdef int batches
@@ -214,6 +218,7 @@ cdef class ShipLane:
         self.batches = 0
         self.acks = self.ack_error = 0
         self.asked, self.reply_len, self.placed, self.applied, self.quorum = None, 0, 0, 0, 1
+        self.gil_waits, self.gil_wait_max_ns = 0, 0
         self.why = C_IDLE
 
     def __dealloc__(self):
@@ -288,6 +293,13 @@ cdef class ShipLane:
         cdef int i
         for i in range(self.batches):
             stages.record("place", self.batch_us[i], self.batch_n[i])
+
+    cdef inline void _gil_waited(self, uint64_t woke_ns) noexcept:
+        cdef uint64_t waited = _mono_ns() - woke_ns
+        if waited > 1000000:
+            self.gil_waits += 1
+        if waited > self.gil_wait_max_ns:
+            self.gil_wait_max_ns = waited
 
     cdef void _batch(self, uint64_t elapsed_ns, Py_ssize_t n) noexcept nogil:
         cdef uint64_t micros = elapsed_ns // 1000
@@ -369,7 +381,7 @@ cdef class ShipLane:
         cdef Scanned s
         cdef Py_ssize_t size = self.producer.size, head = self.producer.head
         cdef Py_ssize_t free = size - self.producer.used, used, frame_at, last_len = 0
-        cdef uint64_t seq = self.producer.next_seq, whole_ns = 0, deadline = _mono_ns() + <uint64_t>wait_ms * 1000000
+        cdef uint64_t seq = self.producer.next_seq, whole_ns = 0, woke_ns = 0, deadline = _mono_ns() + <uint64_t>wait_ms * 1000000
         cdef uint32_t epoch = self.producer.epoch & 0xFFFFFFFF
         cdef uint8_t sid = seq_id
         cdef uint8_t *o
@@ -529,6 +541,8 @@ cdef class ShipLane:
                                     until_ns = deadline
                                 with nogil:
                                     answer = self._await_answer(until_ns, seq - 1)
+                                    woke_ns = _mono_ns()
+                                self._gil_waited(woke_ns)
                                 if answer == ANSWER_CLOSED:
                                     raise TransportError("tcp transport: the replica side closed the data connection "
                                                          "with an answer outstanding")
@@ -567,6 +581,8 @@ cdef class ShipLane:
                     waiter.fd, waiter.events, waiter.revents = rd.fd, POLLIN, 0
                     with nogil:
                         got_poll = poll(&waiter, 1, left_ms)
+                        woke_ns = _mono_ns()
+                    self._gil_waited(woke_ns)
                     if got_poll == 0:
                         self.why = C_IDLE
                         break

@@ -151,6 +151,7 @@ class ShipLane:
         self.reply = bytearray()  # ... and the bytes of that answer already read
         self.placed = self.applied = 0  # tcp: the replica side's last answer (TcpRemoteRing.placed, .applied)
         self.quorum = 1  # fan-out semi-sync: rings that must hold a transaction for its ACK (--semi-sync-quorum)
+        self.gil_waits = self.gil_wait_max_ns = 0  # the compiled lane's waits for the interpreter lock (none here)
         self._batches: list[list[int]] = []  # per publish: [µs from its first transaction placed, transactions]
         self.why = IDLE
 

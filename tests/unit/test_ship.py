@@ -5,10 +5,12 @@ the same bytes (stamps aside), the same producer bookkeeping, and stop at the sa
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -182,6 +184,36 @@ def test_a_transaction_cut_between_reads_waits_then_ships_and_a_quiet_dump_retur
         assert setup.lane.why == ship.IDLE and setup.lane.seq_id == number
         assert [decode_transaction(f.payload).gtid for f in setup.frames()] == ["0-1-1"]
     finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_the_compiled_lane_counts_wakeups_that_waited_for_the_interpreter_lock(module):
+    """The dump turns readable while another thread runs Python: the compiled lane, woken
+    without the lock, waits for it (the switch interval, 20 ms here) and counts that. The
+    bytes go out by a write that keeps the lock (ctypes.PyDLL), so the lane cannot take it
+    in between."""
+    setup, old = Setup(module), sys.getswitchinterval()
+    try:
+        data, _ = _packets([_txn(1)])
+        write = ctypes.PyDLL(None).write
+
+        def busy():
+            assert write(setup.server.fileno(), data, len(data)) == len(data)
+            end = time.perf_counter() + 0.06
+            while time.perf_counter() < end:
+                pass
+        sys.setswitchinterval(0.02)
+        timer = threading.Timer(0.2, busy)
+        timer.start()
+        assert setup.run(wait_ms=2000) == 1
+        timer.join()
+        if module is ship:  # the twin holds the lock throughout: nothing to count
+            assert (setup.lane.gil_waits, setup.lane.gil_wait_max_ns) == (0, 0)
+        else:
+            assert setup.lane.gil_waits >= 1 and setup.lane.gil_wait_max_ns > 1_000_000
+    finally:
+        sys.setswitchinterval(old)
         setup.close()
 
 
