@@ -56,7 +56,6 @@ class StreamConnection(pymysql.connections.Connection):
     stashed = None  # a packet BinlogReader read itself but leaves to the library
     _stall_s: float | None = None  # the read timeout, once the kernel keeps it (SO_RCVTIMEO)
     _inner: deque | None = None  # the rest of a compressed transaction's events, as packets
-    _checksum_bytes = 0  # the stream's, from its FORMAT_DESCRIPTION: each inner event gets one
 
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in _DUMP_COMMANDS:
@@ -119,11 +118,9 @@ class StreamConnection(pymysql.connections.Connection):
             if flag & SEMI_SYNC_ACK_REQUESTED:
                 self.ack_wanted = int.from_bytes(data[14:18], "little")  # header log_pos
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
-        etype = data[5] if len(data) > 5 else -1
-        if etype == binlog.FORMAT_DESCRIPTION:
-            self._checksum_bytes = binlog.parse_format_description(data[1:]).checksum_bytes
-        elif etype == binlog.TRANSACTION_PAYLOAD:  # MySQL's compressed transaction: its events one by one
-            first, *rest = (b"\0" + event for event in payload.expand(bytes(data[1:]), self._checksum_bytes))
+        if len(data) > 5 and data[5] == binlog.TRANSACTION_PAYLOAD:
+            # MySQL's compressed transaction: its events handed on one by one
+            first, *rest = (b"\0" + event for event in payload.expand(bytes(data[1:])))
             self._inner = deque(rest)
             return first
         return data

@@ -9,7 +9,8 @@ integers): 1 the payload's size, 2 the compression (0 zstd, 255 none), 3 the siz
 uncompressed; a type 0 ends them, the payload follows. The events inside carry no
 checksum and no position (log_pos 0): each gets the payload event's position (where the
 transaction ends in the binlog, what a commit's position and a semi-sync ACK name) and,
-where the stream has them, a CRC32 of its own.
+where the payload event ends with a checksum (what follows its payload size says), a
+CRC32 of its own.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ ZSTD, NONE = 0, 255
 MAX_UNCOMPRESSED = 1 << 30
 
 
-def expand(event: bytes, checksum_bytes: int) -> list[bytes]:
-    """The events inside a TRANSACTION_PAYLOAD ``event`` (common header first, its
-    checksum, if any, at the end), each ending with a checksum when ``checksum_bytes``."""
-    position, end = binlog.read_header(event).log_pos, len(event) - checksum_bytes
+def expand(event: bytes) -> list[bytes]:
+    """The events inside a TRANSACTION_PAYLOAD ``event`` (common header first), each
+    ending with a checksum when the event does (what follows its payload says so)."""
+    position = binlog.read_header(event).log_pos
     fields: dict[int, int] = {}
     try:
         pos = binlog.HEADER_BYTES
@@ -43,6 +44,11 @@ def expand(event: bytes, checksum_bytes: int) -> list[bytes]:
             pos += length
     except IndexError as exc:
         raise RemoteProtocolError("transaction payload event: truncated header") from exc
+    end = pos + fields.get(_PAYLOAD_SIZE, -1)
+    checksum_bytes = len(event) - end
+    if checksum_bytes not in (0, 4):
+        raise RemoteProtocolError(f"transaction payload event: {len(event)} bytes, its payload ends at "
+                                  f"{end if end >= pos else '(no payload size)'}")
     compression = fields.get(_COMPRESSION, NONE)
     size = fields.get(_UNCOMPRESSED_SIZE, end - pos)
     if size > MAX_UNCOMPRESSED:
