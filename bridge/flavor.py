@@ -32,8 +32,12 @@ import re
 from dataclasses import dataclass
 
 MARIADB, MYSQL = "mariadb", "mysql"
-# sql_mode names one flavor has and the other refuses: the modes MySQL 8 retired (MariaDB
-# keeps them) and MariaDB's own; MySQL's own
+# sql_mode modes MySQL 8 retired and refuses (error 3899 by number, 1231 by name), which
+# MariaDB still sets: IGNORE_BAD_TABLE_OPTIONS (bit 4), POSTGRESQL .. MYSQL40 and the
+# NO_*_OPTIONS modes (8-17), NO_AUTO_CREATE_USER (28, in MariaDB's default sql_mode).
+MYSQL_RETIRED_SQL_MODE_BITS = 1 << 4 | 0x3FF << 8 | 1 << 28
+# sql_mode names one flavor has and the other refuses: those retired modes and MariaDB's
+# own (bits 31 up); MySQL's own
 _MARIADB_ONLY_SQL_MODES = frozenset({
     "IGNORE_BAD_TABLE_OPTIONS", "POSTGRESQL", "ORACLE", "MSSQL", "DB2", "MAXDB", "NO_KEY_OPTIONS",
     "NO_TABLE_OPTIONS", "NO_FIELD_OPTIONS", "MYSQL323", "MYSQL40", "NO_AUTO_CREATE_USER", "EMPTY_STRING_IS_NULL",

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bridge.errors import ApplyError, RemoteProtocolError
+from bridge.flavor import MYSQL_RETIRED_SQL_MODE_BITS
 from bridge.sqlnames import quote_name
 from bridge.wire import binlog
 
@@ -40,13 +41,10 @@ EXPLICIT_DEFAULTS = b"SET @@session.explicit_defaults_for_timestamp="
 RESET_EXPLICIT_DEFAULTS = b"SET SESSION explicit_defaults_for_timestamp=DEFAULT"
 RESET_CHARSET_COLLATIONS = b"SET SESSION character_set_collations=DEFAULT"  # where the replica has it
 # sql_mode bits both flavors give the same meaning (MySQL 5.7 numbering, which MariaDB
-# and MySQL 8 keep); only these are replayed when the primary is of the other flavor.
-# Left out besides those from bit 31 on (each flavor's own): the bits MySQL 8 retired and
-# refuses (error 3899), which MariaDB still sets: IGNORE_BAD_TABLE_OPTIONS (4), the
-# POSTGRESQL .. MYSQL40 and NO_*_OPTIONS modes (8-17) and NO_AUTO_CREATE_USER (28, in
-# MariaDB's default sql_mode).
-MYSQL_RETIRED_SQL_MODE = 1 << 4 | 0x3FF << 8 | 1 << 28
-PORTABLE_SQL_MODE = (1 << 31) - 1 & ~MYSQL_RETIRED_SQL_MODE
+# and MySQL 8 keep); only these are replayed when the primary is of the other flavor:
+# not those from bit 31 on (each flavor's own), nor those MySQL 8 retired and refuses
+# (bridge.flavor, which also says them by name for a routine's sql_mode text).
+PORTABLE_SQL_MODE = (1 << 31) - 1 & ~MYSQL_RETIRED_SQL_MODE_BITS
 # Collation ids 255 and up are MySQL 8's utf8mb4_0900_* family (and newer), which MariaDB
 # before 11.4 does not know: across flavors they are replayed as utf8mb4.
 FIRST_MYSQL8_COLLATION = 255
