@@ -130,8 +130,8 @@ class BinlogReader:
 
     def next_transaction(self, max_bytes: int) -> Transaction | None:
         """Binlog apply mode, between transactions: the next transaction in one call
-        when its packets are all buffered and it is the common kind (a MariaDB GTID,
-        TABLE_MAP and row events, XID, under ``max_bytes``); else None and nothing is
+        when its packets are all buffered and it is the common kind (a MariaDB GTID, or
+        MySQL's GTID and BEGIN; TABLE_MAP and row events, XID, under ``max_bytes``); else None and nothing is
         read (``next_event`` goes on). Waits like a read when nothing is buffered."""
         return self._take_whole(max_bytes, None)
 

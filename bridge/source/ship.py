@@ -4,7 +4,7 @@ Once the binlog dump runs, its packets are read through a ``DumpReader`` (PyMySQ
 buffered file replaced: the same ``read``/``peek``, and a buffer the lane reads too).
 ``ShipLane.run`` then loops without returning to the node: the common transactions
 whole in that buffer (``hotpath.place_run``'s kind: a MariaDB GTID that is not
-standalone, TABLE_MAP and row events, the XID) are framed into the producer's mirror,
+standalone or MySQL's GTID and BEGIN, TABLE_MAP and row events, the XID) are framed into the producer's mirror,
 copied into the replica's ring and published: over shm stored into the shared ring (the
 doorbell rung when the replica side sleeps on it), over tcp sent as the transport's WRITE
 and PUBLISH messages (bridge.wire.placement) in one send; while the buffer ends inside such a transaction, or is

@@ -12,8 +12,10 @@ cdef enum:
 
 cdef enum:
     MAX_PACKET = 0xFFFFFF
+    QUERY_EVENT = 2
     XID_EVENT = 16
     TABLE_MAP_EVENT = 19
+    MYSQL_GTID = 33
 
 
 cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:
@@ -35,7 +37,42 @@ cdef enum:
     RUN_EVENTS = 64  # bridge.wire.hotpath.RUN_EVENTS
     TXN_KIND = 1
     PAD_KIND = 4
-    GTID_TEXT = 64  # "domain-server-seq" of u32, u32, u64 takes at most 52
+    GTID_TEXT = 64  # "domain-server-seq" of u32, u32, u64 takes at most 52, MySQL's "uuid:gno" 57
+    GTID_NONE = 0  # _gtid_text: not a GTID event it reads
+    GTID_MARIADB = 1  # a MariaDB GTID that is not standalone
+    GTID_STANDALONE = 2  # a standalone MariaDB GTID (DDL)
+    GTID_MYSQL = 3  # a MySQL GTID (not a tagged one): a BEGIN query follows it in a transaction of rows
+
+
+cdef int _gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) noexcept nogil:
+    """The text of the GTID event ``e`` into ``out`` (GTID_TEXT bytes; the twin's
+    bridge.wire.binlog.parse_gtid), its length into ``out_len``: which kind it is."""
+    cdef const uint8_t *u = e + BINLOG_HEADER + 1
+    if e[4] == MARIADB_GTID and size >= BINLOG_HEADER + 13:
+        out_len[0] = snprintf(out, GTID_TEXT, "%u-%u-%llu", rd32(e + BINLOG_HEADER + 8), rd32(e + 5),
+                              <unsigned long long>rd64(e + BINLOG_HEADER))
+        return GTID_STANDALONE if e[BINLOG_HEADER + 12] & 1 else GTID_MARIADB
+    if e[4] == MYSQL_GTID and size >= BINLOG_HEADER + 25:
+        out_len[0] = snprintf(out, GTID_TEXT, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x:%llu",
+                              u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                              u[14], u[15], <unsigned long long>rd64(e + BINLOG_HEADER + 17))
+        return GTID_MYSQL
+    return GTID_NONE
+
+
+cdef bint _is_begin(const uint8_t *e, Py_ssize_t size) noexcept nogil:
+    """A QUERY event of the statement BEGIN (the twin's bridge.wire.hotpath.is_begin)."""
+    cdef Py_ssize_t at
+    if size < BINLOG_HEADER + 13 or e[4] != QUERY_EVENT:
+        return False
+    at = BINLOG_HEADER + 13 + (e[BINLOG_HEADER + 11] | (e[BINLOG_HEADER + 12] << 8)) + e[BINLOG_HEADER + 8] + 1
+    return (size - at == 5 or size - at == 9) and memcmp(e + at, b"BEGIN", 5) == 0
+
+
+cdef enum:
+    BEGIN_NONE = 0  # whether a BEGIN query comes next: no, may, must (the twin's _BEGIN_*)
+    BEGIN_MAY = 1
+    BEGIN_MUST = 2
 
 
 cdef struct Scanned:
@@ -83,6 +120,7 @@ cdef int _scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_s
     cdef uint32_t next_position
     cdef uint8_t etype
     cdef bint ack_requested, gtid_first = True
+    cdef int kind, begin = BEGIN_NONE
     s.ack, s.rows, s.spans, s.data_len, s.tables, s.names_len = -1, 0, 0, 0, 0, 0
     while True:
         if end - at < 4:
@@ -112,11 +150,15 @@ cdef int _scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_s
         if ack_requested:
             s.ack, seq_id = next_position, 1
         if gtid_first:
-            if size < BINLOG_HEADER + 13 or etype != MARIADB_GTID or b[p + BINLOG_HEADER + 12] & 1:
-                return SCAN_NO  # not a MariaDB GTID, or a standalone one (DDL)
-            s.gtid_len = snprintf(s.gtid, GTID_TEXT, "%u-%u-%llu", rd32(b + p + BINLOG_HEADER + 8), rd32(b + p + 5),
-                                  <unsigned long long>rd64(b + p + BINLOG_HEADER))
-            gtid_first = False
+            kind = _gtid_text(b + p, size, s.gtid, &s.gtid_len)
+            if kind != GTID_MARIADB and kind != GTID_MYSQL:
+                return SCAN_NO  # not a GTID this reads, or a standalone one (DDL)
+            gtid_first, begin = False, (BEGIN_MUST if kind == GTID_MYSQL else BEGIN_NONE)
+            continue
+        if begin == BEGIN_MUST:
+            if not _is_begin(b + p, size):
+                return SCAN_NO  # MySQL's DDL (its QUERY after the GTID), or anything else
+            begin = BEGIN_NONE
             continue
         if etype == XID_EVENT:
             if not s.rows:

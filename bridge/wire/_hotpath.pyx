@@ -218,10 +218,21 @@ def parse_gtid(event):
 
 
 cdef object _gtid(const uint8_t *p, Py_ssize_t size):
-    """(text, standalone) of a whole MariaDB GTID event, else None."""
-    if size < BINLOG_HEADER + 13 or p[4] != MARIADB_GTID:
+    """(text, standalone) of a whole MariaDB GTID event or MySQL GTID event (not a tagged one), else None."""
+    cdef char text[GTID_TEXT]
+    cdef int n = 0
+    cdef int kind = _gtid_text(p, size, text, &n)
+    if kind == GTID_NONE:
         return None
-    return f"{rd32(p + BINLOG_HEADER + 8)}-{rd32(p + 5)}-{rd64(p + BINLOG_HEADER)}", bool(p[BINLOG_HEADER + 12] & 1)
+    return PyUnicode_DecodeUTF8(text, n, NULL), kind == GTID_STANDALONE
+
+
+def is_begin(event):
+    return _read(event, _begin)
+
+
+cdef object _begin(const uint8_t *p, Py_ssize_t size):
+    return _is_begin(p, size)
 
 
 def table_map_names(event):
@@ -264,6 +275,7 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
     cdef uint8_t etype
     cdef bint ack_requested
     cdef Py_ssize_t rows = 0
+    cdef int begin = BEGIN_NONE if gtid_first else BEGIN_MAY
     spans = []  # (start, size) of each kept event in b
     tables = []
     gtid = None
@@ -295,9 +307,17 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
         if gtid_first:
             got = _gtid(b + p, size)
             if got is None or got[1]:
-                return None  # not a MariaDB GTID, or a standalone one (DDL)
+                return None  # not a GTID this reads, or a standalone one (DDL)
             gtid, gtid_first = got[0], False
+            begin = BEGIN_MUST if etype == MYSQL_GTID else BEGIN_NONE
             continue
+        if begin != BEGIN_NONE:
+            if _is_begin(b + p, size):
+                begin = BEGIN_NONE
+                continue
+            if begin == BEGIN_MUST:
+                return None  # MySQL's DDL (its QUERY after the GTID), or anything else
+            begin = BEGIN_NONE
         if etype == XID_EVENT:
             if not rows:
                 return None

@@ -131,10 +131,23 @@ SCANNED_ROW_EVENTS = frozenset({binlog.WRITE_ROWS_V1, binlog.UPDATE_ROWS_V1, bin
                                 binlog.WRITE_ROWS_V2, binlog.UPDATE_ROWS_V2, binlog.DELETE_ROWS_V2})
 
 
+def is_begin(event) -> bool:
+    """A QUERY event of the statement BEGIN (what MySQL logs after a transaction's GTID
+    event; MariaDB's GTID event stands for it): after the header, thread id u32, exec
+    time u32, schema length u8, error code u16, status length u16, the status
+    variables, the schema and its NUL, then ``BEGIN`` and the checksum, if any."""
+    h = binlog.HEADER_BYTES
+    if len(event) < h + 13 or event[4] != binlog.QUERY:
+        return False
+    at = h + 13 + int.from_bytes(event[h + 11:h + 13], "little") + event[h + 8] + 1
+    return len(event) - at in (5, 9) and event[at:at + 5] == b"BEGIN"
+
+
 def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool = False):
     """A transaction whole from ``buf`` (the binlog dump's packets buffered), when it
     holds all of it and it is the common kind: (with ``gtid_first``, a MariaDB GTID
-    event that is not standalone, then) TABLE_MAP and row events (v1, v2) in packets
+    event that is not standalone, or a MySQL GTID event (not a tagged one) and the BEGIN
+    query after it; without, a BEGIN query may come first; then) TABLE_MAP and row events (v1, v2) in packets
     numbered from ``seq_id``, then the XID, under ``max_bytes`` of events. Returns
     (bytes of ``buf`` it takes, the next packet's seq id, the GTID or None, the
     TABLE_MAP and row events as the binlog holds them, (schema, table) of each
@@ -147,9 +160,12 @@ def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_fir
 def scan_wants_more(buf, seq_id: int, semi_sync: bool, max_bytes: int) -> bool:
     """Whether ``buf`` ends inside a transaction ``place_run`` would take once the rest
     arrives: every packet so far whole and of that kind (a MariaDB GTID that is not
-    standalone first), the buffer ending before the XID's packet is whole. An empty
+    standalone, or MySQL's GTID and BEGIN, first), the buffer ending before the XID's packet is whole. An empty
     buffer wants more too."""
     return _scan(buf, seq_id, semi_sync, max_bytes, True, True)[1]
+
+
+_BEGIN_NONE, _BEGIN_MAY, _BEGIN_MUST = 0, 1, 2  # whether a BEGIN query comes next: no, may, must
 
 
 def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, run_rules: bool):
@@ -157,6 +173,7 @@ def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, r
     ``run_rules``: names and event counts as ``place_run`` takes them."""
     at, end = 0, len(buf)
     data, tables, rows, ack, gtid = bytearray(), [], 0, -1, None
+    begin = _BEGIN_NONE if gtid_first else _BEGIN_MAY  # whether a BEGIN query comes next (MySQL)
     while True:
         if end - at < 4:
             return None, True
@@ -184,7 +201,7 @@ def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, r
         if ack_requested:
             ack, seq_id = next_position, 1  # the server numbers afresh after an event that wants an ACK
         if gtid_first:
-            if etype != binlog.MARIADB_GTID:
+            if etype != binlog.MARIADB_GTID and etype != binlog.MYSQL_GTID:
                 return None, False
             try:
                 gtid, standalone = parse_gtid(event)
@@ -192,8 +209,15 @@ def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, r
                 return None, False
             if standalone:
                 return None, False  # DDL: the event path
-            gtid_first = False
+            gtid_first, begin = False, (_BEGIN_MUST if etype == binlog.MYSQL_GTID else _BEGIN_NONE)
             continue
+        if begin != _BEGIN_NONE:
+            if is_begin(event):
+                begin = _BEGIN_NONE
+                continue
+            if begin == _BEGIN_MUST:
+                return None, False  # MySQL's DDL (its QUERY after the GTID), or anything else
+            begin = _BEGIN_NONE
         if etype == binlog.XID:
             return ((at, seq_id, gtid, bytes(data), tuple(tables), rows, next_position, ack) if rows else None), False
         if run_rules and len(tables) + rows >= RUN_EVENTS:

@@ -233,6 +233,27 @@ def _packets(events: list[bytes], seq_id: int, semi_sync: bool, ack_last: bool) 
     return bytes(out)
 
 
+def _mysql_gtid_event(sid: bytes, gno: int) -> bytes:
+    """MySQL's GTID event: flags, uuid, gno, then what 8.0 adds (logical clock, commit times...)."""
+    return _event(33, struct.pack("<B16sQ", 1, sid, gno) + b"\x02" + bytes(16) + bytes(7))
+
+
+def _begin(schema: bytes = b"", status: bytes = b"\x00\x00\x00\x00\x00") -> bytes:
+    """MySQL's BEGIN query event (thread id, exec time, schema length, error code, status length)."""
+    return _event(2, struct.pack("<IIBHH", 7, 0, len(schema), 0, len(status)) + status + schema + b"\0BEGIN")
+
+
+@built
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=8), st.binary(max_size=40), st.integers(0, 40), st.binary(max_size=12))
+def test_is_begin_agrees_on_begin_queries_cut_and_others(schema, status, cut, other):
+    begin = _begin(schema, status)
+    assert same("is_begin", begin)[1] is True and same("is_begin", begin[:-4])[1] is True  # with a CRC32, without
+    same("is_begin", begin[:cut])
+    same("is_begin", _event(2, struct.pack("<IIBHH", 7, 0, 0, 0, 0) + b"\0" + other))
+    assert same("is_begin", _event(3, begin[19:-4]))[1] is False  # not a QUERY event
+
+
 @st.composite
 def transactions(draw):
     events, row_kinds = [], [23, 24, 25, 30, 31, 32]
@@ -250,22 +271,22 @@ def transactions(draw):
 @settings(max_examples=300, deadline=None)
 @given(transactions(), st.integers(0, 255), st.booleans(), st.booleans(), st.binary(max_size=30), st.data())
 def test_scan_transaction_agrees_whole_cut_and_damaged(events, seq_id, semi_sync, ack_last, after, data):
-    gtid_first = data.draw(st.booleans())
-    gtid = _gtid_event(data.draw(u64), data.draw(st.integers(0, 9)), data.draw(st.integers(0, 9)), 0)
-    events = [gtid, *events] if gtid_first else events
-    buf = _packets(events, seq_id, semi_sync, ack_last) + after  # the next transaction's packets may follow
+    gtid_first, mysql = data.draw(st.booleans()), data.draw(st.booleans())
+    if mysql:  # MySQL's GTID, then a BEGIN query (after a GTID read alone, the scan starts at the BEGIN)
+        gtid = _mysql_gtid_event(data.draw(st.binary(min_size=16, max_size=16)), data.draw(u64))
+        head = [gtid, _begin(data.draw(st.binary(max_size=8)), data.draw(st.binary(max_size=40)))]
+    else:
+        head = [_gtid_event(data.draw(u64), data.draw(st.integers(0, 9)), data.draw(st.integers(0, 9)), 0)]
+    lead = head if gtid_first else head[1:]
+    buf = _packets([*lead, *events], seq_id, semi_sync, ack_last) + after  # the next transaction's packets may follow
     kind, got, _ = same("scan_transaction", buf, seq_id, semi_sync, 1 << 20, gtid_first)
     assert kind == "ok" and got is not None
     taken, next_seq, text, joined, tables, rows, commit, ack = got
-    if gtid_first:
-        assert text == hotpath.parse_gtid(gtid)[0]
-        events = events[1:]
-    else:
-        assert text is None
+    assert text == (hotpath.parse_gtid(head[0])[0] if gtid_first else None)
     assert taken == len(buf) - len(after) and joined == b"".join(events[:-1])
     assert rows == sum(1 for e in events if e[4] != 19) - 1 and len(tables) == len(events) - rows - 1
     assert commit == struct.unpack_from("<I", events[-1], 13)[0]
-    packets = len(events) + gtid_first
+    packets = len(events) + len(lead)
     assert (ack, next_seq) == ((commit, 1) if semi_sync and ack_last else (-1, (seq_id + packets) % 256))
     same("scan_transaction", buf, (seq_id + 1) % 256, semi_sync, 1 << 20, gtid_first)  # not the number expected
     same("scan_transaction", buf, seq_id, semi_sync, data.draw(st.integers(1, 200)), gtid_first)  # to chunk
@@ -294,6 +315,18 @@ def test_scan_transaction_leaves_everything_else_to_the_event_path():
         assert same("scan_transaction", packets, 3, False, 1 << 20, True)[1] is None
     packets = _packets([_gtid_event(7, 0, 1, 0), table_map, rows, xid], 3, False, False)
     assert same("scan_transaction", packets, 3, False, 1 << 20, True)[1][2] == "0-1-7"
+    sid = bytes.fromhex("3e11fa47-71ca-11e1-9e33-c80aa9429562".replace("-", ""))
+    mysql = _mysql_gtid_event(sid, 23)
+    packets = _packets([mysql, _begin(), table_map, rows, xid], 3, False, False)
+    assert same("scan_transaction", packets, 3, False, 1 << 20, True)[1][2] == "3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
+    not_begin = (_event(2, bytes(13) + b"\x00COMMIT"), _event(2, bytes(13) + b"\x00BEGIN WORK"), _begin()[:-6],
+                 _event(2, bytes(13) + b"\x00db\x00CREATE TABLE x (i INT)"), _event(42, bytes(40)))
+    for events in ([mysql, table_map, rows, xid], *([mysql, q, table_map, rows, xid] for q in not_begin),
+                   [mysql, _begin(), _begin(), table_map, rows, xid], [_event(42, bytes(40)), _begin(), rows, xid],
+                   [_gtid_event(7, 0, 1, 0), _begin(), table_map, rows, xid]):
+        assert same("scan_transaction", _packets(events, 3, False, False), 3, False, 1 << 20, True)[1] is None
+    assert same("scan_transaction", _packets([_begin(), table_map, rows, xid], 3, False, False), 3, False,
+                1 << 20)[1] is not None  # after a GTID the event path read, the BEGIN may come first
 
 
 @built
@@ -377,10 +410,12 @@ def run_both(buf, seq_id, semi_sync, max_bytes, size, head, free, next_seq, epoc
 def test_place_run_agrees_and_frames_what_scan_transaction_finds(txns, seq_id, semi_sync, data):
     heartbeat = ("rdma_bridge", "heartbeat")
     events, acks = [], []
+    mysql = data.draw(st.booleans())  # the primary's flavor: its GTID events (MySQL's with the BEGIN after it)
     for i, txn in enumerate(txns):
         if data.draw(st.booleans()):
             txn = [_table_map(b"rdma_bridge", b"heartbeat"), txn[-2], txn[-1]]
-        events.append([_gtid_event(i + 1, 0, 1, 0), *txn])
+        head = [_mysql_gtid_event(bytes(range(16)), i + 1), _begin()] if mysql else [_gtid_event(i + 1, 0, 1, 0)]
+        events.append([*head, *txn])
         acks.append(semi_sync and data.draw(st.booleans()))
     buf, number = bytearray(), seq_id
     for txn, ack in zip(events, acks):
@@ -407,7 +442,8 @@ def test_place_run_agrees_and_frames_what_scan_transaction_finds(txns, seq_id, s
         assert placed == 0
         return
     taken, next_number, entries, new_head, heartbeats, gtid, commit, ack = got
-    assert (taken, next_number, heartbeats, gtid) == (at, number, hb, f"0-1-{placed}")
+    last = f"00010203-0405-0607-0809-0a0b0c0d0e0f:{placed}" if mysql else f"0-1-{placed}"
+    assert (taken, next_number, heartbeats, gtid) == (at, number, hb, last)
     assert [e[0] for e in entries] == list(range(7, 7 + placed)) and commit == scanned_commit
     assert ack == (scanned[7] if acks[placed - 1] else -1)
     used = sum(e[1] for e in entries)
@@ -431,6 +467,9 @@ def test_place_run_stops_where_the_per_transaction_path_must_take_over():
     assert placed(common, max_txns=2) == 2
     ddl = [_gtid_event(9, 0, 1, 1), _event(2, bytes(13) + b"\x00db\x00CREATE TABLE x (i INT)")]
     assert placed([common[0], ddl, common[1]]) == 1  # a standalone GTID (DDL): the event path
+    mysql = [[_mysql_gtid_event(bytes(16), i), _begin(), *txn[1:]] for i, txn in enumerate(common, 1)]
+    assert placed(mysql) == 3
+    assert placed([mysql[0], [_mysql_gtid_event(bytes(16), 9), ddl[1]], mysql[1]]) == 1  # MySQL's DDL
     assert placed([common[0], _txn(2, schema="é".encode())]) == 1  # a non-ASCII name
     assert placed([common[0], _txn(2, rows=64)], size=16384, free=16384) == 1  # more events than a run takes
     assert placed([common[0], _txn(2, rows=63)], size=16384, free=16384) == 2
@@ -461,3 +500,8 @@ def test_scan_wants_more_on_every_cut_of_a_transaction_a_run_takes_and_nothing_e
     same("scan_wants_more", bytes(damaged[:cut]), seq_id, semi_sync, 1 << 20)
     ddl = _packets([_gtid_event(5, 0, 1, 1)], seq_id, semi_sync, False)
     assert same("scan_wants_more", ddl, seq_id, semi_sync, 1 << 20)[1] is False
+    mysql = _packets([_mysql_gtid_event(bytes(16), 5), _begin(), *txn], seq_id, semi_sync, False)
+    mysql_placed = run_both(mysql, seq_id, semi_sync, 1 << 20, 1 << 16, 0, 1 << 16, 1, 0, ("a", "b"), 1)
+    assert (mysql_placed is None) == (placed is None)  # (a name that is not ASCII: neither)
+    cut = data.draw(st.integers(0, len(mysql) - 1))
+    assert same("scan_wants_more", mysql[:cut], seq_id, semi_sync, 1 << 20)[1] or placed is None

@@ -50,10 +50,20 @@ def _event(kind: int, body: bytes, next_position: int = 0, server: int = 1) -> b
     return head + body + struct.pack("<I", zlib.crc32(head + body))
 
 
-def _txn(seq: int, table: bytes = b"t", rows: int = 1, flags: int = 0) -> list[bytes]:
-    gtid = _event(162, struct.pack("<QIB", seq, 0, flags) + bytes(6))
-    if flags & 1:  # standalone: a DDL's GTID, then its QUERY
+MYSQL_UUID = "00010203-0405-0607-0809-0a0b0c0d0e0f"
+
+
+def _txn(seq: int, table: bytes = b"t", rows: int = 1, flags: int = 0, mysql: bool = False) -> list[bytes]:
+    """A MariaDB transaction (``flags`` 1: a DDL's), or MySQL's: its GTID event, then BEGIN (or the DDL)."""
+    if mysql:
+        gtid = _event(33, struct.pack("<B16sQ", 1, bytes(range(16)), seq) + bytes(24))
+        begin = _event(2, struct.pack("<IIBHH", 7, 0, 0, 0, 3) + b"\x01\x02\x03" + b"\0BEGIN")
+    else:
+        gtid, begin = _event(162, struct.pack("<QIB", seq, 0, flags) + bytes(6)), None
+    if flags & 1:  # a DDL's GTID (MariaDB: standalone), then its QUERY
         return [gtid, _event(2, bytes(13) + b"\x00db\x00CREATE TABLE x (i INT)", 900 + seq)]
+    if begin is not None:
+        return [gtid, begin, *_txn(seq, table, rows)[1:]]
     schema = b"rdma_bridge" if table == b"heartbeat" else b"db"
     table_map = _event(19, bytes(8) + bytes([len(schema)]) + schema + b"\0" + bytes([len(table)]) + table +
                        b"\0\x01\x03\x00\x00")
@@ -138,12 +148,16 @@ def _stamps_zeroed(ring: bytearray, producer: RingProducer) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.parametrize("mysql", [False, True], ids=["mariadb", "mysql"])
 @pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
 @pytest.mark.parametrize("head", [0, SIZE - 200, SIZE - 16], ids=["start", "pad", "implicit-wrap"])
-def test_both_lanes_place_publish_and_stop_alike(tcp, head):
+def test_both_lanes_place_publish_and_stop_alike(tcp, head, mysql):
     """Common transactions (one a heartbeat), then a DDL: both twins place the same frames,
-    publish them, and stop at the DDL's first byte with its packet number."""
-    txns = [_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5), _txn(4, flags=1), _txn(5)]
+    publish them, and stop at the DDL's first byte with its packet number (MariaDB's events
+    and MySQL's)."""
+    txns = [_txn(1, mysql=mysql), _txn(2, b"heartbeat", mysql=mysql), _txn(3, rows=5, mysql=mysql),
+            _txn(4, flags=1, mysql=mysql), _txn(5, mysql=mysql)]
+    gtids = [f"{MYSQL_UUID}:{i}" if mysql else f"0-1-{i}" for i in (1, 2, 3)]
     data, _ = _packets(txns)
     common, number = _packets(txns[:3])
     results = []
@@ -157,8 +171,8 @@ def test_both_lanes_place_publish_and_stop_alike(tcp, head):
             assert placed == 3 and setup.lane.why == ship.NOT_MINE
             assert setup.lane.seq_id == number and setup.reader.start == len(common)
             assert setup.reader.read(len(data) - len(common)) == data[len(common):]  # the DDL on, for the event path
-            assert [decode_transaction(f.payload).gtid for f in frames] == ["0-1-1", "0-1-2", "0-1-3"]
-            assert (setup.lane.gtid, setup.lane.heartbeats, setup.lane.commit_position) == ("0-1-3", 1, 503)
+            assert [decode_transaction(f.payload).gtid for f in frames] == gtids
+            assert (setup.lane.gtid, setup.lane.heartbeats, setup.lane.commit_position) == (gtids[-1], 1, 503)
             counts = setup.counts  # learnt as each publish happened
             assert (counts.transactions_shipped, counts.heartbeats_shipped, counts.taken_whole) == (2, 1, 3)
             assert setup.producer.next_seq == 13 and setup.producer.backlog_frames == 3
