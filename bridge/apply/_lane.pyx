@@ -7,7 +7,7 @@ install (setup.py, Cython); when it is missing bridge.apply.lanes uses the twin.
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_DecodeASCII
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -54,6 +54,7 @@ bridge_crc32_init()
 
 NOTHING, FAILED, LOST = _twin.NOTHING, _twin.FAILED, _twin.LOST
 MAX_DOMAINS = _twin.MAX_DOMAINS
+_mysql_position = _twin.mysql_position
 
 cdef enum:
     HEADER_BYTES = 24
@@ -73,6 +74,19 @@ cdef enum:
     ANSWER_ROOM = 512  # both answers of a round trip fit, but for a long error message
     MAX_QUERY = 0xFFFFFF - 1
     POSITION_MAX = 4096  # the position's UPDATE event, its GTID set at DOMAINS domains included
+    MYSQL_SET_MAX = 2048
+    MYSQL_TXN_BYTES = 44
+    MYSQL_GROUP_BYTES = 42
+    # what the run keeps of each transaction of a group (``Lane.spans``, so many per transaction)
+    SPAN_DATA = 0  # its row events: offset in the region, length
+    SPAN_LEN = 1
+    SPAN_AT = 2  # the ring offset after it
+    SPAN_EVENTS = 3  # row events, heartbeats of the group up to it
+    SPAN_BEATS = 4
+    SPAN_BEAT = 5  # the group's last heartbeat up to it (its index), or -1
+    SPAN_GTID = 6  # its GTID's text: offset in the region, length
+    SPAN_GTID_LEN = 7
+    SPAN = 8
 
 
 def _check_constants():
@@ -81,7 +95,9 @@ def _check_constants():
     copied = {"HEADER_BYTES": HEADER_BYTES, "DATA_OFFSET": DATA_OFFSET, "WRITE_SEQ_AT": WRITE_SEQ_AT,
               "ACK_SEQ_AT": ACK_SEQ_AT, "TAIL_AT": TAIL_AT, "SIZE_AT": SIZE_AT, "WAITING_AT": WAITING_AT,
               "TXN": KIND_TXN, "PAD": KIND_PAD, "COMPACT": COMPACT, "UPDATE_ROWS_V1": UPDATE_ROWS_V1,
-              "MAX_DOMAINS": DOMAINS, "OK_BYTES_MIN": OK_BYTES_MIN, "ANSWERS_WAIT_MS": ANSWERS_WAIT_MS}
+              "MAX_DOMAINS": DOMAINS, "OK_BYTES_MIN": OK_BYTES_MIN, "ANSWERS_WAIT_MS": ANSWERS_WAIT_MS,
+              "MYSQL_SET_MAX": MYSQL_SET_MAX, "MYSQL_TXN_BYTES": MYSQL_TXN_BYTES,
+              "MYSQL_GROUP_BYTES": MYSQL_GROUP_BYTES}
     sources = {name: getattr(_twin, name) for name in copied if name != "HEADER_BYTES"}
     sources["HEADER_BYTES"] = _frame.HEADER_BYTES
     wrong = sorted(name for name in copied if copied[name] != sources[name])
@@ -130,6 +146,24 @@ cdef int parse_gtid(const uint8_t *p, Py_ssize_t n, uint64_t *out) noexcept nogi
         return 0
     out[2] = v
     return (out[0] >> 32) == 0 and (out[1] >> 32) == 0
+
+
+cdef uint64_t mysql_gno(const uint8_t *p, Py_ssize_t n, Py_ssize_t *colon) noexcept nogil:
+    """The number after the last ":" of a MySQL GTID (uuid:n, uuid:tag:n; at most 19
+    digits), ``colon`` where that ":" is; 0 when it is not that."""
+    cdef Py_ssize_t i = n
+    cdef uint64_t v = 0
+    while i > 0 and p[i - 1] != 58:  # ":"
+        i -= 1
+    if i == 0 or i == n or n - i > 19:
+        return 0
+    colon[0] = i - 1
+    while i < n:
+        if not 48 <= p[i] <= 57:
+            return 0
+        v = v * 10 + (p[i] - 48)
+        i += 1
+    return v
 
 
 cdef char *write_uint(char *o, uint64_t v) noexcept nogil:
@@ -252,42 +286,57 @@ cdef Py_ssize_t recv_until(int fd, uint8_t *buf, Py_ssize_t have, Py_ssize_t nee
     return have
 
 
-cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t **error, Py_ssize_t *error_len,
-                    Placements *pl) noexcept nogil:
-    """Send the COM_QUERY ``packet``, read its two answers: 0, FAILED (``error``: the
-    ERR packet, malloc'd) or LOST. Over tcp the caller (``Lane.run``) has set SO_RCVLOWAT
-    to both answers' size, so the poll wakes once for both (bridge.apply.connection) and
-    one recv takes them: no other bytes come on this connection meanwhile. ``pl``: the
-    tcp data connection the run holds, served while this waits."""
+cdef int grow(uint8_t **buf, uint8_t *small, Py_ssize_t *room, Py_ssize_t need, Py_ssize_t have) noexcept nogil:
+    """Room for ``need`` bytes in ``*buf`` (``small`` on the stack, or malloc'd), its first
+    ``have`` bytes kept: 0, or -1 (no memory)."""
+    cdef uint8_t *grown
+    cdef Py_ssize_t size = max(need, 2 * room[0])
+    if need <= room[0]:
+        return 0
+    grown = <uint8_t *>malloc(size)
+    if grown == NULL:
+        return -1
+    memcpy(grown, buf[0], have)
+    if buf[0] != small:
+        free(buf[0])
+    buf[0], room[0] = grown, size
+    return 0
+
+
+cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, int answers, int *oks, uint8_t **error,
+                    Py_ssize_t *error_len, Placements *pl) noexcept nogil:
+    """Send the COM_QUERY ``packet``, read its ``answers`` answers: 0, FAILED (``error``:
+    the ERR packet, malloc'd) or LOST; ``oks``: the OK answers read. Over tcp the caller
+    (``Lane.run``) has set SO_RCVLOWAT to two answers' size, so the poll wakes once for
+    two (bridge.apply.connection) and one recv takes them: no other bytes come on this
+    connection meanwhile. ``pl``: the tcp data connection the run holds, served while
+    this waits."""
     cdef uint8_t small[ANSWER_ROOM]
     cdef uint8_t *buf = small
-    cdef uint8_t *grown
     cdef Py_ssize_t have = 0, at = 0, room = ANSWER_ROOM, need
     cdef uint32_t length
-    cdef int seq_id, status = 0
+    cdef int k, status = 0
+    oks[0] = 0
     if send_all(fd, packet, n):
         return -2
     if tcp or pl != NULL:
         wait_answers(fd, pl, ANSWERS_WAIT_MS if tcp else -1)
-    for seq_id in range(1, 3):
+    for k in range(answers):
+        if grow(&buf, small, &room, at + 4, have):
+            status = -2
+            break
         have = recv_until(fd, buf, have, at + 4, room, tcp, pl)
         if have < 0:
             status = -2
             break
         length = buf[at] | (<uint32_t>buf[at + 1] << 8) | (<uint32_t>buf[at + 2] << 16)
-        if buf[at + 3] != seq_id or length == 0xFFFFFF or length == 0:
+        if buf[at + 3] != <uint8_t>(k + 1) or length == 0xFFFFFF or length == 0:
             status = -2
             break
         need = at + 4 + length
-        if need > room:  # a long error message: room for it
-            grown = <uint8_t *>malloc(need)
-            if grown == NULL:
-                status = -2
-                break
-            memcpy(grown, buf, have)
-            if buf != small:
-                free(buf)
-            buf, room = grown, need
+        if grow(&buf, small, &room, need, have):  # a long error message, or many answers
+            status = -2
+            break
         have = recv_until(fd, buf, have, need, room, tcp, pl)
         if have < 0:
             status = -2
@@ -302,6 +351,7 @@ cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, uint8_t 
         if buf[at + 4] != 0:  # not OK
             status = -2
             break
+        oks[0] += 1
         at = need
     if buf != small:
         free(buf)
@@ -313,6 +363,9 @@ cdef class Lane:
     cdef readonly int digits
     cdef readonly bint checksum
     cdef readonly uint32_t server_id
+    cdef readonly int update_type
+    cdef readonly object engines  # the twin's: MySQL, the applier's {(schema, table): non-transactional}
+    cdef readonly object _mysql  # the twin's MysqlPosition, or None (a MariaDB set)
     cdef uint32_t dom[DOMAINS]
     cdef uint32_t srv[DOMAINS]
     cdef uint64_t dseq[DOMAINS]
@@ -327,12 +380,14 @@ cdef class Lane:
     cdef readonly Py_ssize_t position_bytes_max
     cdef uint64_t *stamps  # (picked, done, read, ship) ns of the last run's transactions
     cdef Py_ssize_t stamps_room
-    cdef Py_ssize_t *spans  # (offset, length) in the region of each transaction's row events
+    cdef Py_ssize_t *spans  # SPAN per transaction of a group: its row events in the region, where it ends...
     cdef Py_ssize_t spans_room
 
-    def __init__(self, channel_key, position_map, int digits, checksum, uint32_t server_id):
+    def __init__(self, channel_key, position_map, int digits, checksum, uint32_t server_id, engines=None,
+                 int update_type=UPDATE_ROWS_V1):
         self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)
-        self.digits, self.checksum, self.server_id = digits, bool(checksum), server_id
+        self.digits, self.checksum, self.server_id, self.update_type = digits, bool(checksum), server_id, update_type
+        self.engines, self._mysql = engines, None
         self.ndom, self.seq, self.tail, self.expected_seq = 0, 0, 0, 0
         self.txns = self.beats = self.events = self.groups = self.largest = self.given_back = 0
         self.last_gtid, self.heartbeat, self.error, self.picked_ns, self.heartbeat_ns = "", None, b"", 0, 0
@@ -346,7 +401,8 @@ cdef class Lane:
     # --- the position the lane carries ----------------------------------------
 
     def set_position(self, seq, gtids):
-        parts = _twin.mariadb_parts(gtids)
+        self._mysql = _mysql_position(gtids, self.engines is not None)
+        parts = [] if self._mysql is not None else _twin.mariadb_parts(gtids)
         if parts is None:
             self.ndom = 0
             return False
@@ -360,7 +416,13 @@ cdef class Lane:
         return [(self.dom[i], self.srv[i], self.dseq[i]) for i in range(self.ndom)]
 
     @property
+    def mysql(self):
+        return self._mysql is not None
+
+    @property
     def gtids(self):
+        if self._mysql is not None:
+            return self._mysql.text().decode()
         return ",".join(f"{d}-{s}-{n}" for d, s, n in self.gtid_parts())
 
     cdef bint add(self, const uint64_t *g) noexcept nogil:
@@ -387,8 +449,10 @@ cdef class Lane:
 
     # --- the round trip -------------------------------------------------------------
 
-    cdef Py_ssize_t update_event(self, uint8_t *o, uint64_t seq, uint64_t now_us) noexcept:
-        """The position's UPDATE_ROWS event into ``o`` (POSITION_MAX bytes): its length."""
+    cdef Py_ssize_t update_event(self, uint8_t *o, uint64_t seq, uint64_t now_us, const char *before=NULL,
+                                 Py_ssize_t nb=0, uint64_t hi=0, const char *after=NULL, Py_ssize_t na=0) noexcept:
+        """The position's UPDATE_ROWS event into ``o`` (POSITION_MAX bytes): its length. Its
+        GTID set: the MariaDB domains, or (``before`` given) ``before``, ``hi`` (0: none), ``after``."""
         cdef Py_ssize_t key = len(self.channel_key), at, i
         cdef char *g
         cdef uint64_t seconds = now_us // 1000000, micros = now_us % 1000000, fraction, scale = 1
@@ -400,7 +464,14 @@ cdef class Lane:
         wr64(o + at + 1, seq)
         at += 9
         g = <char *>o + at + 2
-        for i in range(self.ndom):
+        if before != NULL:
+            memcpy(g, before, nb)
+            g += nb
+            if hi:
+                g = write_uint(g, hi)
+            memcpy(g, after, na)
+            g += na
+        for i in range(self.ndom if before == NULL else 0):
             if i:
                 g[0] = 44  # ","
                 g += 1
@@ -429,7 +500,7 @@ cdef class Lane:
         if self.checksum:
             at += 4
         memset(o, 0, 4)
-        o[4] = UPDATE_ROWS_V1
+        o[4] = <uint8_t>self.update_type
         wr32(o + 5, self.server_id)
         wr32(o + 9, <uint32_t>at)
         memset(o + 13, 0, 6)
@@ -440,8 +511,18 @@ cdef class Lane:
     def position_events(self, seq, now_us):
         """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable)."""
         cdef uint8_t event[POSITION_MAX]
-        cdef Py_ssize_t n = self.update_event(event, seq, now_us)
+        cdef Py_ssize_t n
+        cdef bytes text
+        if self._mysql is None:
+            n = self.update_event(event, seq, now_us)
+        else:
+            text = self._mysql.text()
+            n = self.update_event(event, seq, now_us, PyBytes_AS_STRING(text), len(text), 0, b"", 0)
         return self.position_map + PyBytes_FromStringAndSize(<char *>event, n)
+
+    def mysql_query(self, gtids, datas, seq, hi, now_us):
+        """The twin's (a group's query on a MySQL replica): what ``run`` sends is compared with it."""
+        return _twin.Lane.mysql_query(self, gtids, datas, seq, hi, now_us)
 
     def query(self, datas, seq, now_us):
         """``BINLOG '<the row events, then the position's>';COMMIT``."""
@@ -463,7 +544,7 @@ cdef class Lane:
         """Room for ``n`` transactions in the run's arrays."""
         if n > self.spans_room:
             n = max(n, 2 * self.spans_room, 64)
-            self.spans = <Py_ssize_t *>realloc(self.spans, 2 * n * sizeof(Py_ssize_t))
+            self.spans = <Py_ssize_t *>realloc(self.spans, SPAN * n * sizeof(Py_ssize_t))
             self.stamps = <uint64_t *>realloc(self.stamps, 4 * n * sizeof(uint64_t))
             if self.spans == NULL or self.stamps == NULL:
                 raise MemoryError()
@@ -533,14 +614,15 @@ cdef class Lane:
         cdef uint32_t size = rd32(b + SIZE_AT), length, count
         cdef uint64_t published = rd64(b + WRITE_SEQ_AT), expected = self.expected_seq, saved_seq = self.seq
         cdef uint64_t gtid[3]
-        cdef uint64_t picked, done
+        cdef uint64_t picked, done_ns, gno, hi = 0, saved_hi = 0
         cdef uint32_t saved_dom[DOMAINS]
         cdef uint32_t saved_srv[DOMAINS]
         cdef uint64_t saved_dseq[DOMAINS]
-        cdef int saved_ndom = self.ndom, status = 0, tries, k
-        cdef Py_ssize_t at = self.tail, n = 0, total = 0, room, framed, pos, gtid_at = 0, gtid_len = 0
-        cdef Py_ssize_t beat_at = -1, beat_len = 0, schema_len, table_len, i, o_len, error_len = 0
+        cdef int saved_ndom = self.ndom, status = 0, tries, k, answers = 2, oks = 0
+        cdef Py_ssize_t at = self.tail, n = 0, total = 0, room, framed, pos, colon = 0, sent = 0, cost = 0, done
+        cdef Py_ssize_t schema_len, table_len, i, o_len, error_len = 0, beat_at = -1
         cdef Py_ssize_t first = self.txns  # this group's entries in the run's arrays start there
+        cdef Py_ssize_t *span
         cdef long events = 0, beats = 0
         cdef bint beat
         cdef uint8_t position[POSITION_MAX]
@@ -549,11 +631,17 @@ cdef class Lane:
         cdef char *packet
         cdef uint32_t carry = 0
         cdef int held = 0
+        cdef object my = self._mysql  # MySQL: each transaction on its own, with its GTID
+        cdef bytes key = None, before = b"", after = b""
+        if my is not None:
+            hi = my.hi
+            if my.key is not None:
+                key, before, after = my.key.encode(), my.before, my.after
         __atomic_thread_fence(2)  # acquire: the frames published are read after their seq
         memcpy(saved_dom, self.dom, sizeof(saved_dom))
         memcpy(saved_srv, self.srv, sizeof(saved_srv))
         memcpy(saved_dseq, self.dseq, sizeof(saved_dseq))
-        room = min(limit, <Py_ssize_t>MAX_QUERY - 1) - self.position_bytes_max
+        room = min(limit, <Py_ssize_t>MAX_QUERY - 1) - (self.position_bytes_max if my is None else MYSQL_GROUP_BYTES)
         while n < max_txns and events < max_events and total < max_bytes and published >= expected:
             framed = 0
             for tries in range(2):  # at most one PAD before a frame
@@ -576,8 +664,24 @@ cdef class Lane:
             if p[0] != COMPACT or 2 + p[1] + 26 > length:
                 break
             pos = 2 + p[1]
-            if not parse_gtid(p + 2, p[1], gtid) or rd32(p + pos + 16) != 0:  # no format of its own
+            if rd32(p + pos + 16) != 0:  # a format of its own
                 break
+            if my is None:
+                if not parse_gtid(p + 2, p[1], gtid):
+                    break
+            else:
+                gno = mysql_gno(p + 2, p[1], &colon)
+                if not gno:
+                    break
+                if key is None:  # the first transaction names the uuid the lane carries
+                    try:
+                        if not my.follow(PyUnicode_DecodeUTF8(<char *>p + 2, colon, NULL)):
+                            break
+                    except UnicodeDecodeError:
+                        break
+                    key, before, after, hi = my.key.encode(), my.before, my.after, my.hi
+                if colon != len(key) or memcmp(p + 2, PyBytes_AS_STRING(key), colon) != 0 or gno != hi + 1:
+                    break
             count = rd32(p + pos + 20)
             k = p[pos + 24] | (p[pos + 25] << 8)
             i = pos + 26
@@ -594,75 +698,142 @@ cdef class Lane:
                             p[pos + 24] != 1 or p[pos + 25] != 0:
                         break  # a repair, a checksum, another channel's table: the general path
                     beat = True
+                elif my is not None and not self.transactional(p + i + 1, schema_len, p + i + 2 + schema_len,
+                                                               table_len):
+                    break  # a table the general path has not applied yet, or a non-transactional one
                 i += 2 + schema_len + table_len
                 k -= 1
-            if k or i >= length or query_bytes(total + length - i) > room:
+            if k or i >= length:
                 break
-            if not self.add(gtid):
-                break
+            if my is None:
+                if query_bytes(total + length - i) > room or not self.add(gtid):
+                    break
+            else:
+                cost = MYSQL_TXN_BYTES + p[1] + 4 * ((length - i + 2) // 3) + self.position_bytes_max
+                if sent + cost > room:
+                    break
+                sent += cost
+                hi += 1
             self.room_for(first + n + 1)
-            self.spans[2 * n], self.spans[2 * n + 1] = DATA_OFFSET + at + HEADER_BYTES + i, length - i
+            span = self.spans + SPAN * n
+            span[SPAN_DATA], span[SPAN_LEN] = DATA_OFFSET + at + HEADER_BYTES + i, length - i
+            span[SPAN_GTID], span[SPAN_GTID_LEN] = DATA_OFFSET + at + HEADER_BYTES + 2, p[1]
             self.stamps[4 * (first + n) + 2], self.stamps[4 * (first + n) + 3] = rd64(p + pos), rd64(p + pos + 8)
-            gtid_at, gtid_len = DATA_OFFSET + at + HEADER_BYTES + 2, p[1]
             if beat:
                 beats += 1
-                beat_at, beat_len = self.spans[2 * n], self.spans[2 * n + 1]
+                beat_at = n
             n += 1
             events += count
             total += length - i
             at = (at + framed) % size
             expected += 1
+            span[SPAN_AT], span[SPAN_EVENTS], span[SPAN_BEATS], span[SPAN_BEAT] = at, events, beats, beat_at
         if not n:
             return NOTHING
+        saved_hi = hi - n  # the carried interval's end before the group (the group may have named it)
         picked = now_ns(CLOCK_REALTIME)
         self.picked_ns = picked
-        pos = self.update_event(position, saved_seq + n, picked // 1000)
-        o_len = query_bytes(total + len(self.position_map) + pos)
+        if my is None:
+            pos = self.update_event(position, saved_seq + n, picked // 1000)
+            o_len = query_bytes(total + len(self.position_map) + pos)
+        else:
+            o_len, answers = sent + MYSQL_GROUP_BYTES, 3 * n + 2  # at most: each position at its longest
         packet = <char *>malloc(5 + o_len)
         if packet == NULL:
             raise MemoryError()
         try:
+            packet[3], packet[4] = 0, 3  # sequence id 0, COM_QUERY
+            if my is None:
+                memcpy(packet + 5, b"BINLOG '", 8)
+                o = packet + 13
+                for i in range(n):
+                    span = self.spans + SPAN * i
+                    o = bridge_b64_into(o, b + span[SPAN_DATA], span[SPAN_LEN], &carry, &held)
+                o = bridge_b64_into(o, <const uint8_t *>PyBytes_AS_STRING(self.position_map),
+                                    len(self.position_map), &carry, &held)
+                o = bridge_b64_into(o, position, pos, &carry, &held)
+                o = bridge_b64_end(o, carry, held)
+                memcpy(o, b"';COMMIT", 8)
+                o += 8
+            else:
+                o = packet + 5
+                memcpy(o, b"COMMIT", 6)
+                o += 6
+                for i in range(n):
+                    span = self.spans + SPAN * i
+                    memcpy(o, b";SET @@SESSION.GTID_NEXT='", 26)
+                    memcpy(o + 26, b + span[SPAN_GTID], span[SPAN_GTID_LEN])
+                    o += 26 + span[SPAN_GTID_LEN]
+                    memcpy(o, b"';BINLOG '", 10)
+                    o += 10
+                    carry, held = 0, 0
+                    o = bridge_b64_into(o, b + span[SPAN_DATA], span[SPAN_LEN], &carry, &held)
+                    o = bridge_b64_into(o, <const uint8_t *>PyBytes_AS_STRING(self.position_map),
+                                        len(self.position_map), &carry, &held)
+                    pos = self.update_event(position, saved_seq + i + 1, picked // 1000, PyBytes_AS_STRING(before),
+                                            len(before), saved_hi + i + 1, PyBytes_AS_STRING(after), len(after))
+                    o = bridge_b64_into(o, position, pos, &carry, &held)
+                    o = bridge_b64_end(o, carry, held)
+                    memcpy(o, b"';COMMIT", 8)
+                    o += 8
+                memcpy(o, b";SET @@SESSION.GTID_NEXT='AUTOMATIC'", 36)
+                o += 36
+            o_len = o - (packet + 5)
             wr32(<uint8_t *>packet, <uint32_t>(o_len + 1))  # length (3 bytes), then sequence id 0
-            packet[3], packet[4] = 0, 3  # COM_QUERY
-            memcpy(packet + 5, b"BINLOG '", 8)
-            o = packet + 13
-            for i in range(n):
-                o = bridge_b64_into(o, b + self.spans[2 * i], self.spans[2 * i + 1], &carry, &held)
-            o = bridge_b64_into(o, <const uint8_t *>PyBytes_AS_STRING(self.position_map), len(self.position_map),
-                                &carry, &held)
-            o = bridge_b64_into(o, position, pos, &carry, &held)
-            o = bridge_b64_end(o, carry, held)
-            memcpy(o, b"';COMMIT", 8)
+            packet[3] = 0
             with nogil:
-                status = round_trip(fd, tcp, packet, 5 + o_len, &error, &error_len, pl)
+                status = round_trip(fd, tcp, packet, 5 + o_len, answers, &oks, &error, &error_len, pl)
         finally:
             free(packet)
+        done = n
         if status:
             if error != NULL:
                 self.error = PyBytes_FromStringAndSize(<char *>error, error_len)
                 free(error)
+            # MySQL: those before the last COMMIT answered OK stay committed; else none
+            done = (oks - 1) // 3 if my is not None and status == -1 and oks > 0 else 0
             self.seq, self.ndom = saved_seq, saved_ndom
             memcpy(self.dom, saved_dom, sizeof(saved_dom))
             memcpy(self.srv, saved_srv, sizeof(saved_srv))
             memcpy(self.dseq, saved_dseq, sizeof(saved_dseq))
-            self.given_back = n
+            self.given_back = n - done
+        if my is not None:
+            my.hi = saved_hi + done
+        if done:
+            span = self.spans + SPAN * (done - 1)
+            done_ns = now_ns(CLOCK_REALTIME)
+            for i in range(first, first + done):
+                self.stamps[4 * i], self.stamps[4 * i + 1] = picked, done_ns
+            at, expected = span[SPAN_AT], self.expected_seq + done
+            wr64(b + ACK_SEQ_AT, expected - 1)
+            wr32(b + TAIL_AT, <uint32_t>at)
+            self.seq = saved_seq + done
+            self.tail, self.expected_seq = at, expected
+            self.groups += 1
+            self.largest = max(self.largest, done)
+            self.txns += done
+            self.beats += span[SPAN_BEATS]
+            self.events += span[SPAN_EVENTS]
+            self.last_gtid = PyUnicode_DecodeASCII(<char *>b + span[SPAN_GTID], span[SPAN_GTID_LEN], NULL)
+            if span[SPAN_BEAT] >= 0:
+                beat_at = span[SPAN_BEAT]
+                self.heartbeat = PyBytes_FromStringAndSize(<char *>b + self.spans[SPAN * beat_at + SPAN_DATA],
+                                                           self.spans[SPAN * beat_at + SPAN_LEN])
+                self.heartbeat_ns = done_ns
+        if status:
             return FAILED if status == -1 else LOST
-        done = now_ns(CLOCK_REALTIME)
-        for i in range(first, first + n):
-            self.stamps[4 * i], self.stamps[4 * i + 1] = picked, done
-        wr64(b + ACK_SEQ_AT, expected - 1)
-        wr32(b + TAIL_AT, <uint32_t>at)
-        self.seq = saved_seq + n
-        self.tail, self.expected_seq = at, expected
-        self.groups += 1
-        self.largest = max(self.largest, n)
-        self.txns += n
-        self.beats += beats
-        self.events += events
-        self.last_gtid = PyUnicode_DecodeASCII(<char *>b + gtid_at, gtid_len, NULL)
-        if beat_at >= 0:
-            self.heartbeat, self.heartbeat_ns = PyBytes_FromStringAndSize(<char *>b + beat_at, beat_len), done
         return n
+
+    cdef bint transactional(self, const uint8_t *schema, Py_ssize_t schema_len, const uint8_t *table,
+                            Py_ssize_t table_len) except -1:
+        """The applier knows this table and it is transactional (MySQL: its rows may share
+        a transaction with the position)."""
+        try:
+            name = (PyUnicode_DecodeUTF8(<char *>schema, schema_len, NULL),
+                    PyUnicode_DecodeUTF8(<char *>table, table_len, NULL))
+        except UnicodeDecodeError:
+            return False
+        return self.engines.get(name) is False
 
     def record_stages(self, stages):
         cdef Py_ssize_t i

@@ -221,7 +221,7 @@ class BinlogRows:
         """Does this replica take the channel's position as a row event? MariaDB only
         (the event is MariaDB's v1 UPDATE_ROWS), and rdma_bridge.bridge_meta's leading
         columns as the bridge creates them: the update is tried, and rolled back."""
-        if self.server.flavor != "mariadb" or not self.channel.isascii():
+        if not self.channel.isascii():
             return None
         try:
             with self.conn.cursor() as cur:

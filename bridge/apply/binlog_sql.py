@@ -92,11 +92,25 @@ def probe_events(fmt: binlog.FormatDescription) -> bytes:
     names = b"".join(bytes([len(n)]) + n + b"\0" for n in (PROBE_SCHEMA.encode(), PROBE_TABLE.encode()))
     table_id = _PROBE_TABLE_ID.to_bytes(6, "little")
     table_map = table_id + b"\x01\x00" + names + b"\x01" + bytes([3]) + b"\x00" + b"\x00"  # 1 column, LONG, no meta
-    v2 = binlog.flavor_of(fmt.server_version) == "mysql"
-    extra = struct.pack("<H", 2) if v2 else b""  # v2: the extra data's length, itself included (no extra data)
-    rows = table_id + struct.pack("<H", binlog.STMT_END_F) + extra + b"\x01\x01" + b"\x00" + struct.pack("<i", 1)
+    v2 = rows_v2(fmt)
+    rows = table_id + struct.pack("<H", binlog.STMT_END_F) + (V2_EXTRA if v2 else b"") + b"\x01\x01" + b"\x00" + \
+        struct.pack("<i", 1)
     return _event(binlog.TABLE_MAP, table_map, fmt) + _event(binlog.WRITE_ROWS_V2 if v2 else binlog.WRITE_ROWS_V1,
                                                              rows, fmt)
+
+
+V2_EXTRA = struct.pack("<H", 2)  # a v2 row event's extra data: its length, itself included (none)
+
+
+def rows_v2(fmt: binlog.FormatDescription) -> bool:
+    """Row events go v2, as MySQL logs them (MySQL 8's BINLOG refuses v1: error 1730);
+    v1 as MariaDB does."""
+    return binlog.flavor_of(fmt.server_version) == "mysql"
+
+
+def update_type(fmt: binlog.FormatDescription) -> int:
+    """The position event's type in ``fmt``'s stream: UPDATE_ROWS v2 or v1 (``rows_v2``)."""
+    return binlog.UPDATE_ROWS_V2 if rows_v2(fmt) else binlog.UPDATE_ROWS_V1
 
 
 def _event(kind: int, body: bytes, fmt: binlog.FormatDescription) -> bytes:
@@ -117,7 +131,7 @@ def event_bytes(kind: int, body: bytes, server_id: int, checksum: bool) -> bytes
 # The position row changes in every replicated transaction. As an UPDATE statement it
 # costs the replica's server a parse and a plan each time (about 40 us of its CPU per
 # transaction, measured); as one more row event inside the transaction's BINLOG
-# statement it costs a row lookup. The event is an UPDATE_ROWS (v1) of
+# statement it costs a row lookup. The event is an UPDATE_ROWS (v1; v2 for MySQL) of
 # rdma_bridge.bridge_meta that names the row by its key (the channel) and sets the
 # position columns; the TABLE_MAP declares only the leading columns this writes, in
 # the replica's own definitions, so the columns after them (epoch) keep their values.
@@ -145,9 +159,9 @@ class PositionTable:
         """The row of ``channel`` found by its key, then applied_seq, gtid_set,
         pending_ddl_seq (0) and updated_at set (once per applied group: the parts that
         never change are made once per channel)."""
-        body = position_update_body(position_key(channel, self.channel_bytes), self.updated_at_digits, seq, gtids,
-                                    now_us)
-        return _event(binlog.UPDATE_ROWS_V1, body, fmt)
+        body = position_update_body(position_key(channel, self.channel_bytes, rows_v2(fmt)), self.updated_at_digits,
+                                    seq, gtids, now_us)
+        return _event(update_type(fmt), body, fmt)
 
 
 def position_update_body(key: bytes, digits: int, seq: int, gtids: bytes, now_us: int) -> bytes:
@@ -165,15 +179,17 @@ _POSITION_PENDING = bytes(8)  # pending_ddl_seq 0
 _SECONDS = struct.Struct(">I")  # updated_at's seconds (big-endian, as TIMESTAMP2 is stored)
 
 
-def position_key(channel: bytes, channel_bytes: int) -> bytes:
-    """The position event's fixed part for ``channel`` in a VARCHAR of ``channel_bytes``."""
-    return _position_key(channel, 1 if channel_bytes < 256 else 2)
+def position_key(channel: bytes, channel_bytes: int, v2: bool = False) -> bytes:
+    """The position event's fixed part for ``channel`` in a VARCHAR of ``channel_bytes``
+    (``v2``: of a v2 event)."""
+    return _position_key(channel, 1 if channel_bytes < 256 else 2, v2)
 
 
 @functools.lru_cache(maxsize=16)
-def _position_key(channel: bytes, prefix: int) -> bytes:
-    """Table id, flags, column count and bitmaps, and the before image (the channel)."""
-    return (_POSITION_TABLE_ID.to_bytes(6, "little") + struct.pack("<H", binlog.STMT_END_F) + b"\x05"
+def _position_key(channel: bytes, prefix: int, v2: bool) -> bytes:
+    """Table id, flags, (v2: the extra data,) column count and bitmaps, and the before image (the channel)."""
+    return (_POSITION_TABLE_ID.to_bytes(6, "little") + struct.pack("<H", binlog.STMT_END_F)
+            + (V2_EXTRA if v2 else b"") + b"\x05"
             + b"\x01" + b"\x1e"  # before image: channel; after image: the other four
             + b"\x00" + len(channel).to_bytes(prefix, "little") + channel)
 

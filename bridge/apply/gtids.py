@@ -38,6 +38,12 @@ class GtidKeeping:
         # autocommit=0) may have opened one, which holds no writes: ended first
         return [b"COMMIT", gtid_next(gtid)], [GTID_AUTOMATIC]
 
+    @property
+    def engines_known(self) -> dict[tuple[str, str], bool]:
+        """{(schema, table): non-transactional} of the tables applied so far (the apply
+        lane takes only those known transactional; emptied when the keys are forgotten)."""
+        return self._non_transactional
+
     def _commits_alone(self, changes) -> bool:
         """Rows of a non-transactional table (MyISAM): MySQL commits them, and their GTID,
         at the end of their statement, so the position cannot share their transaction."""

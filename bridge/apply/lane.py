@@ -7,7 +7,12 @@ applied in binlog mode through one replica connection. ``Lane.run`` takes the on
 already in the ring (up to the group bounds), writes them and the channel's position
 as ONE ``BINLOG '...';COMMIT`` round trip on the connection's socket, reads the two
 answers, and acknowledges the frames in the ring: ring -> BINLOG text -> socket ->
-answers -> ack, with no Python object per transaction. Anything else (the first
+answers -> ack, with no Python object per transaction. A MySQL replica that keeps its
+MySQL primary's GTIDs commits each transaction on its own with its GTID (``SET
+GTID_NEXT``, as the general path does): the group is still one round trip, ``COMMIT``,
+then per transaction ``SET GTID_NEXT='g';BINLOG '<its rows, the position>';COMMIT``,
+then GTID_NEXT back to AUTOMATIC; the GTID set it writes grows one uuid's last interval
+(``MysqlPosition``), and it takes only tables the applier knows are transactional. Anything else (the first
 frame not of that kind, an error answer, a lost connection) is left to the general
 path (bridge.node.replica), which applies the same frames again and names what
 went wrong: the lane rewinds to the group's first frame and says so.
@@ -28,8 +33,8 @@ import time
 
 from bridge import sqlnames
 from bridge.apply import binlog_sql
-from bridge.apply.connection import ANSWERS_WAIT_MS, OK_BYTES_MIN
-from bridge.model import HEARTBEAT_TABLE
+from bridge.apply.connection import ANSWERS_WAIT_MS, GTID_AUTOMATIC, OK_BYTES_MIN
+from bridge.model import HEARTBEAT_TABLE, GtidSet
 from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
 from bridge.wire import hotpath
 from bridge.wire.binlog import UPDATE_ROWS_V1
@@ -44,6 +49,10 @@ COMPACT = hotpath.COMPACT_TAG
 BRIDGE_SCHEMA, HEARTBEAT = sqlnames.SCHEMA, HEARTBEAT_TABLE
 MAX_DOMAINS = 64
 MAX_QUERY = 0xFFFFFF - 1  # one protocol packet (the command byte included)
+MYSQL_SET_MAX = 2048  # a MySQL GTID set's text the lane carries at most (the general path: any)
+GTID_NEXT_HEAD = b"SET @@SESSION.GTID_NEXT='"  # bridge.apply.connection.gtid_next
+MYSQL_TXN_BYTES = 1 + len(GTID_NEXT_HEAD) + 1 + 1 + 8 + 1 + 7  # ;SET..='g' ;BINLOG '..' ;COMMIT, but g and base64
+MYSQL_GROUP_BYTES = 6 + 1 + len(GTID_AUTOMATIC)  # the COMMIT first, the GTID_NEXT put back last
 _U64, _U32 = struct.Struct("<Q"), struct.Struct("<I")
 
 
@@ -51,12 +60,19 @@ class Lane:
     """One per replica connection and format: ``channel_key`` is the position event's
     fixed part (bridge.apply.binlog_sql: table id, flags, columns, bitmaps, the
     channel), ``position_map`` its TABLE_MAP event, ``digits`` updated_at's fractional
-    digits, ``checksum`` whether events carry a CRC32, ``server_id`` the primary's."""
+    digits, ``checksum`` whether events carry a CRC32, ``server_id`` the primary's,
+    ``engines`` and ``update_type`` as below."""
 
-    def __init__(self, channel_key: bytes, position_map: bytes, digits: int, checksum: bool, server_id: int) -> None:
+    def __init__(self, channel_key: bytes, position_map: bytes, digits: int, checksum: bool, server_id: int,
+                 engines: dict | None = None, update_type: int = UPDATE_ROWS_V1) -> None:
         self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)
         self.digits, self.checksum, self.server_id = digits, checksum, server_id
+        self.update_type = update_type  # the position event's (binlog_sql.update_type; its key made for it)
+        # a MySQL replica keeping its MySQL primary's GTIDs: the applier's {(schema, table): non-transactional}
+        # (what the general path learnt; the lane takes only tables known transactional); None elsewhere
+        self.engines = engines
         self._domains: list[tuple[int, int, int]] = []  # (domain, server, seq), by domain
+        self._mysql: MysqlPosition | None = None  # the MySQL set it carries instead
         self.seq = 0
         self.tail = self.expected_seq = 0
         self.txns = self.beats = self.events = 0  # of the last run, over its groups
@@ -75,20 +91,29 @@ class Lane:
 
     def set_position(self, seq: int, gtids) -> bool:
         """Start from this position (``gtids``: a bridge.model.GtidSet); False, and the
-        lane unusable, when it is not a MariaDB set of at most MAX_DOMAINS domains."""
-        parts = mariadb_parts(gtids)
-        if parts is None:
-            self._domains = []
+        lane unusable, when it is not a MariaDB set of at most MAX_DOMAINS domains or,
+        where the lane keeps MySQL GTIDs (``engines``), a MySQL set of at most MYSQL_SET_MAX bytes."""
+        self._mysql = mysql_position(gtids, self.engines is not None)
+        parts = None if self._mysql is not None else mariadb_parts(gtids)
+        self._domains = parts or []
+        if parts is None and self._mysql is None:
             return False
-        self.seq, self._domains = seq, parts
+        self.seq = seq
         return True
 
     def gtid_parts(self) -> list[tuple[int, int, int]]:
-        """The set as (domain, server, seq), by domain."""
+        """The set as (domain, server, seq), by domain (a MariaDB set)."""
         return list(self._domains)
 
     @property
+    def mysql(self) -> bool:
+        """It carries a MySQL GTID set (``gtids``), each transaction committed with its GTID."""
+        return self._mysql is not None
+
+    @property
     def gtids(self) -> str:
+        if self._mysql is not None:
+            return self._mysql.text().decode()
         return ",".join(f"{d}-{s}-{n}" for d, s, n in self._domains)
 
     def _add(self, gtid: tuple[int, int, int]) -> bool:
@@ -111,12 +136,27 @@ class Lane:
     def position_events(self, seq: int, now_us: int) -> bytes:
         """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable)."""
         body = binlog_sql.position_update_body(self.channel_key, self.digits, seq, self.gtids.encode(), now_us)
-        return self.position_map + binlog_sql.event_bytes(UPDATE_ROWS_V1, body, self.server_id, self.checksum)
+        return self.position_map + binlog_sql.event_bytes(self.update_type, body, self.server_id, self.checksum)
 
     def query(self, datas: list, seq: int, now_us: int) -> bytes:
         """``BINLOG '<the row events, then the position's>';COMMIT``."""
         events = b"".join(datas) + self.position_events(seq, now_us)
         return b"BINLOG '" + binascii.b2a_base64(events, newline=False) + b"';COMMIT"
+
+    def mysql_query(self, gtids: list, datas: list, seq: int, hi: int, now_us: int) -> bytes:
+        """MySQL: ``COMMIT``, then transaction i (GTID ``gtids[i]``, row events ``datas[i]``)
+        as ``SET GTID_NEXT``, ``BINLOG '<its row events, the position: seq + i + 1, the
+        carried interval up to hi + i + 1>'``, ``COMMIT``; then GTID_NEXT back to AUTOMATIC."""
+        my = self._mysql
+        parts = [b"COMMIT"]
+        for i, (gtid, data) in enumerate(zip(gtids, datas)):
+            body = binlog_sql.position_update_body(self.channel_key, self.digits, seq + i + 1,
+                                                   my.text(hi + i + 1), now_us)
+            events = data + self.position_map + binlog_sql.event_bytes(self.update_type, body, self.server_id,
+                                                                       self.checksum)
+            parts += [GTID_NEXT_HEAD + gtid.encode() + b"'", b"BINLOG '" + binascii.b2a_base64(events, newline=False)
+                      + b"'", b"COMMIT"]
+        return b";".join([*parts, GTID_AUTOMATIC])
 
     # --- one group ------------------------------------------------------------------
 
@@ -153,9 +193,11 @@ class Lane:
         """One group from ``self.tail``: its frame count, NOTHING, FAILED or LOST."""
         size = _U32.unpack_from(region, SIZE_AT)[0]
         published = _U64.unpack_from(region, WRITE_SEQ_AT)[0]
+        my = self._mysql
         saved = (self.seq, list(self._domains))
-        datas, stamps, n, events, total, beats, heartbeat, last_gtid = [], [], 0, 0, 0, 0, None, ""
-        room = min(limit, MAX_QUERY - 1) - self.position_bytes_max
+        datas, stamps, gtids, ends, n, events, total, beats, heartbeat = [], [], [], [], 0, 0, 0, 0, None
+        room = min(limit, MAX_QUERY - 1) - (self.position_bytes_max if my is None else MYSQL_GROUP_BYTES)
+        sent = 0  # MySQL: the query's bytes so far, at most (each transaction's position at its longest)
         at, expected = self.tail, self.expected_seq
         while n < max_txns and events < max_events and total < max_bytes and published >= expected:
             got = None
@@ -172,44 +214,65 @@ class Lane:
                 gtid, read_ns, ship_ns, fmt, count, tables, data = hotpath.decode_compact(got[2])
             except (IndexError, ValueError, struct.error, UnicodeDecodeError):  # malformed: the general path names it
                 break
-            parsed = _mariadb_gtid(gtid)
-            if fmt or parsed is None or not data or query_bytes(total + len(data)) > room:
+            if fmt or not data:
                 break
+            if my is None:
+                parsed = _mariadb_gtid(gtid)
+                if parsed is None or query_bytes(total + len(data)) > room:
+                    break
+            else:
+                cost = mysql_txn_bytes(len(gtid.encode()), len(data)) + self.position_bytes_max
+                if sent + cost > room or not my.next_of(gtid):
+                    break
             beat = tables == (HEARTBEAT,)
             if not beat and any(schema == BRIDGE_SCHEMA for schema, _ in tables):
                 break  # a repair, a checksum, another channel's table: the general path
-            if not self._add(parsed):
+            if my is not None:
+                if not beat and not all(self.engines.get(t) is False for t in tables):
+                    break  # a table the general path has not applied yet, or a non-transactional one
+                my.hi, sent = my.hi + 1, sent + cost
+            elif not self._add(parsed):
                 break
             datas.append(data)
+            gtids.append(gtid)
             stamps.append((read_ns, ship_ns))
             n, events, total = n + 1, events + count, total + len(data)
             if beat:
                 beats, heartbeat = beats + 1, data
-            last_gtid = gtid
             at, expected = (at + got[3]) % size, expected + 1
+            ends.append((at, expected, events, beats, heartbeat))
         if not n:
-            self.seq, self._domains = saved
             return NOTHING
         self.picked_ns = time.time_ns()
-        status = self._round_trip(sock, self.query(datas, self.seq + n, self.picked_ns // 1000))
-        if status:
-            self.seq, self._domains = saved
-            self.given_back = n
-            return status
-        self.seq += n
-        region[ACK_SEQ_AT:ACK_SEQ_AT + 8] = _U64.pack(expected - 1)
-        region[TAIL_AT:TAIL_AT + 4] = _U32.pack(at)
-        self.tail, self.expected_seq = at, expected
-        self.groups, self.largest = self.groups + 1, max(self.largest, n)
-        self.txns, self.beats, self.events = self.txns + n, self.beats + beats, self.events + events
-        self.last_gtid, done = last_gtid, time.time_ns()
-        if heartbeat is not None:
-            self.heartbeat, self.heartbeat_ns = heartbeat, done
-        self._stamps += [(self.picked_ns, done, read_ns, ship_ns) for read_ns, ship_ns in stamps]
-        return n
+        hi = my.hi - n if my is not None else 0  # the carried interval's end before the group (it may name it)
+        if my is None:
+            query, answers = self.query(datas, self.seq + n, self.picked_ns // 1000), 2
+        else:
+            query, answers = self.mysql_query(gtids, datas, self.seq, hi, self.picked_ns // 1000), 3 * n + 2
+        status, oks = self._round_trip(sock, query, answers)
+        done = n if not status else (max(0, (oks - 1) // 3) if my is not None and status == FAILED else 0)
+        if done < n:  # given back: those after the last COMMIT answered OK (MySQL; else all)
+            self.seq, self._domains = saved[0], saved[1]
+            if my is not None:
+                my.hi = hi + done
+            self.given_back = n - done
+        if done:
+            at, expected, events, beats, heartbeat = ends[done - 1]
+            self.seq = saved[0] + done
+            region[ACK_SEQ_AT:ACK_SEQ_AT + 8] = _U64.pack(expected - 1)
+            region[TAIL_AT:TAIL_AT + 4] = _U32.pack(at)
+            self.tail, self.expected_seq = at, expected
+            self.groups, self.largest = self.groups + 1, max(self.largest, done)
+            self.txns, self.beats, self.events = self.txns + done, self.beats + beats, self.events + events
+            self.last_gtid, finished = gtids[done - 1], time.time_ns()
+            if heartbeat is not None:
+                self.heartbeat, self.heartbeat_ns = heartbeat, finished
+            self._stamps += [(self.picked_ns, finished, read_ns, ship_ns) for read_ns, ship_ns in stamps[:done]]
+        return status or n
 
-    def _round_trip(self, sock, query: bytes) -> int:
-        """Send ``query`` (two statements), read both answers: 0, FAILED or LOST."""
+    def _round_trip(self, sock, query: bytes, answers: int) -> tuple[int, int]:
+        """Send ``query`` (``answers`` statements), read their answers: (0, FAILED or LOST,
+        the OK answers read before it)."""
         tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
         try:
             if tcp:  # one wakeup for both answers (bridge.apply.connection)
@@ -220,20 +283,20 @@ class Lane:
                 waiter.register(sock.fileno(), select.POLLIN)
                 waiter.poll(ANSWERS_WAIT_MS)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-            for seq_id in (1, 2):
+            for oks in range(answers):
                 header = _read(sock, 4)
                 length = int.from_bytes(header[:3], "little")
-                if header[3] != seq_id or length == 0xFFFFFF:
-                    return LOST
+                if header[3] != (oks + 1) % 256 or length == 0xFFFFFF or length == 0:
+                    return LOST, oks
                 body = _read(sock, length)
                 if body[:1] == b"\xff":
                     self.error = header + body
-                    return FAILED
+                    return FAILED, oks
                 if body[:1] != b"\x00":
-                    return LOST
+                    return LOST, oks
         except OSError:
-            return LOST
-        return 0
+            return LOST, 0
+        return 0, answers
 
     def record_stages(self, stages) -> None:
         """The stage times of the transactions the last run committed (as ReplicaNode._record_stages)."""
@@ -283,6 +346,65 @@ def mariadb_parts(gtids) -> list[tuple[int, int, int]] | None:
             any(d > 0xFFFFFFFF or s > 0xFFFFFFFF or n > 0xFFFFFFFFFFFFFFFF for d, s, n in parts):
         return None
     return parts
+
+
+def mysql_txn_bytes(gtid_bytes: int, data_bytes: int) -> int:
+    """A MySQL transaction's statements in a group's query, but its position's events."""
+    return MYSQL_TXN_BYTES + gtid_bytes + 4 * ((data_bytes + 2) // 3)
+
+
+class MysqlPosition:
+    """A MySQL GTID set as the lane carries it: the set it was given, and once a
+    transaction names its uuid (``key``: uuid, or uuid:tag) the set's text around the
+    last number of that key's last interval (``before``, ``hi``, ``after``), which each
+    transaction of that key moves on by one. Anything else (another uuid, a gap) is
+    the general path's, and the lane then starts again from the position it leaves."""
+
+    def __init__(self, gtids: GtidSet) -> None:
+        self.gtids, self.key, self.hi, self.start = gtids, None, 0, 0
+        self.before = self.after = b""
+
+    def follow(self, key: str) -> bool:
+        """Carry ``key``'s last interval from now on; False when the set has none."""
+        intervals = dict(self.gtids.mysql).get(key)
+        if not intervals:
+            return False
+        lo, hi = intervals[-1]
+        marked = tuple((k, ivs[:-1] + ((lo, _MARK),) if k == key else ivs) for k, ivs in self.gtids.mysql)
+        before, mark, after = str(GtidSet(mysql=marked)).partition(str(_MARK))
+        if not mark:
+            return False
+        self.key, self.hi, self.start = key, hi, hi
+        self.before, self.after = before.encode(), after.encode()
+        return True
+
+    def next_of(self, gtid: str) -> bool:
+        """Whether ``gtid`` is the next transaction of the carried key (the first one
+        names the key)."""
+        key, _, number = gtid.rpartition(":")
+        if not number.isdigit() or not number.isascii() or len(number) > 19:
+            return False
+        if self.key is None and not self.follow(key):
+            return False
+        return key == self.key and int(number) == self.hi + 1
+
+    def text(self, hi: int | None = None) -> bytes:
+        """The set's text, the carried interval up to ``hi`` (default: where it is now)."""
+        hi = self.hi if hi is None else hi
+        if self.key is None or hi == self.start:
+            return str(self.gtids).encode()
+        return self.before + str(hi).encode() + self.after
+
+
+_MARK = 10 ** 30  # a number no GTID set holds (gno < 2**63): where the carried interval ends
+
+
+def mysql_position(gtids, keeps: bool) -> MysqlPosition | None:
+    """The MySQL set ``gtids`` as the lane carries it, or None: not a MySQL set, the lane
+    does not keep MySQL GTIDs (``keeps``), or its text over MYSQL_SET_MAX bytes."""
+    if not keeps or not gtids.mysql or gtids.mariadb or len(str(gtids)) > MYSQL_SET_MAX:
+        return None
+    return MysqlPosition(gtids)
 
 
 def _mariadb_gtid(text: str) -> tuple[int, int, int] | None:

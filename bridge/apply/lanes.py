@@ -60,8 +60,9 @@ class LaneRunner:
                        doorbell, wait_ms, receiver)
         if lane.groups:
             consumer.took_and_acked(lane.expected_seq - 1, lane.tail)
-            self._position = applier.position = Position(
-                lane.seq, GtidSet(mariadb=tuple(Gtid(str(d), n, s) for d, s, n in lane.gtid_parts())))
+            gtids = GtidSet.parse(lane.gtids) if lane.mysql else \
+                GtidSet(mariadb=tuple(Gtid(str(d), n, s) for d, s, n in lane.gtid_parts()))
+            self._position = applier.position = Position(lane.seq, gtids)
         if got >= 0:
             return got
         self._held_until = lane.expected_seq + lane.given_back - 1
@@ -70,8 +71,8 @@ class LaneRunner:
             applier.rollback()  # the general path applies the same frames again and names the error
         else:
             dbconn.force_close(applier.conn)  # the general path finds it lost and reconnects
-        log.debug("apply lane: %s at seq %d; the general path takes seq %d..%d", "error answer" if got == FAILED
-                  else "connection lost", lane.expected_seq, lane.expected_seq, self._held_until)
+        log.debug("apply lane: %s at seq %d; the general path takes seq %d..%d", f"error answer {lane.error[7:]!r}"
+                  if got == FAILED else "connection lost", lane.expected_seq, lane.expected_seq, self._held_until)
         return lane.txns
 
     def _ready(self, position) -> bool:
@@ -83,11 +84,17 @@ class LaneRunner:
         key = (sock, fmt.event)
         if self.lane is None or key != self._key:
             table = rows.position_table
-            self.lane = Lane(binlog_sql.position_key(applier.channel.encode(), table.channel_bytes),
-                             rows.position_map, table.updated_at_digits, fmt.checksum_bytes == 4, fmt.server_id)
+            # a MySQL replica keeping the primary's GTIDs: each transaction with its own (bridge.apply.gtids)
+            engines = applier.engines_known if applier.keeps_gtids else None
+            self.lane = Lane(binlog_sql.position_key(applier.channel.encode(), table.channel_bytes,
+                                                     binlog_sql.rows_v2(fmt)),
+                             rows.position_map, table.updated_at_digits, fmt.checksum_bytes == 4, fmt.server_id,
+                             engines, binlog_sql.update_type(fmt))
             self._key, self._position = key, None
         if position is not self._position:  # the general path moved it
             if not self.lane.set_position(position.applied_seq, position.gtid_set):
+                log.debug("apply lane: off at seq %d, its GTID set is not one it carries (%d bytes)",
+                          position.applied_seq, len(str(position.gtid_set)))
                 self.lane = None
                 return False
             self._position = position

@@ -177,7 +177,11 @@ class ApplyLoop:
         group never waits for more."""
         work, rows, size = [], 0, 0
         cfg, workers = self.cfg, self.cfg.workers
-        bounds = GroupBounds(cfg.group_max_txns * workers, cfg.group_max_rows * workers, cfg.group_max_bytes * workers)
+        # keeping the primary's GTIDs (MySQL), a group is applied one transaction at a time anyway:
+        # with the apply lane here, the general path takes one, and what follows may be the lane's
+        one = self._lane is not None and self.applier.keeps_gtids
+        bounds = GroupBounds(1 if one else cfg.group_max_txns * workers, cfg.group_max_rows * workers,
+                             cfg.group_max_bytes * workers)
         held = self.applier.position.gtid_set if self._until is not None else None
         while bounds.room(len(work), rows, size):
             entry, self._stash = self._stash or self._next_decoded(), None

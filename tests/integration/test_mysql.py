@@ -5,6 +5,7 @@ transactions, partial JSON updates and GTID mode (refused by the preflight with 
 fix). Each test is skipped on a MariaDB primary (`make test-matrix` runs them on MySQL)."""
 
 import ssl
+import threading
 
 import pytest
 
@@ -110,11 +111,60 @@ def test_tagged_gtids_replicate_and_a_restart_resumes_from_a_position_holding_th
         primary_tagged = GtidSet(mysql=tuple((key, ivs) for key, ivs in
                                              GtidSet.parse(primary_position(pair.primary)).mysql if ":" in key))
         assert primary_tagged.tags == ("bridge_test", "other_tag")
-        assert GtidSet.parse(channel_row(pair.replica, pair.channel)[1]).contains_all(primary_tagged)
-        if Flavor.of(pair.replica).is_mysql:  # it keeps its primary's GTIDs, tags and all
-            with pair.replica.cursor() as cur:
-                cur.execute("SELECT @@GLOBAL.gtid_executed")
-                assert GtidSet.parse(cur.fetchone()[0]).contains_all(primary_tagged)
+        assert_holds(pair, primary_tagged)  # a MySQL replica keeps its primary's GTIDs, tags and all
+    finally:
+        pair.stop()
+    assert not pair.errors, pair.errors
+
+
+def assert_holds(pair: BridgePair, gtids: GtidSet) -> None:
+    """The channel's position holds ``gtids``, and so does a MySQL replica's gtid_executed."""
+    assert GtidSet.parse(channel_row(pair.replica, pair.channel)[1]).contains_all(gtids)
+    if Flavor.of(pair.replica).is_mysql:
+        with pair.replica.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.gtid_executed")
+            assert GtidSet.parse(cur.fetchone()[0]).contains_all(gtids)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_the_one_call_paths_carry_mysql_transactions_each_committed_with_its_gtid(urls, fresh_schema, transport,
+                                                                                   mysql_replica):
+    """MySQL into MySQL in binlog apply mode: the primary side takes MySQL's transactions
+    (GTID, BEGIN, rows, XID) whole in one call, the replica side's apply lane commits each
+    with its GTID and the channel's position, a group a round trip; a MyISAM table (its
+    rows cannot share the position's transaction), a DDL and a writer on four connections
+    among them. The replica holds the primary's rows and GTIDs, the position the primary's set."""
+    if not mysql_replica:
+        pytest.skip("a MySQL replica (into MariaDB the rows are applied decoded)")
+    s = fresh_schema("lanes")
+    pair = BridgePair(urls, transport, apply_mode="binlog", heartbeat_s=0.05).start()
+    try:
+        before = GtidSet.parse(primary_position(pair.primary))
+        pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(40))",
+                 f"CREATE TABLE {s}.m (id INT PRIMARY KEY, v INT) ENGINE=MyISAM")
+
+        def writer(first):
+            conn = connect(urls["primary_admin"])
+            with conn.cursor() as cur:
+                for i in range(first, first + 150):
+                    cur.execute(f"INSERT INTO {s}.t (id, v) VALUES ({i}, 'row {i}')")
+                    if i % 25 == 0:
+                        cur.execute(f"INSERT INTO {s}.m VALUES ({i}, {i})")
+            conn.close()
+
+        threads = [threading.Thread(target=writer, args=(n * 1000,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        pair.sql(f"ALTER TABLE {s}.t ADD COLUMN w INT DEFAULT 7")
+        for t in threads:
+            t.join()
+        pair.sql(f"UPDATE {s}.t SET w = id % 3 WHERE id % 2 = 0", f"UPDATE {s}.m SET v = v + 1")
+        mine = GtidSet.parse(primary_position(pair.primary)).minus(before)  # this test's transactions
+        pair.assert_same(s)
+        primary, replica = pair.primary_node.counts, pair.replica_node.counts
+        assert primary.taken_whole + primary.runs + primary.lane_runs > 0  # MySQL's events in one call
+        assert replica.lane_groups > 0, channel_row(pair.replica, pair.channel)  # the apply lane committed some
+        assert_holds(pair, mine)
     finally:
         pair.stop()
     assert not pair.errors, pair.errors

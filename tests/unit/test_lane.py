@@ -3,6 +3,7 @@ pure-Python twin (bridge.apply.lane) writes, byte for byte, and both write the
 position events bridge.apply.binlog_sql makes for the general path. And what the
 lane leaves to the general path, it leaves untouched: no byte sent, no frame taken."""
 
+import base64
 import socket
 import threading
 import time
@@ -26,9 +27,9 @@ def fmt(checksum: bool, server_id: int = 7) -> binlog.FormatDescription:
     return binlog.FormatDescription(bytes(event), "10.11.6-MariaDB", 4 if checksum else 0)
 
 
-def make(cls, table: binlog_sql.PositionTable, f: binlog.FormatDescription, channel=b"chan"):
+def make(cls, table: binlog_sql.PositionTable, f: binlog.FormatDescription, channel=b"chan", engines=None):
     return cls(binlog_sql.position_key(channel, table.channel_bytes), table.table_map(f), table.updated_at_digits,
-               f.checksum_bytes == 4, f.server_id)
+               f.checksum_bytes == 4, f.server_id, engines)
 
 
 @pytest.mark.parametrize("digits", [0, 1, 3, 6])
@@ -59,11 +60,37 @@ def test_query_is_one_binlog_statement_and_commit_byte_for_byte():
     assert len(queries) == 1
 
 
-def test_a_mysql_gtid_set_is_not_the_lanes():
+def test_a_mysql_gtid_set_is_the_lanes_only_where_it_keeps_mysql_gtids():
     for cls in CLASSES:
         lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
-        assert not lane.set_position(3, GtidSet.parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"))
-        assert lane.set_position(3, GtidSet.parse("0-1-3"))
+        assert not lane.set_position(3, GtidSet.parse(f"{UUID}:1-5"))  # GTIDs not kept: the general path
+        assert lane.set_position(3, GtidSet.parse("0-1-3")) and not lane.mysql
+        lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False), engines={})
+        assert lane.set_position(3, GtidSet.parse(f"{UUID}:1-5")) and lane.mysql and lane.gtids == f"{UUID}:1-5"
+        long_set = ",".join(f"{i:08x}-71ca-11e1-9e33-c80aa9429562:1-{i}" for i in range(1, 60))
+        assert not lane.set_position(3, GtidSet.parse(long_set))  # over MYSQL_SET_MAX bytes
+        assert lane.set_position(3, GtidSet.parse("0-1-3")) and not lane.mysql
+
+
+UUID, OTHER = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "00000000-0000-0000-0000-00000000000a"
+
+
+@pytest.mark.parametrize("text, key", [
+    (f"{UUID}:1-5", UUID), (f"{UUID}:3", UUID), (f"{UUID}:1-5:7-9", UUID), (f"{UUID}:1-5,{OTHER}:1-3", UUID),
+    (f"{UUID}:1-5,{OTHER}:1-3", OTHER), (f"{UUID}:1-5:tag_a:1-3:tag_b:4", f"{UUID}:tag_a"),
+    (f"{UUID}:1-5:tag_a:1-3:tag_b:4", UUID), (f"{OTHER}:2-4:tag_a:9,{UUID}:1", f"{OTHER}:tag_a")])
+def test_the_carried_mysql_set_reads_as_the_general_paths_set_at_each_step(text, key):
+    gtids = GtidSet.parse(text)
+    carried = twin_lane.MysqlPosition(gtids)
+    assert carried.text() == str(gtids).encode() and carried.follow(key)
+    hi = carried.hi
+    assert carried.text() == str(gtids).encode()
+    for step in range(1, 4):
+        gtids = gtids.add_text(f"{key}:{hi + step}")
+        assert carried.text(hi + step) == str(gtids).encode()
+    assert carried.next_of(f"{key}:{hi + 1}") and not carried.next_of(f"{key}:{hi + 2}")
+    assert not carried.next_of(f"{key}x:{hi + 1}") and not carried.next_of(f"{key}:{hi + 1}0" + "0" * 19)
+    assert not twin_lane.MysqlPosition(gtids).follow("ffffffff-71ca-11e1-9e33-c80aa9429562")
 
 
 def ring(frames):
@@ -205,13 +232,18 @@ def test_what_is_not_the_common_case_is_left_untouched(cls, first):
     region = ring([first, Transaction("0-1-7", (ROWS,), (1, 2))])
     lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
     lane.set_position(0, GtidSet.parse("0-1-5"))
+    assert_untouched(lane, region, "0-1-5")
+
+
+def assert_untouched(lane, region, gtids: str) -> None:
+    """The lane's run finds nothing of its own: nothing sent, nothing taken."""
     client, server = socket.socketpair()
     with client, server:
         assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.NOTHING
         server.setblocking(False)
         with pytest.raises(BlockingIOError):
             server.recv(1)  # nothing was sent
-    assert lane.seq == 0 and lane.gtids == "0-1-5" and read_u64(region, ACK_SEQ_AT) == 0
+    assert lane.seq == 0 and lane.gtids == gtids and read_u64(region, ACK_SEQ_AT) == 0
 
 
 @pytest.mark.parametrize("cls", CLASSES)
@@ -230,3 +262,122 @@ def test_the_compiled_lane_is_the_one_that_runs_and_has_the_twins_names():
     assert type(compiled).__module__ == "bridge.apply._lane"
     public = lambda obj: {n for n in dir(obj) if not n.startswith("_")}  # noqa: E731
     assert public(compiled) == public(twin)
+
+
+# --- a MySQL replica keeping its MySQL primary's GTIDs ------------------------------
+
+def mysql_ring(first: int, count: int, beat_at: int = -1, table=("app", "t")):
+    txns = [Transaction(f"{UUID}:{n}", (RowEvents(bytes([n]) * 40, (table,), 1),), (1000 + n, 2000 + n))
+            for n in range(first, first + count)]
+    if beat_at >= 0:
+        txns[beat_at] = Transaction(txns[beat_at].gtid, (RowEvents(b"\x02" * 30, (("rdma_bridge", "heartbeat"),),
+                                                                    1),), (5, 6))
+    return ring(txns), [t.changes[0].data for t in txns], [t.gtid for t in txns]
+
+
+def mysql_lane(cls, engines=None, gtids=f"{UUID}:1-5"):
+    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(True), engines={("app", "t"): False} if engines is None
+                else engines)
+    assert lane.set_position(0, GtidSet.parse(gtids)) and lane.mysql
+    return lane
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_mysql_each_transaction_commits_with_its_gtid_and_position_in_one_round_trip(cls):
+    region, datas, gtids = mysql_ring(6, 4, beat_at=2)
+    lane = mysql_lane(cls)
+    client, server = socket.socketpair()
+    with client, server:
+        server.settimeout(5)
+        seen = []
+        peer = threading.Thread(target=lambda: seen.append(answering(server, [OK] * 14)))
+        peer.start()
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == 4
+        peer.join(5)
+    query = seen[0]
+    assert query[1:] == lane.mysql_query(gtids, datas, 0, 5, lane.picked_ns // 1000)
+    statements = query[1:].split(b";")
+    assert statements[0] == b"COMMIT" and statements[-1] == b"SET @@SESSION.GTID_NEXT='AUTOMATIC'"
+    assert statements[1:4] == [f"SET @@SESSION.GTID_NEXT='{UUID}:6'".encode(), statements[2], b"COMMIT"]
+    events = base64.b64decode(statements[2][len(b"BINLOG '"):-1])
+    assert events.startswith(datas[0] + lane.position_map) and f"{UUID}:1-6".encode() in events
+    assert lane.seq == 4 and lane.gtids == f"{UUID}:1-9" and lane.last_gtid == f"{UUID}:9"
+    assert (lane.txns, lane.beats, lane.events, lane.groups) == (4, 1, 4, 1) and lane.heartbeat == b"\x02" * 30
+    assert read_u64(region, ACK_SEQ_AT) == 4 and lane.expected_seq == 5
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("oks, done", [(0, 0), (3, 0), (4, 1), (6, 1), (7, 2), (9, 2)])
+def test_mysql_an_error_mid_group_keeps_the_transactions_committed_before_it(cls, oks, done):
+    """The server stops at the first error: the transactions whose COMMIT answered OK are
+    applied (position, ring, counts), the rest given back."""
+    region, datas, gtids = mysql_ring(6, 3)
+    lane = mysql_lane(cls)
+    error = b"\xff\x26\x04#23000Duplicate entry"
+    client, server = socket.socketpair()
+    with client, server:
+        peer = threading.Thread(target=answering, args=(server, [OK] * oks + [error]))
+        peer.start()
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.FAILED
+        peer.join(5)
+    assert lane.error.endswith(error) and lane.given_back == 3 - done
+    assert lane.seq == done and read_u64(region, ACK_SEQ_AT) == done and lane.txns == done
+    assert lane.gtids == (f"{UUID}:1-{5 + done}" if done else f"{UUID}:1-5")
+    assert lane.groups == (1 if done else 0) and lane.expected_seq == 1 + done
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("engines, gtids, first", [
+    ({}, f"{UUID}:1-5", 6),  # a table the general path has not applied yet
+    ({("app", "t"): True}, f"{UUID}:1-5", 6),  # a MyISAM table: its rows cannot share the position's transaction
+    (None, f"{UUID}:1-5", 7),  # a gap
+    (None, f"{UUID}:1-5", 5),  # one the replica holds
+    (None, f"{OTHER}:1-5", 6),  # a uuid the set does not hold
+])
+def test_mysql_what_the_lane_does_not_carry_is_left_untouched(cls, engines, gtids, first):
+    region, _, _ = mysql_ring(first, 2)
+    assert_untouched(mysql_lane(cls, engines, gtids), region, gtids)
+
+
+def test_mysql_both_lanes_split_groups_alike_under_a_query_limit():
+    """A query limit that takes two transactions a group: both lanes send the same queries."""
+    sent = []
+    for cls in CLASSES:
+        region, _, _ = mysql_ring(6, 5)
+        lane = mysql_lane(cls)
+        client, server = socket.socketpair()
+        queries = []
+        tail, expected = 0, 1
+        with client, server:
+            server.settimeout(5)
+            for _ in range(2):
+                peer = threading.Thread(target=lambda: queries.append(answering(server, [OK] * 8)))
+                peer.start()
+                limit = 2 * (44 + len(UUID) + 3 + 4 * 14 + lane.position_bytes_max) + 42 + 8
+                assert lane.run(region, tail, expected, 3, client, 100, 100, 1 << 20, limit) == 2
+                peer.join(5)
+                tail, expected = lane.tail, lane.expected_seq
+        assert lane.gtids == f"{UUID}:1-9" and lane.seq == 4
+        sent.append([q[:1] + q[1:].split(b";SET @@SESSION.GTID_NEXT='AUTOMATIC'")[0][:200] for q in queries])
+    assert all(s == sent[0] for s in sent) and len(sent[0]) == 2
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("pair", [socket.socketpair, tcp_pair])
+@pytest.mark.parametrize("pad", range(5))
+def test_mysql_many_answers_of_any_length_are_read_whole(cls, pair, pad):
+    """A group of 40 transactions has 122 answers, past any buffer a round trip starts with,
+    wherever an answer's header falls (OK packets carry info text of any length)."""
+    region, _, _ = mysql_ring(6, 40)
+    lane = mysql_lane(cls)
+    answers = [OK + b"i" * ((k * 7 + pad) % 13) for k in range(122)]
+    client, server = pair()
+    with client, server:
+        client.settimeout(5)
+        peer = threading.Thread(target=answering, args=(server, answers))
+        peer.start()
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == 40
+        peer.join(5)
+        server.sendall(b"next")  # nothing of the answers was left unread, nothing read ahead
+        assert client.recv(16) == b"next"
+    assert lane.seq == 40 and lane.gtids == f"{UUID}:1-45"
