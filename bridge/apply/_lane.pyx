@@ -15,6 +15,7 @@ from libc.string cimport memcmp, memcpy, memset
 import socket as _socket
 
 from bridge.apply import lane as _twin
+from bridge.apply import lanepos as _lanepos
 from bridge.wire import frame as _frame
 
 from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc32, bridge_crc32_init, bridge_crc_feed,
@@ -54,7 +55,6 @@ bridge_crc32_init()
 
 NOTHING, FAILED, LOST = _twin.NOTHING, _twin.FAILED, _twin.LOST
 MAX_DOMAINS = _twin.MAX_DOMAINS
-_mysql_position = _twin.mysql_position
 
 cdef enum:
     HEADER_BYTES = 24
@@ -98,8 +98,8 @@ def _check_constants():
               "MAX_DOMAINS": DOMAINS, "OK_BYTES_MIN": OK_BYTES_MIN, "ANSWERS_WAIT_MS": ANSWERS_WAIT_MS,
               "MYSQL_SET_MAX": MYSQL_SET_MAX, "MYSQL_TXN_BYTES": MYSQL_TXN_BYTES,
               "MYSQL_GROUP_BYTES": MYSQL_GROUP_BYTES}
-    sources = {name: getattr(_twin, name) for name in copied if name != "HEADER_BYTES"}
-    sources["HEADER_BYTES"] = _frame.HEADER_BYTES
+    sources = {name: getattr(_twin, name) for name in copied if name not in ("HEADER_BYTES", "MYSQL_SET_MAX")}
+    sources["HEADER_BYTES"], sources["MYSQL_SET_MAX"] = _frame.HEADER_BYTES, _lanepos.MYSQL_SET_MAX
     wrong = sorted(name for name in copied if copied[name] != sources[name])
     if wrong:
         raise ImportError("bridge.apply._lane: built with other " + ", ".join(wrong) + " than bridge's sources "
@@ -401,7 +401,7 @@ cdef class Lane:
     # --- the position the lane carries ----------------------------------------
 
     def set_position(self, seq, gtids):
-        self._mysql = _mysql_position(gtids, self.engines is not None)
+        self._mysql = _lanepos.mysql_position(gtids, self.engines is not None)
         parts = [] if self._mysql is not None else _twin.mariadb_parts(gtids)
         if parts is None:
             self.ndom = 0

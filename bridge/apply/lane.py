@@ -34,7 +34,8 @@ import time
 from bridge import sqlnames
 from bridge.apply import binlog_sql
 from bridge.apply.connection import ANSWERS_WAIT_MS, GTID_AUTOMATIC, OK_BYTES_MIN
-from bridge.model import HEARTBEAT_TABLE, GtidSet
+from bridge.apply.lanepos import MysqlPosition, mysql_position
+from bridge.model import HEARTBEAT_TABLE
 from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
 from bridge.wire import hotpath
 from bridge.wire.binlog import UPDATE_ROWS_V1
@@ -49,7 +50,6 @@ COMPACT = hotpath.COMPACT_TAG
 BRIDGE_SCHEMA, HEARTBEAT = sqlnames.SCHEMA, HEARTBEAT_TABLE
 MAX_DOMAINS = 64
 MAX_QUERY = 0xFFFFFF - 1  # one protocol packet (the command byte included)
-MYSQL_SET_MAX = 2048  # a MySQL GTID set's text the lane carries at most (the general path: any)
 GTID_NEXT_HEAD = b"SET @@SESSION.GTID_NEXT='"  # bridge.apply.connection.gtid_next
 MYSQL_TXN_BYTES = 1 + len(GTID_NEXT_HEAD) + 1 + 1 + 8 + 1 + 7  # ;SET..='g' ;BINLOG '..' ;COMMIT, but g and base64
 MYSQL_GROUP_BYTES = 6 + 1 + len(GTID_AUTOMATIC)  # the COMMIT first, the GTID_NEXT put back last
@@ -351,60 +351,6 @@ def mariadb_parts(gtids) -> list[tuple[int, int, int]] | None:
 def mysql_txn_bytes(gtid_bytes: int, data_bytes: int) -> int:
     """A MySQL transaction's statements in a group's query, but its position's events."""
     return MYSQL_TXN_BYTES + gtid_bytes + 4 * ((data_bytes + 2) // 3)
-
-
-class MysqlPosition:
-    """A MySQL GTID set as the lane carries it: the set it was given, and once a
-    transaction names its uuid (``key``: uuid, or uuid:tag) the set's text around the
-    last number of that key's last interval (``before``, ``hi``, ``after``), which each
-    transaction of that key moves on by one. Anything else (another uuid, a gap) is
-    the general path's, and the lane then starts again from the position it leaves."""
-
-    def __init__(self, gtids: GtidSet) -> None:
-        self.gtids, self.key, self.hi, self.start = gtids, None, 0, 0
-        self.before = self.after = b""
-
-    def follow(self, key: str) -> bool:
-        """Carry ``key``'s last interval from now on; False when the set has none."""
-        intervals = dict(self.gtids.mysql).get(key)
-        if not intervals:
-            return False
-        lo, hi = intervals[-1]
-        marked = tuple((k, ivs[:-1] + ((lo, _MARK),) if k == key else ivs) for k, ivs in self.gtids.mysql)
-        before, mark, after = str(GtidSet(mysql=marked)).partition(str(_MARK))
-        if not mark:
-            return False
-        self.key, self.hi, self.start = key, hi, hi
-        self.before, self.after = before.encode(), after.encode()
-        return True
-
-    def next_of(self, gtid: str) -> bool:
-        """Whether ``gtid`` is the next transaction of the carried key (the first one
-        names the key)."""
-        key, _, number = gtid.rpartition(":")
-        if not number.isdigit() or not number.isascii() or len(number) > 19:
-            return False
-        if self.key is None and not self.follow(key):
-            return False
-        return key == self.key and int(number) == self.hi + 1
-
-    def text(self, hi: int | None = None) -> bytes:
-        """The set's text, the carried interval up to ``hi`` (default: where it is now)."""
-        hi = self.hi if hi is None else hi
-        if self.key is None or hi == self.start:
-            return str(self.gtids).encode()
-        return self.before + str(hi).encode() + self.after
-
-
-_MARK = 10 ** 30  # a number no GTID set holds (gno < 2**63): where the carried interval ends
-
-
-def mysql_position(gtids, keeps: bool) -> MysqlPosition | None:
-    """The MySQL set ``gtids`` as the lane carries it, or None: not a MySQL set, the lane
-    does not keep MySQL GTIDs (``keeps``), or its text over MYSQL_SET_MAX bytes."""
-    if not keeps or not gtids.mysql or gtids.mariadb or len(str(gtids)) > MYSQL_SET_MAX:
-        return None
-    return MysqlPosition(gtids)
 
 
 def _mariadb_gtid(text: str) -> tuple[int, int, int] | None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bridge.apply import binlog_sql, lane as twin_lane, lanes
+from bridge.apply import binlog_sql, lane as twin_lane, lanepos, lanes
 from bridge.model import GtidSet, RowEvents, Statement, Transaction
 from bridge.ring.layout import ACK_SEQ_AT, HEADER, RING_MAGIC, read_u64, write_publish
 from bridge.ring.producer import RingProducer
@@ -81,7 +81,7 @@ UUID, OTHER = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "00000000-0000-0000-0000-0
     (f"{UUID}:1-5:tag_a:1-3:tag_b:4", UUID), (f"{OTHER}:2-4:tag_a:9,{UUID}:1", f"{OTHER}:tag_a")])
 def test_the_carried_mysql_set_reads_as_the_general_paths_set_at_each_step(text, key):
     gtids = GtidSet.parse(text)
-    carried = twin_lane.MysqlPosition(gtids)
+    carried = lanepos.MysqlPosition(gtids)
     assert carried.text() == str(gtids).encode() and carried.follow(key)
     hi = carried.hi
     assert carried.text() == str(gtids).encode()
@@ -90,7 +90,7 @@ def test_the_carried_mysql_set_reads_as_the_general_paths_set_at_each_step(text,
         assert carried.text(hi + step) == str(gtids).encode()
     assert carried.next_of(f"{key}:{hi + 1}") and not carried.next_of(f"{key}:{hi + 2}")
     assert not carried.next_of(f"{key}x:{hi + 1}") and not carried.next_of(f"{key}:{hi + 1}0" + "0" * 19)
-    assert not twin_lane.MysqlPosition(gtids).follow("ffffffff-71ca-11e1-9e33-c80aa9429562")
+    assert not lanepos.MysqlPosition(gtids).follow("ffffffff-71ca-11e1-9e33-c80aa9429562")
 
 
 def ring(frames):
