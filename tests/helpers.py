@@ -95,3 +95,21 @@ class BackgroundWorkload:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join()
+
+
+def concurrent_writes(url, statements, during, writers: int = 4) -> None:
+    """``writers`` connections to ``url``, writer k running ``statements(k * 1000)`` (SQL
+    texts) while ``during()`` runs in this thread; back once every writer is done."""
+    def write(first: int) -> None:
+        conn = connect(url)
+        with conn.cursor() as cur:
+            for sql in statements(first):
+                cur.execute(sql)
+        conn.close()
+
+    threads = [threading.Thread(target=write, args=(n * 1000,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    during()
+    for t in threads:
+        t.join()

@@ -5,7 +5,6 @@ transactions, partial JSON updates and GTID mode (refused by the preflight with 
 fix). Each test is skipped on a MariaDB primary (`make test-matrix` runs them on MySQL)."""
 
 import ssl
-import threading
 
 import pytest
 
@@ -18,7 +17,7 @@ from bridge.sandbox import Sandbox
 from bridge.source import preflight
 from bridge.workload import connect
 from tests.conftest import BridgePair, primary_position, sandbox_up
-from tests.helpers import channel_row, semi_sync_on, semi_sync_status
+from tests.helpers import channel_row, concurrent_writes, semi_sync_on, semi_sync_status
 from tests.integration.test_semisync import started
 
 
@@ -143,21 +142,14 @@ def test_the_one_call_paths_carry_mysql_transactions_each_committed_with_its_gti
         pair.sql(f"CREATE DATABASE {s}", f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(40))",
                  f"CREATE TABLE {s}.m (id INT PRIMARY KEY, v INT) ENGINE=MyISAM")
 
-        def writer(first):
-            conn = connect(urls["primary_admin"])
-            with conn.cursor() as cur:
-                for i in range(first, first + 150):
-                    cur.execute(f"INSERT INTO {s}.t (id, v) VALUES ({i}, 'row {i}')")
-                    if i % 25 == 0:
-                        cur.execute(f"INSERT INTO {s}.m VALUES ({i}, {i})")
-            conn.close()
+        def statements(first):
+            for i in range(first, first + 150):
+                yield f"INSERT INTO {s}.t (id, v) VALUES ({i}, 'row {i}')"
+                if i % 25 == 0:
+                    yield f"INSERT INTO {s}.m VALUES ({i}, {i})"
 
-        threads = [threading.Thread(target=writer, args=(n * 1000,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        pair.sql(f"ALTER TABLE {s}.t ADD COLUMN w INT DEFAULT 7")
-        for t in threads:
-            t.join()
+        concurrent_writes(urls["primary_admin"], statements,
+                          lambda: pair.sql(f"ALTER TABLE {s}.t ADD COLUMN w INT DEFAULT 7"))
         pair.sql(f"UPDATE {s}.t SET w = id % 3 WHERE id % 2 = 0", f"UPDATE {s}.m SET v = v + 1")
         mine = GtidSet.parse(primary_position(pair.primary)).minus(before)  # this test's transactions
         pair.assert_same(s)

@@ -5,15 +5,13 @@ else (DDL, a transaction to chunk, a non-ASCII name, a full ring, the server's o
 goes the per-transaction way, in order with them. Each test ends with both databases
 compared row by row, with the compiled paths and with their pure-Python twins."""
 
-import threading
-
 import pytest
 
 from bridge.ring import producer
 from bridge.source import lanes, ship
 from bridge.wire import hotpath, native
-from bridge.workload import connect
 from tests.conftest import BridgePair
+from tests.helpers import concurrent_writes
 
 KINDS = ["twin"] + (["compiled"] if native.COMPILED and lanes.COMPILED else [])
 
@@ -40,23 +38,17 @@ def test_runs_ship_the_common_case_in_order_with_everything_else(run_pair, fresh
     run_pair.sql(f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(40))",
                  f"CREATE TABLE {db}.`tablé` (id INT PRIMARY KEY, b LONGBLOB)")
 
-    def writer(first):
-        conn = connect(urls["primary_admin"])
-        with conn.cursor() as cur:
-            for i in range(first, first + 250):
-                cur.execute(f"INSERT INTO {db}.t (id, v) VALUES ({i}, 'row {i}')")
-                if i % 50 == 0:  # a non-ASCII name; every other one a transaction to chunk (3 x 30 kB)
-                    n = 30_000 if i % 100 else 10
-                    cur.execute(f"INSERT INTO {db}.`tablé` VALUES ({i}, REPEAT('x', {n})), ({i + 1}, REPEAT('y', {n})), "
-                                f"({i + 2}, REPEAT('z', {n}))")
-        conn.close()
+    def statements(first):
+        for i in range(first, first + 250):
+            yield f"INSERT INTO {db}.t (id, v) VALUES ({i}, 'row {i}')"
+            if i % 50 == 0:  # a non-ASCII name; every other one a transaction to chunk (3 x 30 kB)
+                n = 30_000 if i % 100 else 10
+                yield (f"INSERT INTO {db}.`tablé` VALUES ({i}, REPEAT('x', {n})), ({i + 1}, REPEAT('y', {n})), "
+                       f"({i + 2}, REPEAT('z', {n}))")
 
-    threads = [threading.Thread(target=writer, args=(n * 1000,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    run_pair.sql(f"ALTER TABLE {db}.t ADD COLUMN w INT DEFAULT 7")  # DDL among them: a barrier, in order
-    for t in threads:
-        t.join()
+    # DDL among them: a barrier, in order
+    concurrent_writes(urls["primary_admin"], statements, lambda: run_pair.sql(f"ALTER TABLE {db}.t ADD COLUMN w INT "
+                                                                              "DEFAULT 7"))
     run_pair.sql(f"UPDATE {db}.t SET w = id % 3 WHERE id % 2 = 0")
     run_pair.assert_same(db)
     counts = run_pair.primary_node.counts
