@@ -508,15 +508,18 @@ cdef class Lane:
             wr32(o + at - 4, bridge_crc32(o, at - 4))
         return at
 
-    def position_events(self, seq, now_us):
-        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable)."""
+    def position_events(self, seq, now_us, gtids=None):
+        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable),
+        with ``gtids`` (bytes; default: the set the lane carries)."""
         cdef uint8_t event[POSITION_MAX]
         cdef Py_ssize_t n
         cdef bytes text
-        if self._mysql is None:
+        if gtids is None and self._mysql is None:
             n = self.update_event(event, seq, now_us)
         else:
-            text = self._mysql.text()
+            text = self._mysql.text() if gtids is None else bytes(gtids)
+            if len(text) > POSITION_MAX - 256:
+                raise ValueError(f"position: a GTID set of {len(text)} bytes")
             n = self.update_event(event, seq, now_us, PyBytes_AS_STRING(text), len(text), 0, b"", 0)
         return self.position_map + PyBytes_FromStringAndSize(<char *>event, n)
 

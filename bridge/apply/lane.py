@@ -133,9 +133,11 @@ class Lane:
 
     # --- the round trip -------------------------------------------------------------
 
-    def position_events(self, seq: int, now_us: int) -> bytes:
-        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable)."""
-        body = binlog_sql.position_update_body(self.channel_key, self.digits, seq, self.gtids.encode(), now_us)
+    def position_events(self, seq: int, now_us: int, gtids: bytes | None = None) -> bytes:
+        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable),
+        with ``gtids`` (default: the set the lane carries)."""
+        text = self.gtids.encode() if gtids is None else gtids
+        body = binlog_sql.position_update_body(self.channel_key, self.digits, seq, text, now_us)
         return self.position_map + binlog_sql.event_bytes(self.update_type, body, self.server_id, self.checksum)
 
     def query(self, datas: list, seq: int, now_us: int) -> bytes:
@@ -150,10 +152,7 @@ class Lane:
         my = self._mysql
         parts = [b"COMMIT"]
         for i, (gtid, data) in enumerate(zip(gtids, datas)):
-            body = binlog_sql.position_update_body(self.channel_key, self.digits, seq + i + 1,
-                                                   my.text(hi + i + 1), now_us)
-            events = data + self.position_map + binlog_sql.event_bytes(self.update_type, body, self.server_id,
-                                                                       self.checksum)
+            events = data + self.position_events(seq + i + 1, now_us, my.text(hi + i + 1))
             parts += [GTID_NEXT_HEAD + gtid.encode() + b"'", b"BINLOG '" + binascii.b2a_base64(events, newline=False)
                       + b"'", b"COMMIT"]
         return b";".join([*parts, GTID_AUTOMATIC])
