@@ -9,7 +9,7 @@ import signal
 
 import click
 
-from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REPLICA_METRICS_PORT,
+from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REALTIME, REPLICA_METRICS_PORT,
                                 RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, filter_options, hostport_param,
                                 hostports_param, metrics_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
@@ -118,6 +118,7 @@ def sandbox_status(state_dir: str) -> None:
                    f"replica side within tens of microseconds), {RDMA_SPIN_US} for rdma "
                    "(a one-sided write wakes nobody).")
 @PIN_NEAR_NIC
+@REALTIME
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
               help="A delayed replica: apply each transaction no earlier than SECONDS after its commit on the "
                    "primary (as MASTER_DELAY), to have time to stop a bad DROP or UPDATE before it arrives.")
@@ -137,8 +138,8 @@ def sandbox_status(state_dir: str) -> None:
                    "network in clear text. Only for a network you trust.")
 @filter_options
 def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
-                  apply_mode: str, spin_us: int, pin_near_nic: bool, delay: float, account_statements: str,
-                  until_gtid: str, metrics,
+                  apply_mode: str, spin_us: int, pin_near_nic: bool, realtime_priority: int, delay: float,
+                  account_statements: str, until_gtid: str, metrics,
                   secret_file: str, tls, insecure_transport: bool, rules) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
 
@@ -157,11 +158,17 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
     """
     from bridge.node.replica import ReplicaNode
 
-    _pin(pin_near_nic)
+    spin_us = spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")
+    if realtime_priority and spin_us:
+        raise click.BadParameter(f"with --spin-us {spin_us}{' (the rdma default)' if transport == 'rdma' else ''}: "
+                                 "a SCHED_FIFO thread that polls keeps its CPU from every normal process, the "
+                                 "servers too; give --spin-us 0 (rdma then polls every 200 µs)",
+                                 param_hint="--realtime-priority")
+    _pin(pin_near_nic, realtime_priority)
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
                         transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
                         apply_mode=apply_mode,
-                        spin_s=(spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")) / 1e6,
+                        spin_s=spin_us / 1e6,
                         metrics=metrics, secret=read_secret(secret_file), delay_s=delay,
                         until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "", tls=tls,
                         insecure_transport=insecure_transport, channel_filter=rules.to_json() if rules else "",
@@ -213,6 +220,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                    "(applied) the transaction; one down, catching up or behind does not count. Fewer than K "
                    "answering: the ACK is skipped and counted, and the primary goes async after its timeout.")
 @PIN_NEAR_NIC
+@REALTIME
 @click.option("--take-over", is_flag=True,
               help="If another primary side feeds this replica's channel, fence it off and take its place: the "
                    "replica side closes its session, gives this one fresh ring memory (rdma: a new memory region "
@@ -223,7 +231,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @tls_options
 def start_primary(source: str, replicas, transport: str, server_id: int, start_gtid: str | None,
                   backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
-                  semi_sync_quorum: int, pin_near_nic: bool, take_over: bool, metrics, secret_file: str, tls) -> None:
+                  semi_sync_quorum: int, pin_near_nic: bool, realtime_priority: int, take_over: bool, metrics,
+                  secret_file: str, tls) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
 
     \b
@@ -242,7 +251,7 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
                                  "could ever go", param_hint="--semi-sync-quorum")
     if semi_sync_quorum > 1 and semi_sync == "off":
         raise click.BadParameter("needs --semi-sync received or applied", param_hint="--semi-sync-quorum")
-    _pin(pin_near_nic)
+    _pin(pin_near_nic, realtime_priority)
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
     cfg = PrimaryConfig(source=url, replica=replicas[0], replicas=replicas, semi_sync_quorum=semi_sync_quorum,
                         transport=transport, server_id=server_id,
@@ -260,11 +269,16 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
              node.last_gtid or "-")
 
 
-def _pin(wanted: bool) -> None:
+def _pin(wanted: bool, realtime_priority: int) -> None:
+    """Where and how this process runs: --pin-near-nic, --realtime-priority (before any thread starts)."""
     if wanted:
         from bridge.doctor import pin_near_nic
 
         log.info("cpu affinity: %s", pin_near_nic())
+    if realtime_priority:
+        from bridge import realtime
+
+        realtime.enter(realtime_priority)
 
 
 def _resolve_start(start_gtid: str | None, url: MysqlUrl) -> str | None:

@@ -126,6 +126,14 @@ PIN_NEAR_NIC = click.option(
     "--pin-near-nic", is_flag=True,
     help="Run on the CPUs of the RDMA NIC's NUMA node (a poller on the far NUMA node pays about twice the memory "
          "latency). Said in the log; no effect without NUMA information.")
+REALTIME = click.option(
+    "--realtime-priority", type=click.IntRange(0, 99), default=0, show_default=True, metavar="PRIORITY",
+    help="Run every thread of this process under SCHED_FIFO at PRIORITY (1-99; 0: normal scheduling). Woken by "
+         "the next event or message it runs at once, not behind the servers and clients for a CPU: a semi-sync "
+         "ACK waits for one such wakeup over shm and three over tcp, and on a busy host each can take longer "
+         "than the primary's timeout. The threads sleep between transactions, so the servers lose only the "
+         "bridge's own work. Needs root or CAP_SYS_NICE (systemd: CPUSchedulingPolicy=fifo); refused, it says "
+         "so in the log and runs at normal priority.")
 TRANSPORT_OPTION = click.option("--transport", type=TRANSPORT, default="shm", show_default=True,
                                 help="How frames reach the replica's ring: shm (one host), tcp, rdma.")
 RING_BYTES = click.option("--ring-bytes", type=int, default=DEFAULT_RING_BYTES, show_default=True,
