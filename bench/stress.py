@@ -13,12 +13,14 @@ Phases, on the sandbox (primary, bridge replica, native replica):
    at the same time. Only one replica can be semi-sync at a time here: MariaDB waits
    for the first ACK from any semi-sync replica, so with two the primary's counters
    would say nothing about either.
-2. native (``--native-minutes``): the bridge's primary side stops (planned) and the
-   native replica becomes the semi-sync replica: the baseline's degradations and lag.
+2. native (``--native-minutes``): the bridge's primary side restarts without semi-sync
+   and the native replica becomes the semi-sync replica: the baseline's degradations and
+   lag, on a host doing the same work as in the bridge phase (both replicas apply the
+   load; only the one that acknowledges changed).
    Its probes start once it runs as the semi-sync replica again and has caught up
    (runs before 2026-12-01 14:00 measured the switch-over too).
-3. the bridge's primary side starts again, catches up; the load stops; the stress
-   schema is compared row by row on both replicas with the primary's.
+3. the load stops; the bridge's primary side starts again as in phase 1 and catches up;
+   the stress schema is compared row by row on both replicas with the primary's.
 
 The load (its own process) offers ``--rate`` transactions/s, a fixed mix: single-row
 inserts, 3-row updates, deletes, a two-table transaction (keyless ledger + keyed
@@ -35,13 +37,19 @@ negative: the primary's client waits for the bridge's ACK while the native repli
 already shows the row.
 
 Each minute reports the rate it achieved, and says so when that is under 95% of the
-offered one (the comparison of both phases holds only at equal achieved rates).
+offered one (the comparison of both phases holds only at equal achieved rates). The
+load times each commit (under semi-sync: the wait for the ACK), and the run compares
+the commit P99 of both phases.
+
+``--hogs N`` runs N busy loops at nice 0 beside everything in both phases (a busy
+host: a wakeup then waits for a CPU); ``--realtime-priority P`` starts both bridge
+ends with that option (SCHED_FIFO).
 
 Writes bench/results/<date>-stress-<minutes>min-<transport>-<mode>-<timeout>ms.json and
 .html (per-minute lag chart, the acceptance criteria met or not).
 
     python -m bench.stress [--hours 1 | --minutes 60 --native-minutes 6] [--rate 2000] [--semi-sync received]
-                           [--transport shm|tcp] [--ack-timeout-ms 10]
+                           [--transport shm|tcp] [--ack-timeout-ms 10] [--hogs N] [--realtime-priority P]
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ import html
 import json
 import math
 import multiprocessing
+from queue import Empty
 import subprocess
 import sys
 import time
@@ -80,6 +89,7 @@ TABLES = (f"CREATE TABLE {SCHEMA}.orders (id BIGINT PRIMARY KEY, customer INT NO
           f"CREATE TABLE {SCHEMA}.probe (id BIGINT PRIMARY KEY)")
 ACCOUNTS = 1000
 RECONNECTS = ("primary_reconnects", "binlog_reopens", "replica_reconnects")  # counters that must not move
+LOAD_PHASES = ("bridge", "switch", "native")  # whose commit times the load is keeping (Run.load_phase)
 BELOW_OFFERED = 0.95  # a window whose achieved rate is under this share of the offered one says so
 
 
@@ -100,11 +110,14 @@ def statement(n: int) -> str:
             f"UPDATE {SCHEMA}.accounts SET balance = balance + {n % 100 - 50} WHERE id = {account}; COMMIT")
 
 
-def load(url: MysqlUrl, rate: int, first: int, watchers: list, active, stop) -> None:
+def load(url: MysqlUrl, rate: int, first: int, watchers: list, active, stop, phase, commits) -> None:
     """Paced transactions until ``stop`` is set; every PROBE_EVERY_S a probe row,
-    announced to the ``active`` watchers before its commit and timed after it."""
+    announced to the ``active`` watchers before its commit and timed after it. Each
+    transaction's commit time (statement sent to its answer: under semi-sync the wait for
+    the ACK) is kept by the ``phase`` in force (LOAD_PHASES) and put on ``commits`` at the end."""
     conn = pymysql.connect(**url.connect_args(), autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
     interval, started, n, next_probe = 1.0 / rate, time.perf_counter(), 0, 0.0
+    took: list[list[float]] = [[] for _ in LOAD_PHASES]
     with conn.cursor() as cur:
         while not stop.is_set():
             delay = started + n * interval - time.perf_counter()
@@ -116,16 +129,21 @@ def load(url: MysqlUrl, rate: int, first: int, watchers: list, active, stop) -> 
                 probe, told = first + n, [w for i, w in enumerate(watchers) if active[i]]
                 for w in told:
                     w.send(("probe", probe))
+                sent = time.perf_counter()
                 cur.execute(f"INSERT INTO {SCHEMA}.probe VALUES ({probe})")
                 committed = time.perf_counter()
                 for w in told:
                     w.send(("commit", probe, committed))
             else:
+                sent = time.perf_counter()
                 cur.execute(statement(first + n))
                 while cur.nextset():
                     pass
+                committed = time.perf_counter()
+            took[phase.value].append(committed - sent)
             n += 1
     conn.close()
+    commits.put(took)
     for w in watchers:
         w.send(("stop",))
 
@@ -209,6 +227,9 @@ class Run:
         self.stop_load = multiprocessing.Event()
         self.watchers, self.inboxes = [], []
         self.active = multiprocessing.Array("b", [1, 1])  # the load tells these watchers (bridge, native)
+        self.load_phase = multiprocessing.Value("b", 0)  # an index of LOAD_PHASES
+        self.commit_queue = multiprocessing.Queue()
+        self.commit_s: dict[str, list[float]] = {}  # LOAD_PHASES -> the load's commit times, once stopped
         self.stopped = False
 
     def start_load(self) -> None:
@@ -223,7 +244,7 @@ class Run:
             self.inboxes.append(outbox)
         self.loader = multiprocessing.Process(
             target=load, args=(MysqlUrl.parse(self.bench.info["primary_admin"]), self.rate, 1, self.inboxes,
-                               self.active, self.stop_load), daemon=True)
+                               self.active, self.stop_load, self.load_phase, self.commit_queue), daemon=True)
         self.loader.start()
 
     def pids(self, bridge: bool) -> dict:
@@ -310,6 +331,10 @@ class Run:
             return
         self.stopped = True
         self.stop_load.set()
+        try:  # read before the join: a process that put on a queue ends once it is read
+            self.commit_s = dict(zip(LOAD_PHASES, self.commit_queue.get(timeout=60)))
+        except Empty:
+            self.log("the load did not report its commit times")
         self.loader.join(timeout=30)
         deadline = time.monotonic() + 60
         while any(proc.is_alive() for _, proc, _ in self.watchers) and time.monotonic() < deadline:
@@ -334,11 +359,12 @@ def _line(row: dict) -> str:
 # --- the run -------------------------------------------------------------------------
 
 def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir: str, ack_timeout_ms: int = 10,
-        out: Path = RESULTS, log=print, primary_nice: int = 0, primary_fifo: int = 0, transport: str = "shm",
-        replica_nice: int = 0) -> dict:
-    bench = Bench(state_dir, transport, extra_primary=("--semi-sync", semi_sync))
+        out: Path = RESULTS, log=print, primary_nice: int = 0, transport: str = "shm", replica_nice: int = 0,
+        hogs: int = 0, realtime_priority: int = 0) -> dict:
+    rt = ("--realtime-priority", str(realtime_priority)) if realtime_priority else ()
+    bench = Bench(state_dir, transport, extra_primary=("--semi-sync", semi_sync, *rt), extra_replica=rt)
     started_at = dt.datetime.now(dt.timezone.utc)
-    stress = None
+    stress, busy = None, []
     try:
         primary_sql(bench, f"DROP DATABASE IF EXISTS {SCHEMA}", f"CREATE DATABASE {SCHEMA}", *TABLES,
                     f"INSERT INTO {SCHEMA}.accounts SELECT seq, 0 "
@@ -350,21 +376,25 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
             renice(bench.bridge_primary.proc.pid, primary_nice, log)
         if replica_nice:  # over tcp its receiver is on the ACK's path: it answers before the primary side ACKs
             renice(bench.bridge_replica.proc.pid, replica_nice, log, "replica side")
-        if primary_fifo:
-            realtime(bench.bridge_primary.proc.pid, primary_fifo, log)
         wait_clients(bench, 1)
         bench.wait(bench.bridge_pos, bench.primary_pos(), alive=bench.bridge_alive)
         bench.wait(bench.native_pos, bench.primary_pos())
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+        if hogs:
+            log(f"{hogs} busy loops at nice 0 beside everything, both phases (a busy host)")
         stress = Run(bench, rate, semi_sync, log)
         counters_start = stress._counters()
         stress.start_load()
         log(f"bridge phase: {minutes} min at {rate} txn/s, the bridge the primary's semi-sync replica ({semi_sync})")
         stress.phase("bridge", minutes, 1)
+        stress.load_phase.value = LOAD_PHASES.index("switch")
         counters_end = stress._counters()
         stages = stress.stages()
         stress.stop_watching_bridge()
         stress.active[1] = 0  # no probes while the native replica restarts as the semi-sync one
         bench.stop_bridge_reader()
+        semi_sync_args, bench.extra_primary = bench.extra_primary, rt  # the same work, not semi-sync
+        bench.start_bridge()
         bench.restart_native(semi_sync="ON")
         wait_clients(bench, 1)
         bench.wait(bench.native_pos, bench.primary_pos())
@@ -372,11 +402,14 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
         while semi_status(bench).get("status", "OFF").upper() != "ON" and time.monotonic() < deadline:
             time.sleep(0.1)  # the first commit acknowledged by the native replica turns it on again
         stress.active[1] = 1
+        stress.load_phase.value = LOAD_PHASES.index("native")
         log(f"native phase: {native_minutes} min, the native replica the semi-sync replica")
         stress.phase("native", native_minutes, minutes + 1)
         stress.stop()
         bench.restart_native(semi_sync="OFF")
-        bench.start_bridge()  # catches up the native phase
+        bench.stop_bridge_reader()
+        bench.extra_primary = semi_sync_args
+        bench.start_bridge()  # as in the bridge phase, to the end
         target = bench.primary_pos()
         bench.wait(bench.native_pos, target)
         bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
@@ -384,6 +417,9 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
                                             [SCHEMA])
                     for side, url in (("bridge", bench.info["replica_admin"]), ("native", bench.info["native_admin"]))}
     finally:
+        for hog in busy:
+            hog.kill()
+            hog.wait()
         if stress is not None:
             stress.stop()
         bench.semi_sync_sql(enabled="OFF")
@@ -396,10 +432,10 @@ def run(minutes: int, native_minutes: int, rate: int, semi_sync: str, state_dir:
     result["transport"] = transport
     out.mkdir(parents=True, exist_ok=True)
     name = f"{started_at.date().isoformat()}-stress-{minutes}min-{transport}-{semi_sync}-{ack_timeout_ms}ms" + \
-        (f"-nice{primary_nice}" if primary_nice else "") + (f"-fifo{primary_fifo}" if primary_fifo else "") + \
-        (f"-replica-nice{replica_nice}" if replica_nice else "")
+        (f"-nice{primary_nice}" if primary_nice else "") + (f"-replica-nice{replica_nice}" if replica_nice else "") + \
+        (f"-rt{realtime_priority}" if realtime_priority else "") + (f"-hogs{hogs}" if hogs else "")
     result["primary_side_nice"], result["replica_side_nice"] = primary_nice, replica_nice
-    result["primary_side_fifo"] = primary_fifo
+    result["realtime_priority"], result["busy_loops"] = realtime_priority, hogs
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     (out / f"{name}.html").write_text(render_html(result))
     log(f"written: {out / name}.json and .html")
@@ -412,16 +448,6 @@ def renice(pid: int, nice: int, log, who: str = "primary side") -> None:
     for task in Path(f"/proc/{pid}/task").iterdir():
         os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
     log(f"{who} (pid {pid}) at nice {nice}")
-
-
-def realtime(pid: int, priority: int, log) -> None:
-    """Every thread of the primary side under SCHED_FIFO at ``priority`` (threads made
-    later inherit it), as `CPUSchedulingPolicy=fifo` in its systemd unit would start it:
-    it runs before any normal process whenever it has work, and it sleeps in recv
-    otherwise."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        os.sched_setscheduler(int(task.name), os.SCHED_FIFO, os.sched_param(priority))
-    log(f"primary side (pid {pid}) under SCHED_FIFO priority {priority}")
 
 
 def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: int, native_minutes: int, rate: int,
@@ -444,6 +470,8 @@ def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: in
     bridge_rate = txns / max(1, 60 * len(bridge_rows))
     native_rate = sum(m["transactions"] for m in native_rows) / max(1, 60 * len(native_rows))
     comparable = abs(native_rate - bridge_rate) <= 0.1 * max(bridge_rate, 1)  # else the load was not the same
+    commit = {phase: _percentiles(stress.commit_s[phase]) for phase in ("bridge", "native")
+              if stress.commit_s.get(phase)}
     criteria = {
         "zero reconnects on the bridge": {"met": reconnects == 0, "value": reconnect_counters},
         "zero semi-sync degradations with the bridge": {
@@ -455,6 +483,9 @@ def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: in
                       "native_semi_sync_p999_us": n and n["p999"],
                       "ratio": _ratio(n, b), "native_async_same_time_p999_us": n_async and n_async["p999"],
                       "ratio_async": _ratio(n_async, b)}},
+        "commit P99 with the bridge at most native semi-sync's": {
+            "met": bool(len(commit) == 2 and commit["bridge"]["p99"] <= commit["native"]["p99"] and comparable),
+            "value": {"rates_comparable": comparable, **{f"{k}_p99_us": v["p99"] for k, v in commit.items()}}},
         "replica side apply cost at most 50 us per transaction": {"met": cpu_sum["replica side"] <= 50,
                                                                    "value": cpu_sum["replica side"]},
         "no RSS growth of the bridge processes": {"met": all(g < 10 for g in growth.values()), "value_mib": growth},
@@ -472,7 +503,7 @@ def summarize(stress: Run, compared: dict, reconnect_counters: dict, minutes: in
             "windows_below_offered": {phase: [m["minute"] for m in rows if m["below_offered"]]
                                       for phase, rows in (("bridge", bridge_rows), ("native", native_rows))},
             "semi_sync": semi_sync,
-            "ack_timeout_ms": ack_timeout_ms, "lag_us": lag, "probes_never_seen": stress.lost,
+            "ack_timeout_ms": ack_timeout_ms, "lag_us": lag, "commit_us": commit, "probes_never_seen": stress.lost,
             "cpu_us_per_txn_bridge_phase": cpu_sum,
             "criteria": criteria, "minutes": stress.minutes}
 
@@ -562,18 +593,20 @@ def main() -> None:
     ap.add_argument("--transport", default="shm", choices=["shm", "tcp"])
     ap.add_argument("--primary-nice", type=int, default=0,
                     help="run the bridge's primary side at this nice value (e.g. -10; root), the result file named so")
-    ap.add_argument("--primary-fifo", type=int, default=0, metavar="PRIORITY",
-                    help="run the bridge's primary side under SCHED_FIFO at this priority (1-99; root), the result "
-                         "file named so")
     ap.add_argument("--replica-nice", type=int, default=0,
                     help="run the bridge's replica side at this nice value (e.g. -10; root: over tcp its receiver "
                          "answers before a semi-sync ACK), the result file named so")
+    ap.add_argument("--realtime-priority", type=int, default=0, metavar="PRIORITY",
+                    help="start both bridge ends with --realtime-priority PRIORITY (root), the result file named so")
+    ap.add_argument("--hogs", type=int, default=0, metavar="N",
+                    help="N busy loops (nice 0) beside everything during both phases: a busy host")
     args = ap.parse_args()
     if args.hours is not None:
         args.minutes, args.native_minutes = max(1, round(args.hours * 60)), max(1, round(args.hours * 6))
     run(args.minutes, args.native_minutes, args.rate, args.semi_sync, args.state_dir, args.ack_timeout_ms,
         log=lambda m: print(m, file=sys.stderr, flush=True), primary_nice=args.primary_nice,
-        primary_fifo=args.primary_fifo, transport=args.transport, replica_nice=args.replica_nice)
+        transport=args.transport, replica_nice=args.replica_nice, hogs=args.hogs,
+        realtime_priority=args.realtime_priority)
 
 
 if __name__ == "__main__":
