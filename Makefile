@@ -102,7 +102,8 @@ test-compose: deps compose containers
 MATRIX_TESTS ?= tests/integration/test_dml_ddl.py tests/integration/test_semantics.py \
   tests/integration/test_types.py tests/integration/test_clone.py tests/integration/test_checksum.py \
   tests/integration/test_filter.py tests/integration/test_semisync.py tests/integration/test_apply_stop.py \
-  tests/integration/test_doctor.py tests/integration/test_channels.py tests/integration/test_mysql.py tests/faults
+  tests/integration/test_doctor.py tests/integration/test_channels.py tests/integration/test_mysql.py \
+  tests/integration/test_realtime.py tests/faults
 MATRIX ?= local,mariadb-11.8 mariadb-11.8 mysql-9.7 mysql-9.7,local local,mysql-9.7
 test-matrix: deps containers
 	status=0; for servers in $(MATRIX); do echo "== servers $$servers"; \
