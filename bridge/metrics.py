@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3  # 1 µs .. 1 h, 3 significant digits
 PERCENTILES = (50.0, 99.0, 99.9)
 STAGES = {
-    "primary": ("place", "gc"),
+    "primary": ("place", "ack", "gc"),
     "replica": ("deliver", "apply", "bridge", "lag", "gc"),
 }
 

@@ -15,6 +15,7 @@ from bridge.statusdoc import StatusDocument
 
 STAGE_MEANING = {
     "place": "primary: ship start -> placed in the replica ring (flush done)",
+    "ack": "primary: a semi-sync transaction placed -> its ACK sent (tcp: the replica side's answer first)",
     "deliver": "replica: ship start -> picked up by the consumer",
     "apply": "replica: picked up -> committed on the replica",
     "bridge": "replica: commit read from the binlog -> committed on the replica",

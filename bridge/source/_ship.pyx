@@ -91,6 +91,21 @@ cdef inline uint64_t _mono_ns() noexcept nogil:
     return <uint64_t>t.tv_sec * 1000000000 + t.tv_nsec
 
 
+cdef inline void _keep(uint32_t *us_of, uint32_t *n_of, int *kept, uint64_t elapsed_ns, Py_ssize_t n) noexcept nogil:
+    """One more (µs, count) of a run's stage samples (ShipLane._keep): over C_BATCHES the last takes the rest."""
+    cdef uint64_t micros = elapsed_ns // 1000
+    cdef uint32_t us = 0xFFFFFFFFu
+    if micros < us:
+        us = <uint32_t>micros
+    if kept[0] == C_BATCHES:
+        if us > us_of[C_BATCHES - 1]:
+            us_of[C_BATCHES - 1] = us
+        n_of[C_BATCHES - 1] += n
+        return
+    us_of[kept[0]], n_of[kept[0]] = us, n
+    kept[0] += 1
+
+
 cdef class DumpReader:
     cdef readonly object sock
     cdef readonly int fd
@@ -196,6 +211,9 @@ cdef class ShipLane:
     cdef uint32_t batch_us[C_BATCHES]  # per publish: its first transaction's time from placed to published
     cdef uint32_t batch_n[C_BATCHES]  # ... and how many it published
     cdef int batches
+    cdef uint32_t ack_us[C_BATCHES]  # per ACK sent: its transaction's time from placed to the ACK out
+    cdef uint32_t ack_n[C_BATCHES]  # ... and how many ACKs (1, the last one more where a run sent over C_BATCHES)
+    cdef int ack_kept
 
     def __init__(self, DumpReader reader, producer, remote, int doorbell, heartbeat, Py_ssize_t max_bytes,
                  sock=None, counts=None, rings=()):
@@ -215,7 +233,7 @@ cdef class ShipLane:
         self.seq_id = 0
         self.frames = self.heartbeats = self.commit_position = 0
         self.gtid = ""
-        self.batches = 0
+        self.batches = self.ack_kept = 0
         self.acks = self.ack_error = 0
         self.asked, self.reply_len, self.placed, self.applied, self.quorum = None, 0, 0, 0, 1
         self.gil_waits, self.gil_wait_max_ns = 0, 0
@@ -289,10 +307,13 @@ cdef class ShipLane:
         return 1
 
     def record_stages(self, stages):
-        """The last run's "place" stage: per publish, its transactions at its first one's time."""
+        """The last run's "place" stage (per publish, its transactions at its first one's
+        time) and "ack" stage (per ACK sent, from its transaction placed in the mirror)."""
         cdef int i
         for i in range(self.batches):
             stages.record("place", self.batch_us[i], self.batch_n[i])
+        for i in range(self.ack_kept):
+            stages.record("ack", self.ack_us[i], self.ack_n[i])
 
     cdef inline void _gil_waited(self, uint64_t woke_ns) noexcept:
         cdef uint64_t waited = _mono_ns() - woke_ns
@@ -302,17 +323,7 @@ cdef class ShipLane:
             self.gil_wait_max_ns = waited
 
     cdef void _batch(self, uint64_t elapsed_ns, Py_ssize_t n) noexcept nogil:
-        cdef uint64_t micros = elapsed_ns // 1000
-        cdef uint32_t us = 0xFFFFFFFFu
-        if micros < us:
-            us = <uint32_t>micros
-        if self.batches == C_BATCHES:  # more than a run keeps apart: the last one takes the rest
-            if us > self.batch_us[C_BATCHES - 1]:
-                self.batch_us[C_BATCHES - 1] = us
-            self.batch_n[C_BATCHES - 1] += n
-            return
-        self.batch_us[self.batches], self.batch_n[self.batches] = us, n
-        self.batches += 1
+        _keep(self.batch_us, self.batch_n, &self.batches, elapsed_ns, n)
 
     cdef int _send_ack(self, uint64_t position, const char *log_file, Py_ssize_t n) noexcept nogil:
         """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno."""
@@ -387,7 +398,7 @@ cdef class ShipLane:
         cdef uint8_t *o
         cdef uint8_t *r
         cdef int scan, left_ms, bell_err = 0, send_err = 0, got_poll, answer
-        cdef uint64_t asked_ns, until_ns
+        cdef uint64_t asked_ns, until_ns, ack_ns = 0
         cdef bint tcp = self.sock_fd >= 0
         cdef bint semi_sync = ack_file is not None
         cdef const char *ack_name = NULL
@@ -416,7 +427,7 @@ cdef class ShipLane:
         self.owed, self.gone, self.asked, self.reply_len = [], [], None, 0
         if semi_sync:
             ack_name, ack_name_len = PyBytes_AS_STRING(ack_file), len(ack_file)
-        self.frames = self.heartbeats = self.batches = self.acks = self.ack_error = 0
+        self.frames = self.heartbeats = self.batches = self.ack_kept = self.acks = self.ack_error = 0
         PyObject_GetBuffer(self.producer.region, &mirror, PyBUF_WRITABLE)
         try:
             PyObject_GetBuffer(self.remote if not tcp else self.producer.region, &ring, PyBUF_WRITABLE)
@@ -494,6 +505,7 @@ cdef class ShipLane:
                             pending = True
                             if s.ack >= 0:
                                 ack_pos = s.ack  # published at once, then acknowledged
+                                ack_ns = _mono_ns()  # the "ack" stage starts: placed in the mirror
                             elif self.frames % C_RUN_TXNS and not self.owed:
                                 continue
                         else:
@@ -562,6 +574,7 @@ cdef class ShipLane:
                                 self.why = C_NOT_MINE  # the general path meets the broken dump connection
                                 break
                             self.acks += 1
+                            _keep(self.ack_us, self.ack_n, &self.ack_kept, _mono_ns() - ack_ns, 1)
                     if self.owed:
                         self.why = C_NOT_MINE  # the node queues what a further ring had no space for
                         break

@@ -53,7 +53,7 @@ from bridge.wire import binlog, hotpath, placement
 
 DUMP_BUFFER = 1 << 18  # bytes the dump's reader holds; a transaction longer than this is never whole in it
 PEEK_BYTES = 1 << 16  # a peek copies at most this much (the general path's one-call scan looks no further)
-BATCHES = 256  # publishes a run keeps apart for the "place" stage (the last one takes the rest)
+BATCHES = 256  # publishes (ACKs) a run keeps apart for the "place" ("ack") stage (the last one takes the rest)
 RUN_TXNS = 64  # transactions placed between two publishes at most
 MAX_RINGS = 7  # further rings one lane feeds at most (fan-out)
 # why run() returned: nothing to read for wait_ms; bytes that are not the lane's (the general path reads them)
@@ -153,6 +153,7 @@ class ShipLane:
         self.quorum = 1  # fan-out semi-sync: rings that must hold a transaction for its ACK (--semi-sync-quorum)
         self.gil_waits = self.gil_wait_max_ns = 0  # the compiled lane's waits for the interpreter lock (none here)
         self._batches: list[list[int]] = []  # per publish: [µs from its first transaction placed, transactions]
+        self._acks_us: list[list[int]] = []  # per ACK sent: [µs from its transaction placed, ACKs]
         self.why = IDLE
 
     def run(self, seq_id: int, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
@@ -162,10 +163,10 @@ class ShipLane:
         claim (``received``); ``ack_wait_us``: how long the primary waits for one."""
         reader, producer, semi_sync = self.reader, self.producer, ack_file is not None
         self.frames = self.heartbeats = self.acks = self.ack_error = 0
-        self._batches, self.owed, self.gone, self.asked = [], [], [], None
+        self._batches, self._acks_us, self.owed, self.gone, self.asked = [], [], [], [], None
         self.reply.clear()
         deadline = time.monotonic_ns() + wait_ms * 1_000_000
-        pending, whole_ns, batch_n, batch_hb, ack = False, 0, 0, 0, -1
+        pending, whole_ns, batch_n, batch_hb, ack, ack_ns = False, 0, 0, 0, -1, 0
         try:
             while True:
                 with memoryview(reader.buf) as view:
@@ -199,6 +200,8 @@ class ShipLane:
                     self.heartbeats += run.heartbeats
                     self.gtid, self.commit_position, ack = run.gtid, run.commit_position, run.ack
                     pending = True
+                    if ack >= 0:
+                        ack_ns = time.monotonic_ns()  # the "ack" stage starts: placed in the mirror
                     if ack < 0 and self.frames % RUN_TXNS and not self.owed:
                         continue
                 if pending:
@@ -225,6 +228,7 @@ class ShipLane:
                             self.why = NOT_MINE  # the general path meets the broken dump connection
                             break
                         self.acks += 1
+                        self._keep(self._acks_us, time.monotonic_ns() - ack_ns, 1)
                 if self.owed:
                     self.why = NOT_MINE  # the node queues what a further ring had no space for
                     break
@@ -254,17 +258,25 @@ class ShipLane:
         counts.taken_whole += n
 
     def record_stages(self, stages) -> None:
-        """The last run's "place" stage: per publish, its transactions at its first one's time."""
+        """The last run's "place" stage (per publish, its transactions at its first one's
+        time) and "ack" stage (per ACK sent, from its transaction placed in the mirror: over
+        tcp the replica side's answer, over shm the publish)."""
         for micros, n in self._batches:
             stages.record("place", micros, n)
+        for micros, n in self._acks_us:
+            stages.record("ack", micros, n)
 
     def _batch(self, elapsed_ns: int, n: int) -> None:
+        self._keep(self._batches, elapsed_ns, n)
+
+    @staticmethod
+    def _keep(kept: list[list[int]], elapsed_ns: int, n: int) -> None:
         micros = min(elapsed_ns // 1000, 0xFFFFFFFF)
-        if len(self._batches) == BATCHES:  # more than a run keeps apart: the last one takes the rest
-            last = self._batches[-1]
+        if len(kept) == BATCHES:  # more than a run keeps apart: the last one takes the rest
+            last = kept[-1]
             last[0], last[1] = max(last[0], micros), last[1] + n
         else:
-            self._batches.append([micros, n])
+            kept.append([micros, n])
 
     def _send_ack(self, position: int, log_file: bytes) -> int:
         """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno.

@@ -18,6 +18,7 @@ import zlib
 import pytest
 
 from bridge.errors import TransportError
+from bridge.metrics import STAGES, Stages
 from bridge.node.counters import PrimaryCounts
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import WAITING_AT, init_region, region_bytes
@@ -330,7 +331,6 @@ ACK_502 = b"\xef" + (502).to_bytes(8, "little") + b"mariadb-bin.000007"  # the A
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_semi_sync_a_transaction_that_asks_is_published_then_acknowledged_on_the_dump_connection(module):
-    from bridge.metrics import STAGES, Stages
     data, number = _semi_sync_packets([_txn(1), _txn(2), _txn(3)], {1})
     setup = Setup(module)
     try:
@@ -344,6 +344,7 @@ def test_semi_sync_a_transaction_that_asks_is_published_then_acknowledged_on_the
         stages = Stages(STAGES["primary"])
         setup.lane.record_stages(stages)
         assert stages.summary(False)["place"]["count"] == 3  # one sample per transaction, by publish
+        assert stages.summary(False)["ack"]["count"] == 1  # one per ACK sent
     finally:
         setup.close()
 
@@ -468,6 +469,10 @@ def test_semi_sync_over_tcp_the_ack_goes_once_the_replica_side_answers_that_it_h
             time.sleep(0.01)
         assert [decode_transaction(f.payload).gtid for f in setup.frames()] == ["0-1-1", "0-1-2", "0-1-3"]
         assert receiver.acked_before_answer == [False]  # never before the replica side holds it
+        stages = Stages(STAGES["primary"])
+        setup.lane.record_stages(stages)
+        ack = stages.summary(False)["ack"]
+        assert ack["count"] == 1 and 50_000 <= ack["p50"] < 2_000_000  # the answer's round trip (50 ms late) in it
     finally:
         setup.close()
 
@@ -489,6 +494,9 @@ def test_semi_sync_over_tcp_an_answer_late_past_the_primarys_wait_is_handed_back
         assert bytes(setup.lane.reply) == late[:5] and setup.counts.acks_sent == 0
         assert not select.select([setup.server], [], [], 0.05)[0]  # no ACK: the primary hears nothing
         assert receiver.acked_before_answer == [False]
+        stages = Stages(STAGES["primary"])
+        setup.lane.record_stages(stages)
+        assert stages.summary(False)["ack"]["count"] == 0
     finally:
         setup.close()
 
