@@ -113,3 +113,15 @@ def concurrent_writes(url, statements, during, writers: int = 4) -> None:
     during()
     for t in threads:
         t.join()
+
+
+def table_rows(conn, schema: str, table: str = "t") -> int:
+    """Rows in ``schema``.``table`` from a fresh read view of ``conn`` (0 while the table
+    does not exist there yet)."""
+    conn.commit()
+    with conn.cursor() as cur:
+        if not cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                           (schema, table)):
+            return 0
+        cur.execute(f"SELECT COUNT(*) FROM {schema}.{table}")
+        return cur.fetchone()[0]

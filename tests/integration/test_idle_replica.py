@@ -13,7 +13,7 @@ from bridge.procs import primary_process, replica_process, wait_port
 from bridge.ports import free_port
 from bridge.workload import connect
 from tests.conftest import BridgePair, primary_position
-from tests.helpers import wait_for
+from tests.helpers import table_rows, wait_for
 
 SPACED_TXNS = 20
 IDLE_S = 2.0
@@ -39,15 +39,6 @@ def test_idle_replica_sleeps_and_each_spaced_transaction_wakes_it(sandbox, urls,
         replica.check_alive()
         primary.check_alive()
 
-    def replica_count() -> int:
-        rconn.commit()  # a fresh read view
-        with rconn.cursor() as cur:
-            if not cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME='t'",
-                               (schema,)):
-                return 0
-            cur.execute(f"SELECT COUNT(*) FROM {schema}.t")
-            return cur.fetchone()[0]
-
     replica.start()
     wait_port(port, alive=alive)
     primary.start()
@@ -60,7 +51,7 @@ def test_idle_replica_sleeps_and_each_spaced_transaction_wakes_it(sandbox, urls,
             time.sleep(0.05)  # the replica has gone back to sleep on its doorbell
             with pconn.cursor() as cur:
                 cur.execute(f"INSERT INTO {schema}.t VALUES (%s, %s)", (i, f"row {i}"))
-            wait_for(lambda: replica_count() == i, f"row {i} on the replica", alive=alive)
+            wait_for(lambda: table_rows(rconn, schema) == i, f"row {i} on the replica", alive=alive)
         before = cpu_seconds(replica.proc.pid)
         time.sleep(IDLE_S)
         idle_share = (cpu_seconds(replica.proc.pid) - before) / IDLE_S

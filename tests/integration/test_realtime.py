@@ -12,7 +12,7 @@ from bridge.procs import primary_process, replica_process, wait_port
 from bridge.ports import free_port
 from bridge.workload import connect
 from tests.conftest import primary_position
-from tests.helpers import semi_sync_status, wait_for
+from tests.helpers import semi_sync_status, table_rows, wait_for
 
 PRIORITY = 5
 ROWS = 200
@@ -45,14 +45,6 @@ def test_both_ends_under_sched_fifo_acknowledge_and_replicate(sandbox, urls, tmp
         replica.check_alive()
         primary.check_alive()
 
-    def replica_rows() -> int:
-        with rconn.cursor() as cur:
-            if not cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME='t'",
-                               (schema,)):
-                return 0
-            cur.execute(f"SELECT COUNT(*) FROM {schema}.t")
-            return cur.fetchone()[0]
-
     replica.start()
     try:
         wait_port(port, alive=alive)
@@ -67,7 +59,7 @@ def test_both_ends_under_sched_fifo_acknowledge_and_replicate(sandbox, urls, tmp
         with pconn.cursor() as cur:
             for i in range(1, ROWS + 1):  # autocommit: each returns on its ACK (or the primary's timeout)
                 cur.execute(f"INSERT INTO {schema}.t VALUES (%s, %s)", (i, f"row {i}"))
-        wait_for(lambda: replica_rows() == ROWS, f"{ROWS} rows on the replica", alive=alive)
+        wait_for(lambda: table_rows(rconn, schema) == ROWS, f"{ROWS} rows on the replica", alive=alive)
         assert int(semi_sync_status(semi_sync_primary)["yes_tx"]) > acked  # ACKs from the SCHED_FIFO primary side
         for proc in (primary, replica):
             assert policies(proc.proc.pid) == {(os.SCHED_FIFO, PRIORITY)}, proc.name
