@@ -65,6 +65,7 @@ def test_both_ends_under_sched_fifo_acknowledge_and_replicate(sandbox, urls, tmp
             assert policies(proc.proc.pid) == {(os.SCHED_FIFO, PRIORITY)}, proc.name
             assert len(os.listdir(f"/proc/{proc.proc.pid}/task")) > 1  # threads started after the option too
             assert f"realtime: every thread under SCHED_FIFO priority {PRIORITY}" in proc.log_tail(100_000)
+            assert "objects of the start frozen" in proc.log_tail(100_000)  # out of the collector's walks
     finally:
         primary.stop()
         replica.stop()
