@@ -19,15 +19,14 @@ import os
 log = logging.getLogger("bridge")
 
 
-def enter(priority: int, pid: int = 0) -> bool:
-    """Every thread of this process (of ``pid``), and every thread it starts later, under
+def enter(priority: int) -> bool:
+    """Every thread of this process, and every thread it starts later, under
     SCHED_FIFO at ``priority`` (1-99). Said in the log either way: True when done; False
     when refused (no root or CAP_SYS_NICE, or not Linux), the process then runs on at
     normal priority."""
-    root = f"/proc/{pid or os.getpid()}/task"
     try:
         param = os.sched_param(priority)
-        for task in sorted(os.listdir(root)):
+        for task in sorted(os.listdir("/proc/self/task")):
             os.sched_setscheduler(int(task), os.SCHED_FIFO, param)  # Linux: one thread; new ones inherit it
     except (AttributeError, OSError) as exc:
         why = "needs root or CAP_SYS_NICE (systemd: CPUSchedulingPolicy=fifo)" \

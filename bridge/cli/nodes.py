@@ -165,7 +165,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                                  "a SCHED_FIFO thread that polls keeps its CPU from every normal process, the "
                                  "servers too; give --spin-us 0 (rdma then polls every 200 µs)",
                                  param_hint="--realtime-priority")
-    _pin(pin_near_nic, realtime_priority)
+    _schedule(pin_near_nic, realtime_priority)
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
                         transport=transport, ring_bytes=ring_bytes, channel=channel, workers=workers,
                         apply_mode=apply_mode,
@@ -253,7 +253,7 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
                                  "could ever go", param_hint="--semi-sync-quorum")
     if semi_sync_quorum > 1 and semi_sync == "off":
         raise click.BadParameter("needs --semi-sync received or applied", param_hint="--semi-sync-quorum")
-    _pin(pin_near_nic, realtime_priority)
+    _schedule(pin_near_nic, realtime_priority)
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
     cfg = PrimaryConfig(source=url, replica=replicas[0], replicas=replicas, semi_sync_quorum=semi_sync_quorum,
                         transport=transport, server_id=server_id,
@@ -272,7 +272,7 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
              node.last_gtid or "-")
 
 
-def _pin(wanted: bool, realtime_priority: int) -> None:
+def _schedule(wanted: bool, realtime_priority: int) -> None:
     """Where and how this process runs: --pin-near-nic, --realtime-priority (before any thread starts)."""
     if wanted:
         from bridge.doctor import pin_near_nic

@@ -322,9 +322,6 @@ cdef class ShipLane:
         if waited > self.gil_wait_max_ns:
             self.gil_wait_max_ns = waited
 
-    cdef void _batch(self, uint64_t elapsed_ns, Py_ssize_t n) noexcept nogil:
-        _keep(self.batch_us, self.batch_n, &self.batches, elapsed_ns, n)
-
     cdef int _send_ack(self, uint64_t position, const char *log_file, Py_ssize_t n) noexcept nogil:
         """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno."""
         cdef uint8_t packet[4 + 9 + 512]
@@ -535,7 +532,7 @@ cdef class ShipLane:
                                 if write(mbell[i], b"\x01", 1) < 0 and errno != EAGAIN and i not in self.gone:
                                     self.gone.append(i)
                     if pending:
-                        self._batch(_mono_ns() - whole_ns, batch_n)
+                        _keep(self.batch_us, self.batch_n, &self.batches, _mono_ns() - whole_ns, batch_n)
                         if self.counts is not None:  # live: status and metrics see them as they happen
                             self._count(batch_n, batch_hb)
                         pending, whole_ns, batch_n, batch_hb = False, 0, 0, 0

@@ -206,7 +206,7 @@ class ShipLane:
                         continue
                 if pending:
                     self._publish(producer.write_seq, producer.head, ack >= 0)
-                    self._batch(time.monotonic_ns() - whole_ns, batch_n)
+                    self._keep(self._batches, time.monotonic_ns() - whole_ns, batch_n)
                     if self.counts is not None:  # live: status and metrics see them as they happen
                         self._count(batch_n, batch_hb)
                     pending, whole_ns, batch_n, batch_hb = False, 0, 0, 0
@@ -265,9 +265,6 @@ class ShipLane:
             stages.record("place", micros, n)
         for micros, n in self._acks_us:
             stages.record("ack", micros, n)
-
-    def _batch(self, elapsed_ns: int, n: int) -> None:
-        self._keep(self._batches, elapsed_ns, n)
 
     @staticmethod
     def _keep(kept: list[list[int]], elapsed_ns: int, n: int) -> None:
