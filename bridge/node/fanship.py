@@ -1,7 +1,8 @@
 """The fan-out's one-call paths, mixed into FanOutNode (bridge.node.fanout), as
-bridge.node.shipping's are into PrimaryNode: over shm, semi-sync off or `received`, the
-ship lane feeding every member's ring in one compiled call (``ShipLane``'s further rings;
-the ACK from the same call once the quorum's rings hold the transaction); else,
+bridge.node.shipping's are into PrimaryNode: over shm or plain tcp, semi-sync off or
+`received`, the ship lane feeding every member's ring in one compiled call (``ShipLane``'s
+further rings; the ACK from the same call once the quorum's rings hold the transaction,
+over tcp once that many replica sides answered that they do); else,
 where the dump's buffer holds common transactions whole, one compiled framing call per
 member (``RingProducer.place_run``: the same packets, so the same transactions). A member
 short of ring space gets what it lacks framed one by one into its queue. FanOutNode owns
@@ -30,21 +31,28 @@ class FanShipLoop:
 
     def _lane_everywhere(self, reader) -> bool:
         """The ship lane feeding every member's ring in one compiled call (its further
-        rings, bridge.source.ship), where it can: over shm, semi-sync off or `received`
-        with no ACK waiting, every member streaming with nothing queued and the binlog
-        format in force sent. True when this step is done (transactions placed, or the
-        dump quiet for the lane's wait)."""
+        rings, bridge.source.ship), where it can: over shm or plain tcp, semi-sync off or
+        `received` with no ACK waiting, every member streaming with nothing queued and the
+        binlog format in force sent. True when this step is done (transactions placed, or
+        the dump quiet for the lane's wait)."""
         lane = self._fan_lane(reader)
         if lane is None:
             return False
-        streaming = self.members
+        streaming, tcp = self.members, lane.sock is not None
         ack_file = reader.log_file.encode() if self.cfg.semi_sync == "received" else None
         with self._lock:  # no catch-up runs now (the lane is only used without one): nothing waits on it
+            if tcp:  # the answers each data connection waits for are the lane's to read while it runs
+                for k, member in enumerate(streaming):
+                    lane.answers_in(k, *member.remote.answers_to_lane())
             try:
-                placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file)
-            except TransportError as exc:  # the first ring's doorbell: its replica side is gone
+                placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file, int(self.acks.timeout_s * 1e6))
+            except TransportError as exc:  # the first ring's doorbell or connection: its replica side is gone
                 self._detach(streaming[0], str(exc))
                 return True
+            finally:
+                for k, member in enumerate(streaming if tcp else ()):
+                    if member.remote is not None:
+                        member.remote.answers_from_lane(*lane.answers_out(k))
             if lane.asked is not None:  # fewer rings than the quorum hold it: the general path counts them
                 missing = {i + 1 for i, _, _ in lane.owed} | {i + 1 for i in lane.gone}
                 self.acks.handed_over(tuple(-1 if i in missing else m.producer.write_seq
@@ -62,13 +70,15 @@ class FanShipLoop:
             for i, packets, seq_id in lane.owed:
                 self._queue_rest(streaming[i + 1], packets, 0, seq_id, False)
         for i in lane.gone:
-            self._detach(streaming[i + 1], "its doorbell failed: the replica side is gone")
+            self._detach(streaming[i + 1], "its data connection failed: the replica side is gone" if tcp else
+                         "its doorbell failed: the replica side is gone")
         if placed == 0 and lane.why == lanes.IDLE and time.monotonic_ns() - lane.reader.data_ns >= self._stall_ns:
             raise reader.stalled()  # quiet past the read timeout, not even the server's heartbeat
         return placed > 0 or lane.why == lanes.IDLE
 
     def _fan_lane(self, reader):
-        """The lane for the members as they are now, or None where it cannot run."""
+        """The lane for the members as they are now, or None where it cannot run (TLS on a
+        link, links of two kinds)."""
         members = self.members
         if self.cfg.semi_sync not in ("off", "received") or self.acks or len(members) - 1 > lanes.MAX_RINGS or \
                 any(m.state != STREAMING or m.queue or m.parked for m in members):
@@ -79,12 +89,13 @@ class FanShipLoop:
         key = (dump, *((m.producer, m.remote) for m in members))
         if self._fan_key != key:
             targets = [m.remote.lane_target() if hasattr(m.remote, "lane_target") else None for m in members]
-            if any(t is None or t.get("sock") is not None or t.get("remote") is None for t in targets):
-                return None  # tcp (or TLS): the runs below
+            if any(t is None or (t.get("sock") is None) != (targets[0].get("sock") is None) for t in targets):
+                return None  # TLS, or shm and tcp mixed: the runs below
             self._fan_lane_obj = lanes.ShipLane(
-                dump, members[0].producer, targets[0]["remote"], targets[0].get("doorbell", -1), HEARTBEAT_TABLE,
-                self.assembler.chunk_bytes, None, self.counts,
-                [(m.producer, t["remote"], t.get("doorbell", -1)) for m, t in zip(members[1:], targets[1:])])
+                dump, members[0].producer, targets[0].get("remote"), targets[0].get("doorbell", -1), HEARTBEAT_TABLE,
+                self.assembler.chunk_bytes, targets[0].get("sock"), self.counts,
+                [(m.producer, t.get("remote"), t.get("doorbell", -1), t.get("sock"))
+                 for m, t in zip(members[1:], targets[1:])])
             self._fan_lane_obj.quorum = self.acks.quorum
             self._fan_key = key
             self._stall_ns = int(reader.read_timeout_s * 1e9)

@@ -57,12 +57,13 @@ class ShipLoop:
             return False
         ack_file = reader.log_file.encode() if self.cfg.semi_sync != "off" else None
         placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file, int(self.acks.timeout_s * 1e6))
-        if lane.asked is not None:  # tcp: the answer it asked for is late; the general path waits for it
+        if lane.sock is not None:  # tcp: the answers it read, and the one it asked for if late
+            self._lane_remote.answers_from_lane(*lane.answers_out(0))
+        if lane.asked is not None:  # the general path waits for that answer
             seq, position, asked_ns = lane.asked
-            self._lane_remote.lane_asked(seq, lane.reply)
             self.acks.handed_over((seq,), position, reader.log_file, asked_ns)
         if placed:  # the lane counted them as it published (lanes.ShipLane's ``counts``)
-            self._lane_remote.lane_published(member.producer.write_seq, lane.placed, lane.applied)
+            self._lane_remote.lane_published(member.producer.write_seq)
             member.note_published()
             self.last_gtid = member.last_gtid = lane.gtid
             self.counts.lane_runs += 1

@@ -75,7 +75,8 @@ cdef enum:
     OP_PUBLISH_ANSWER = 6
     OP_HEAD = 9  # placement.HEAD: op u8, offset u32, length u32
     REPLY_BYTES = 16  # placement.REPLY: placed u64, applied u64
-    ANSWER_CLOSED = -1  # _await_answer: the replica side closed the data connection
+    FAIL_CLOSED = -1  # a link's failure (else an errno): the replica side closed the data connection
+    FAIL_SHORT = -2  # ... it answered that its ring holds less than was published when the answer was asked
 
 if (C_RUN_TXNS, C_PEEK_BYTES, C_BATCHES, C_IDLE, C_NOT_MINE, C_MAX_RINGS, HEAD_AT, WRITE_SEQ_AT, WAITING_AT, DATA_OFFSET, OP_WRITE,
         OP_PUBLISH, OP_PUBLISH_ANSWER, OP_HEAD, REPLY_BYTES) != (
@@ -185,6 +186,90 @@ cdef class DumpReader:
         pass
 
 
+cdef struct Link:
+    # a tcp ring's data connection as the lane sees it (ship._Link): its messages not sent yet,
+    # the answers asked for and not read (the last asked with asked_seq published; the next
+    # one's bytes read so far) and the replica side's last answer
+    int fd
+    uint8_t *out
+    Py_ssize_t out_len, out_cap
+    uint8_t reply[REPLY_BYTES]
+    int reply_len, asked
+    uint64_t asked_seq, placed, applied
+
+
+cdef int _queue(Link *l, uint8_t op, uint32_t offset, const uint8_t *body, uint32_t n) except -1:
+    """A placement message (op, offset, length, body) after those not sent yet on the link."""
+    cdef Py_ssize_t want = l.out_len + OP_HEAD + n
+    cdef uint8_t *grown
+    if want > l.out_cap:
+        grown = <uint8_t *>realloc(l.out, want * 2)
+        if grown is NULL:
+            raise MemoryError()
+        l.out, l.out_cap = grown, want * 2
+    l.out[l.out_len] = op
+    wr32(l.out + l.out_len + 1, offset)
+    wr32(l.out + l.out_len + 5, n)
+    memcpy(l.out + l.out_len + OP_HEAD, body, n)
+    l.out_len = want
+    return 0
+
+
+cdef int _send_queued(Link *l, int timeout_ms) noexcept nogil:
+    """Everything queued on the link, sent (waiting for room as ``sendall`` does, up to the
+    socket's timeout) and dropped: 0, or the errno that stopped it."""
+    cdef Py_ssize_t at = 0
+    cdef ssize_t sent
+    cdef pollfd waiter
+    cdef int ready
+    while at < l.out_len:
+        sent = send(l.fd, l.out + at, l.out_len - at, MSG_NOSIGNAL | MSG_DONTWAIT)
+        if sent >= 0:
+            at += sent
+            continue
+        if errno == EINTR:
+            continue
+        if errno != EAGAIN:
+            l.out_len = 0
+            return errno
+        waiter.fd, waiter.events, waiter.revents = l.fd, POLLOUT, 0
+        ready = poll(&waiter, 1, timeout_ms)
+        if ready == 0 or ready < 0 and errno != EINTR:
+            l.out_len = 0
+            return ETIMEDOUT if ready == 0 else errno
+    l.out_len = 0
+    return 0
+
+
+cdef int _take_answer(Link *l) noexcept nogil:
+    """The bytes of the link's next answer the socket holds (one whole answer at most): 0,
+    or its failure (FAIL_CLOSED, FAIL_SHORT, an errno)."""
+    cdef ssize_t got = recv(l.fd, l.reply + l.reply_len, REPLY_BYTES - l.reply_len, MSG_DONTWAIT)
+    if got == 0:
+        return FAIL_CLOSED
+    if got < 0:
+        return 0 if errno == EINTR or errno == EAGAIN else errno
+    l.reply_len += got
+    if l.reply_len < REPLY_BYTES:
+        return 0
+    l.reply_len = 0
+    l.asked -= 1
+    if rd64(l.reply) > l.placed:
+        l.placed = rd64(l.reply)
+    if rd64(l.reply + 8) > l.applied:
+        l.applied = rd64(l.reply + 8)
+    return FAIL_SHORT if l.asked == 0 and l.placed < l.asked_seq else 0
+
+
+cdef object _link_error(Link *l, int fail):
+    if fail == FAIL_CLOSED:
+        return TransportError("tcp transport: the replica side closed the data connection with an answer outstanding")
+    if fail == FAIL_SHORT:
+        return TransportError(f"tcp transport: the replica side answered that its ring holds seq {l.placed}, "
+                              f"after seq {l.asked_seq} was published")
+    return TransportError(f"tcp transport: recv: {os.strerror(fail)}")
+
+
 cdef class ShipLane:
     cdef readonly DumpReader reader
     cdef readonly object producer, remote, heartbeat, counts, rings
@@ -193,16 +278,12 @@ cdef class ShipLane:
     cdef readonly Py_ssize_t max_bytes
     cdef bytes hb_schema, hb_table
     cdef readonly object sock
-    cdef int sock_fd, send_timeout_ms
-    cdef uint8_t *out  # tcp: the messages of what is placed, not yet sent
-    cdef Py_ssize_t out_len, out_cap
+    cdef int n_links, send_timeout_ms
+    cdef Link links[C_MAX_RINGS + 1]  # tcp: the first ring's connection, then each further ring's
     cdef public int seq_id, why, ack_error
     cdef public Py_ssize_t frames, heartbeats, commit_position, acks
     cdef public object gtid
-    cdef public object asked  # tcp: (seq, ACK position, monotonic ns) whose answer is out, or None
-    cdef uint8_t reply_buf[REPLY_BYTES]  # ... and the bytes of that answer already read
-    cdef int reply_len
-    cdef public unsigned long long placed, applied  # tcp: the replica side's last answer
+    cdef public object asked  # (seq, ACK position, monotonic ns) handed back unacknowledged, or None
     cdef public int quorum  # fan-out semi-sync: rings that must hold a transaction for its ACK
     # over the lane's life: wakeups (the dump readable, an answer in) that waited over 1 ms for
     # the interpreter lock before the lane could go on, and the longest such wait
@@ -217,17 +298,22 @@ cdef class ShipLane:
 
     def __init__(self, DumpReader reader, producer, remote, int doorbell, heartbeat, Py_ssize_t max_bytes,
                  sock=None, counts=None, rings=()):
+        cdef int k
         self.reader, self.producer, self.remote, self.doorbell = reader, producer, remote, doorbell
         self.rings = tuple(rings)
-        if self.rings and (sock is not None or len(self.rings) > C_MAX_RINGS):
-            raise ValueError(f"ship lane: further rings over shm only, {C_MAX_RINGS} at most")
+        if len(self.rings) > C_MAX_RINGS or \
+                any(len(ring) != 4 or (ring[3] is None) != (sock is None) for ring in self.rings):
+            raise ValueError(f"ship lane: further rings of the first one's kind (shm or tcp), {C_MAX_RINGS} at most")
         self.owed, self.gone = [], []
         self.counts = counts
         self.sock = sock
-        self.sock_fd = sock.fileno() if sock is not None else -1
+        self.n_links = 0
+        if sock is not None:
+            for k, s in enumerate((sock, *(ring[3] for ring in self.rings))):
+                self.links[k].fd = s.fileno()
+            self.n_links = 1 + len(self.rings)
         timeout = sock.gettimeout() if sock is not None else None
         self.send_timeout_ms = -1 if timeout is None else int(timeout * 1000)
-        self.out, self.out_len, self.out_cap = NULL, 0, 0
         self.heartbeat, self.max_bytes = heartbeat, max_bytes
         self.hb_schema, self.hb_table = PyUnicode_AsUTF8String(heartbeat[0]), PyUnicode_AsUTF8String(heartbeat[1])
         self.seq_id = 0
@@ -235,16 +321,47 @@ cdef class ShipLane:
         self.gtid = ""
         self.batches = self.ack_kept = 0
         self.acks = self.ack_error = 0
-        self.asked, self.reply_len, self.placed, self.applied, self.quorum = None, 0, 0, 0, 1
+        self.asked, self.quorum = None, 1
         self.gil_waits, self.gil_wait_max_ns = 0, 0
         self.why = C_IDLE
 
     def __dealloc__(self):
-        free(self.out)
+        cdef int k
+        for k in range(C_MAX_RINGS + 1):
+            free(self.links[k].out)
 
     @property
     def reply(self):
-        return PyBytes_FromStringAndSize(<char *>self.reply_buf, self.reply_len)
+        return PyBytes_FromStringAndSize(<char *>self.links[0].reply, self.links[0].reply_len)
+
+    @property
+    def placed(self):
+        return self.links[0].placed
+
+    @property
+    def applied(self):
+        return self.links[0].applied
+
+    def answers_in(self, int k, int asked, partial, unsigned long long asked_seq):
+        cdef Link *l = self._link(k)
+        data = bytes(partial) + PyBytes_FromStringAndSize(<char *>l.reply, l.reply_len)
+        if len(data) >= REPLY_BYTES:
+            raise ValueError(f"ship lane: {len(data)} bytes of an answer not taken whole")
+        memcpy(l.reply, PyBytes_AS_STRING(data), len(data))
+        l.reply_len, l.asked = len(data), l.asked + asked
+        if asked_seq > l.asked_seq:
+            l.asked_seq = asked_seq
+
+    def answers_out(self, int k):
+        cdef Link *l = self._link(k)
+        out = (l.asked, PyBytes_FromStringAndSize(<char *>l.reply, l.reply_len), l.asked_seq, l.placed, l.applied)
+        l.asked = l.reply_len = 0
+        return out
+
+    cdef Link *_link(self, int k) except NULL:
+        if not 0 <= k < self.n_links:
+            raise IndexError(f"ship lane: no tcp ring {k}")
+        return &self.links[k]
 
     cdef void _count(self, Py_ssize_t n, Py_ssize_t heartbeats):
         counts = self.counts
@@ -263,48 +380,59 @@ cdef class ShipLane:
             self.counts.acks_sent -= 1  # it did not go
         return err
 
-    cdef int _holding(self, int n_more):
-        """Fan-out: the rings that hold the transaction just published (a further ring that
-        had no space for it, or whose replica side is gone, does not)."""
-        missing = {owed[0] for owed in self.owed}
-        missing.update(self.gone)
-        return 1 + n_more - len(missing)
-
-    cdef int _await_answer(self, uint64_t until_ns, uint64_t write_seq) noexcept nogil:
-        """tcp: wait until ``until_ns`` at most for the replica side's answer to the PUBLISH
-        just sent (the only one asked: the lane runs with none outstanding): 1 once it is
-        here (``placed``, ``applied`` taken), 0 when the time ran out first (the bytes read
-        so far kept), ANSWER_CLOSED, or an errno made negative."""
-        cdef pollfd waiter
+    cdef int _await_quorum(self, uint64_t until_ns, const uint64_t *want, const int *holding, int n_holding,
+                           int *dead, int *fails) noexcept nogil:
+        """tcp: wait until ``until_ns`` at most for ``quorum`` of the ``holding`` rings to
+        answer that they hold ``want`` (their seq of what was just published): 1 once they
+        have, 0 when the time ran out first (the answers not read stay asked for, the bytes
+        read so far kept), -1 when the first ring failed (``fails[0]``). A further ring that
+        fails meanwhile is ``dead`` (its failure in ``fails``)."""
+        cdef pollfd waiters[C_MAX_RINGS + 1]
+        cdef int which[C_MAX_RINGS + 1]
+        cdef int j, k, confirmed, n_wait, ready, fail
         cdef uint64_t now
-        cdef int ready
-        cdef ssize_t got
-        while self.reply_len < REPLY_BYTES:
+        while True:
+            confirmed = n_wait = 0
+            for j in range(n_holding):
+                k = holding[j]
+                if dead[k]:
+                    continue
+                if self.links[k].placed >= want[k]:
+                    confirmed += 1
+                elif self.links[k].asked > 0:
+                    waiters[n_wait].fd, waiters[n_wait].events, waiters[n_wait].revents = self.links[k].fd, POLLIN, 0
+                    which[n_wait] = k
+                    n_wait += 1
+            if confirmed >= self.quorum:
+                return 1
             now = _mono_ns()
-            if now >= until_ns:
+            if now >= until_ns or n_wait == 0:
                 return 0
-            waiter.fd, waiter.events, waiter.revents = self.sock_fd, POLLIN, 0
-            ready = poll(&waiter, 1, <int>((until_ns - now + 999999) // 1000000))
+            ready = poll(waiters, n_wait, <int>((until_ns - now + 999999) // 1000000))
             if ready == 0:
                 continue  # the clock decides (poll counts whole ms)
             if ready < 0:
                 if errno == EINTR:
                     continue
-                return -errno
-            got = recv(self.sock_fd, self.reply_buf + self.reply_len, REPLY_BYTES - self.reply_len, MSG_DONTWAIT)
-            if got == 0:
-                return ANSWER_CLOSED
-            if got < 0:
-                if errno == EINTR or errno == EAGAIN:
+                fails[0] = errno
+                return -1
+            for j in range(n_wait):
+                if waiters[j].revents == 0:
                     continue
-                return -errno
-            self.reply_len += got
-        self.reply_len = 0
-        if rd64(self.reply_buf) > self.placed:
-            self.placed = rd64(self.reply_buf)
-        if rd64(self.reply_buf + 8) > self.applied:
-            self.applied = rd64(self.reply_buf + 8)
-        return 1
+                k = which[j]
+                fail = _take_answer(&self.links[k])
+                if fail:
+                    fails[k] = fail
+                    if k == 0:
+                        return -1
+                    dead[k] = 1
+
+    cdef void _note_gone(self, const int *dead):
+        """The further rings found dead (1..), named in ``gone`` once each."""
+        cdef int k
+        for k in range(1, 1 + len(self.rings)):
+            if dead[k] and k - 1 not in self.gone:
+                self.gone.append(k - 1)
 
     def record_stages(self, stages):
         """The last run's "place" stage (per publish, its transactions at its first one's
@@ -341,48 +469,6 @@ cdef class ShipLane:
                 return errno
             at += sent
         return 0
-
-    cdef int _queue(self, uint8_t op, uint32_t offset, const uint8_t *body, uint32_t n) except -1:
-        """A placement message (op, offset, length, body) after those not sent yet."""
-        cdef Py_ssize_t want = self.out_len + OP_HEAD + n
-        cdef uint8_t *grown
-        if want > self.out_cap:
-            grown = <uint8_t *>realloc(self.out, want * 2)
-            if grown is NULL:
-                raise MemoryError()
-            self.out, self.out_cap = grown, want * 2
-        self.out[self.out_len] = op
-        wr32(self.out + self.out_len + 1, offset)
-        wr32(self.out + self.out_len + 5, n)
-        memcpy(self.out + self.out_len + OP_HEAD, body, n)
-        self.out_len = want
-        return 0
-
-    cdef int _send_queued(self) noexcept nogil:
-        """Everything queued, sent (waiting for room as ``sendall`` does, up to the
-        socket's timeout): 0, or the errno that stopped it."""
-        cdef Py_ssize_t at = 0
-        cdef ssize_t sent
-        cdef pollfd waiter
-        cdef int ready
-        while at < self.out_len:
-            sent = send(self.sock_fd, self.out + at, self.out_len - at, MSG_NOSIGNAL | MSG_DONTWAIT)
-            if sent >= 0:
-                at += sent
-                continue
-            if errno == EINTR:
-                continue
-            if errno != EAGAIN:
-                return errno
-            waiter.fd, waiter.events, waiter.revents = self.sock_fd, POLLOUT, 0
-            ready = poll(&waiter, 1, self.send_timeout_ms)
-            if ready == 0:
-                return ETIMEDOUT
-            if ready < 0 and errno != EINTR:
-                return errno
-        self.out_len = 0
-        return 0
-
     def run(self, int seq_id, int wait_ms, ack_file=None, long long ack_wait_us=0):
         cdef Py_buffer mirror, ring
         cdef DumpReader rd = self.reader
@@ -394,9 +480,9 @@ cdef class ShipLane:
         cdef uint8_t sid = seq_id
         cdef uint8_t *o
         cdef uint8_t *r
-        cdef int scan, left_ms, bell_err = 0, send_err = 0, got_poll, answer
+        cdef int scan, left_ms, bell_err = 0, send_err = 0, got_poll, answer, k, n_holding, err
         cdef uint64_t asked_ns, until_ns, ack_ns = 0
-        cdef bint tcp = self.sock_fd >= 0
+        cdef bint tcp = self.n_links > 0
         cdef bint semi_sync = ack_file is not None
         cdef const char *ack_name = NULL
         cdef Py_ssize_t ack_name_len = 0, batch_n = 0, batch_hb = 0
@@ -419,9 +505,18 @@ cdef class ShipLane:
         cdef int mbell[C_MAX_RINGS]
         cdef int n_more = len(self.rings), got_mirrors = 0, got_rings = 0, i
         cdef Py_ssize_t mframe_at, mused
+        # per ring (0: the first): dead (a further one whose doorbell or connection failed) and why
+        cdef int dead[C_MAX_RINGS + 1]
+        cdef int fails[C_MAX_RINGS + 1]
+        cdef int owes[C_MAX_RINGS]  # a further ring had no space for the last transaction
+        cdef int holding[C_MAX_RINGS + 1]  # the rings that hold the transaction an ACK is asked for
+        cdef uint64_t want[C_MAX_RINGS + 1]  # ... and their seq of it
+        memset(dead, 0, sizeof(dead))
+        memset(fails, 0, sizeof(fails))
+        memset(owes, 0, sizeof(owes))
         entries = []
         more_entries = [[] for _ in range(n_more)]
-        self.owed, self.gone, self.asked, self.reply_len = [], [], None, 0
+        self.owed, self.gone, self.asked = [], [], None
         if semi_sync:
             ack_name, ack_name_len = PyBytes_AS_STRING(ack_file), len(ack_file)
         self.frames = self.heartbeats = self.batches = self.ack_kept = self.acks = self.ack_error = 0
@@ -435,10 +530,10 @@ cdef class ShipLane:
                 o = <uint8_t *>mirror.buf + DATA_OFFSET
                 r = <uint8_t *>ring.buf
                 for i in range(n_more):
-                    other, shared, bell = self.rings[i]
+                    other, shared, bell, _ = self.rings[i]
                     PyObject_GetBuffer(other.region, &more_mirror[i], PyBUF_WRITABLE)
                     got_mirrors += 1
-                    PyObject_GetBuffer(shared, &more_ring[i], PyBUF_WRITABLE)
+                    PyObject_GetBuffer(shared if not tcp else other.region, &more_ring[i], PyBUF_WRITABLE)
                     got_rings += 1
                     msize[i], mhead[i], mfree[i] = other.size, other.head, other.size - other.used
                     mseq[i], mepoch[i], mbell[i] = other.next_seq, other.epoch & 0xFFFFFFFF, bell
@@ -458,10 +553,10 @@ cdef class ShipLane:
                                 whole_ns = _mono_ns()
                             if tcp:  # the same spans as WRITE messages (the ring's end first where it wrapped)
                                 if frame_at < head:
-                                    self._queue(OP_WRITE, DATA_OFFSET + head, o + head, size - head)
-                                    self._queue(OP_WRITE, DATA_OFFSET, o, used - (size - head))
+                                    _queue(&self.links[0], OP_WRITE, DATA_OFFSET + head, o + head, size - head)
+                                    _queue(&self.links[0], OP_WRITE, DATA_OFFSET, o, used - (size - head))
                                 else:
-                                    self._queue(OP_WRITE, DATA_OFFSET + head, o + head, used)
+                                    _queue(&self.links[0], OP_WRITE, DATA_OFFSET + head, o + head, used)
                             elif frame_at < head:  # wrapped: the ring's end (a PAD or implicit wrap), the frame
                                 memcpy(r + DATA_OFFSET + head, o + head, size - head)
                                 memcpy(r + DATA_OFFSET, o, used - (size - head))
@@ -469,14 +564,23 @@ cdef class ShipLane:
                                 memcpy(r + DATA_OFFSET + head, o + head, used)
                             entries.append((seq, used, DATA_OFFSET + frame_at, _payload_len(&s), FrameKind.TXN, 0))
                             for i in range(n_more):  # fan-out: the same transaction into each further ring
+                                if dead[i + 1]:
+                                    continue
                                 mframe_at = mhead[i]
                                 mused = _place_scanned(mo[i], msize[i], &mframe_at, mfree[i], mseq[i], mepoch[i],
                                                        rd.buf + rd.start, &s)
                                 if not mused:
+                                    owes[i] = 1
                                     self.owed.append((i, PyBytes_FromStringAndSize(<char *>rd.buf + rd.start,
                                                                                    s.taken), sid))
                                     continue
-                                if mframe_at < mhead[i]:
+                                if tcp and mframe_at < mhead[i]:
+                                    _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET + mhead[i], mo[i] + mhead[i],
+                                           msize[i] - mhead[i])
+                                    _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET, mo[i], mused - (msize[i] - mhead[i]))
+                                elif tcp:
+                                    _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET + mhead[i], mo[i] + mhead[i], mused)
+                                elif mframe_at < mhead[i]:
                                     memcpy(mr[i] + DATA_OFFSET + mhead[i], mo[i] + mhead[i], msize[i] - mhead[i])
                                     memcpy(mr[i] + DATA_OFFSET, mo[i], mused - (msize[i] - mhead[i]))
                                 else:
@@ -507,13 +611,24 @@ cdef class ShipLane:
                                 continue
                         else:
                             scan = SCAN_NO  # a full ring or over half of it: the general path waits for space
-                    if pending and tcp:
-                        wr64(published, seq - 1)  # the PUBLISH body: write_seq u64
-                        self._queue(OP_PUBLISH_ANSWER if ack_pos >= 0 else OP_PUBLISH, <uint32_t>head, published, 8)
-                        with nogil:
-                            send_err = self._send_queued()
+                    if pending and tcp:  # each ring's WRITE messages and a PUBLISH in one send
+                        for k in range(self.n_links):
+                            if dead[k]:
+                                continue
+                            wr64(published, seq - 1 if k == 0 else mseq[k - 1] - 1)  # the PUBLISH body: write_seq u64
+                            _queue(&self.links[k], OP_PUBLISH_ANSWER if ack_pos >= 0 else OP_PUBLISH,
+                                   <uint32_t>(head if k == 0 else mhead[k - 1]), published, 8)
+                            with nogil:
+                                err = _send_queued(&self.links[k], self.send_timeout_ms)
+                            if err and k == 0:
+                                send_err = err
+                            elif err:
+                                dead[k], fails[k] = 1, err
+                            elif ack_pos >= 0:
+                                self.links[k].asked += 1
+                                self.links[k].asked_seq = rd64(published)
+                        self._note_gone(dead)
                         if send_err:
-                            self.out_len = 0
                             break
                     elif pending:
                         wr32(r + HEAD_AT, <uint32_t>head)
@@ -524,13 +639,16 @@ cdef class ShipLane:
                             if write(self.doorbell, b"\x01", 1) < 0 and errno != EAGAIN:
                                 bell_err = errno
                         for i in range(n_more):  # fan-out: each further ring the same way
+                            if dead[i + 1]:
+                                continue
                             wr32(mr[i] + HEAD_AT, <uint32_t>mhead[i])
                             __atomic_thread_fence(3)
                             wr64(mr[i] + WRITE_SEQ_AT, mseq[i] - 1)
                             __atomic_thread_fence(5)
                             if mbell[i] >= 0 and rd32(mr[i] + WAITING_AT):
-                                if write(mbell[i], b"\x01", 1) < 0 and errno != EAGAIN and i not in self.gone:
-                                    self.gone.append(i)
+                                if write(mbell[i], b"\x01", 1) < 0 and errno != EAGAIN:
+                                    dead[i + 1] = 1
+                        self._note_gone(dead)
                     if pending:
                         _keep(self.batch_us, self.batch_n, &self.batches, _mono_ns() - whole_ns, batch_n)
                         if self.counts is not None:  # live: status and metrics see them as they happen
@@ -539,32 +657,30 @@ cdef class ShipLane:
                         if bell_err:
                             break
                         if ack_pos >= 0:
-                            if n_more and self._holding(n_more) < self.quorum:
-                                self.asked = (seq - 1, ack_pos, _mono_ns())  # the general path counts them
-                                self.why = C_NOT_MINE
-                                break
-                            if tcp:
-                                asked_ns = _mono_ns()
+                            holding[0], want[0], n_holding = 0, seq - 1, 1
+                            for i in range(n_more):
+                                want[i + 1] = mseq[i] - 1
+                                if not dead[i + 1] and not owes[i]:
+                                    holding[n_holding] = i + 1
+                                    n_holding += 1
+                            asked_ns = _mono_ns()
+                            answer = n_holding >= self.quorum
+                            if answer and tcp:
                                 until_ns = asked_ns + <uint64_t>ack_wait_us * 1000
                                 if deadline < until_ns:
                                     until_ns = deadline
                                 with nogil:
-                                    answer = self._await_answer(until_ns, seq - 1)
+                                    answer = self._await_quorum(until_ns, want, holding, n_holding, dead, fails)
                                     woke_ns = _mono_ns()
                                 self._gil_waited(woke_ns)
-                                if answer == ANSWER_CLOSED:
-                                    raise TransportError("tcp transport: the replica side closed the data connection "
-                                                         "with an answer outstanding")
+                                self._note_gone(dead)
                                 if answer < 0:
-                                    raise TransportError(f"tcp transport: recv: {os.strerror(-answer)}")
-                                if answer == 0:
-                                    self.asked = (seq - 1, ack_pos, asked_ns)  # the general path waits for it
-                                    self.why = C_NOT_MINE
-                                    break
-                                if self.placed < seq - 1:
-                                    raise TransportError(f"tcp transport: the replica side answered that its ring "
-                                                         f"holds seq {self.placed}, after seq {seq - 1} was published")
-                            # the replica side holds it: what semi-sync `received` promises
+                                    raise _link_error(&self.links[0], fails[0])
+                            if not answer:
+                                self.asked = (seq - 1, ack_pos, asked_ns)  # the general path waits for it
+                                self.why = C_NOT_MINE
+                                break
+                            # the quorum's replica sides hold it: what semi-sync `received` promises
                             self.ack_error = self._acknowledge(<uint64_t>ack_pos, ack_name, ack_name_len)
                             ack_pos = -1
                             if self.ack_error:
@@ -624,6 +740,8 @@ cdef class ShipLane:
                 if more_entries[i]:
                     self.rings[i][0].placed(more_entries[i], mhead[i])
             self.seq_id = sid
+            for k in range(self.n_links):
+                self.links[k].out_len = 0  # what a failure left unsent: the ring's resend covers it
         if bell_err:
             raise TransportError(f"ring the replica's doorbell: {os.strerror(bell_err)}")
         if send_err:

@@ -121,7 +121,7 @@ class ShmRemoteRing:
         """None are ever asked for: the shared ring's header is the answer."""
         return False
 
-    def lane_published(self, write_seq: int, placed: int = 0, applied: int = 0) -> None:
+    def lane_published(self, write_seq: int) -> None:
         """A ship lane published up to ``write_seq`` (in the shared ring: nothing to note)."""
 
     def held(self, wanted: int = 0) -> int:

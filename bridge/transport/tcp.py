@@ -131,7 +131,8 @@ class TcpRemoteRing:
     def lane_target(self) -> dict | None:
         """What a ship lane (bridge.source.ship) sends its WRITE and PUBLISH messages on:
         the data socket; None over TLS (the lane writes the plain socket). The lane may
-        ask for answers itself (semi-sync `received`) while none is outstanding here."""
+        ask for answers itself (semi-sync `received`): those asked for here are handed
+        to it (``answers_to_lane``), or it runs while none is outstanding."""
         if isinstance(self._sock, ssl.SSLSocket) or self._out:
             return None
         return {"sock": self._sock, "confirms": True}
@@ -142,18 +143,29 @@ class TcpRemoteRing:
         self._read_replies(wait=False)
         return self._asked > 0
 
-    def lane_published(self, write_seq: int, placed: int = 0, applied: int = 0) -> None:
-        """A ship lane sent a PUBLISH of ``write_seq`` on the data socket; ``placed`` and
-        ``applied``: the replica side's answers it read."""
+    def lane_published(self, write_seq: int) -> None:
+        """A ship lane sent a PUBLISH of ``write_seq`` on the data socket."""
         self._published = write_seq
-        self.placed, self.applied = max(self.placed, placed), max(self.applied, applied)
 
-    def lane_asked(self, write_seq: int, partial: bytes) -> None:
-        """A ship lane asked for an answer covering ``write_seq`` and returned before it came
-        (``partial``: its bytes already read): it is read here from now on."""
-        self._asked += 1
-        self._asked_through = write_seq
-        self._replies[:0] = partial
+    def answers_to_lane(self) -> tuple[int, bytes, int]:
+        """The answers asked for here and not read yet (after taking those that arrived),
+        handed to a ship lane that reads them from now on: (how many, the next one's bytes
+        read so far, the seq published when the last was asked for)."""
+        self._read_replies(wait=False)
+        out = (self._asked, bytes(self._replies), self._asked_through)
+        self._asked = 0
+        self._replies.clear()
+        return out
+
+    def answers_from_lane(self, asked: int, partial: bytes, asked_seq: int, placed: int, applied: int) -> None:
+        """What a ship lane hands back after a run (``ShipLane.answers_out``): the answers
+        it asked for (or was handed) and did not read, read here from now on, and the
+        replica side's last answer it read."""
+        self.placed, self.applied = max(self.placed, placed), max(self.applied, applied)
+        if asked:
+            self._asked += asked
+            self._asked_through = max(self._asked_through, asked_seq)
+            self._replies[:0] = partial
 
     def held(self, wanted: int) -> int:
         """The highest seq the replica side said its ring holds, from the answers already

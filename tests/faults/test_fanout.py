@@ -185,9 +185,7 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_pr
     # the compiled framing reads MariaDB's and MySQL's transactions; sql apply mode replica sides
     # (across flavors) take them decoded, one by one
     if mysql_primary == mysql_replica:
-        assert f.node.counts.lane_runs + f.node.counts.runs > 0  # the compiled framing, not one by one only
-        if transport == "shm":
-            assert f.node.counts.lane_runs > 0  # one lane call feeds all three rings
+        assert f.node.counts.lane_runs > 0  # one lane call feeds all three rings, over shm and tcp alike
     doc = f.node.status()  # each replica side in /status, /metrics (a replica label) and `status`
     assert deviations(doc, PrimaryStatus) == set()
     families = {fam.name: fam for fam in text_string_to_metric_families(prometheus_text("primary", doc))}
@@ -199,8 +197,9 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_pr
     assert all(f"<td>127.0.0.1:{port}</td><td>streaming</td>" in page for port in f.ports)
 
 
-def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
-    f = fanout()
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout, transport):
+    f = fanout(transport)
     f.start()
     wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
     with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
@@ -221,10 +220,10 @@ def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout):
     f.assert_all_same()
 
 
-@pytest.mark.parametrize("mode", ["applied", "received"])
-def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box, mode, mysql_primary,
-                                                                         mysql_replica):
-    f = fanout()
+@pytest.mark.parametrize("mode,transport", [("applied", "shm"), ("received", "shm"), ("received", "tcp")])
+def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box, mode, transport,
+                                                                         mysql_primary, mysql_replica):
+    f = fanout(transport)
     f.start(semi_sync=mode, semi_sync_quorum=2)
     wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
     wait_for(lambda: semi_sync_status(semi_sync_box)["clients"] == "1", "the fan-out as semi-sync client")
@@ -243,6 +242,7 @@ def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout,
         assert f.node.counts.acks_sent > 0
         if mode == "received" and not (mysql_primary or mysql_replica):
             assert f.node.counts.lane_runs > 0  # the ship lane feeds all three rings and sends the ACKs itself
+            assert f.node.stages.summary(False)["ack"]["count"] > 0  # the "ack" stage: ACKs the lane sent
     assert int(semi_sync_status(semi_sync_box)["no_tx"]) - async_before <= 2  # a commit in flight at the kill
     f.assert_all_same()
 

@@ -371,7 +371,7 @@ def test_both_lanes_feed_further_rings_alike_and_owe_what_one_has_no_space_for(h
     for module in MODULES:
         first = _further_ring(100, head, 0, 7)
         second = _further_ring(5, 0, SIZE - 2 * 224, 9)
-        setup = Setup(module, head=head, rings=[(*first, -1), (*second, -1)])
+        setup = Setup(module, head=head, rings=[(*first, -1, None), (*second, -1, None)])
         try:
             setup.feed(data)
             time.sleep(0.01)
@@ -402,7 +402,7 @@ def test_a_further_ring_whose_doorbell_fails_is_named_gone_and_the_others_are_fe
     other = _further_ring(1, 0, 0, 2)
     other[1][WAITING_AT:WAITING_AT + 4] = (1).to_bytes(4, "little")  # its replica side sleeps on the bell
     os.close(read_end)  # and is gone
-    setup = Setup(module, rings=[(*other, write_end)])
+    setup = Setup(module, rings=[(*other, write_end, None)])
     try:
         setup.feed(_packets([_txn(1), _txn(2)])[0])
         time.sleep(0.01)
@@ -524,7 +524,7 @@ def test_fan_out_semi_sync_acknowledges_once_the_quorums_rings_hold_the_transact
     of 3 gets the request handed back and no ACK."""
     data, _ = _semi_sync_packets([_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5)], {2})
     first, second = _further_ring(100, 0, 0, 7), _further_ring(5, 0, SIZE - 2 * 224, 9)
-    setup = Setup(module, rings=[(*first, -1), (*second, -1)])
+    setup = Setup(module, rings=[(*first, -1, None), (*second, -1, None)])
     setup.lane.quorum = quorum
     try:
         setup.feed(data)
@@ -542,3 +542,140 @@ def test_fan_out_semi_sync_acknowledges_once_the_quorums_rings_hold_the_transact
                 setup.server.recv(100)
     finally:
         setup.close()
+
+
+class TcpRing:
+    """A further tcp ring: its producer, the ring its receiver builds from the lane's
+    messages (a ``Setup``-like view for ``Receiver``), and the primary's end of the data
+    connection the lane sends on."""
+
+    def __init__(self, next_seq: int, epoch: int, used: int = 0) -> None:
+        self.producer, self.ring = _further_ring(next_seq, 0, used, epoch)
+        self.data = socket.socketpair()
+        self.server = None  # the dump's peer, set by ``attach``
+
+    def entry(self):
+        return (self.producer, None, -1, self.data[0])
+
+    def attach(self, setup: Setup) -> TcpRing:
+        self.server = setup.server
+        return self
+
+    def frames(self, first: int):
+        consumer = RingConsumer(memoryview(self.ring), expected_seq=first, tail=0, epoch=self.producer.epoch)
+        got = []
+        while (frame := consumer.poll()) is not None:
+            got.append(frame)
+        return got
+
+    def close(self):
+        for s in self.data:
+            s.close()
+
+
+def _wait_frames(source, first: int, n: int) -> list:
+    deadline = time.monotonic() + 2
+    while len(frames := source.frames(first)) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return frames
+
+
+def test_both_lanes_feed_further_tcp_rings_alike():
+    """Fan-out over tcp: two further rings, each its own data connection, seqs and epoch,
+    get the same transactions as WRITE and PUBLISH messages; both twins leave the same
+    bytes in every ring their receivers build."""
+    txns = [_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5), _txn(4)]
+    data, number = _packets(txns)
+    results = []
+    for module in MODULES:
+        further = [TcpRing(100, 7), TcpRing(5, 9)]
+        setup = Setup(module, tcp=True, rings=[f.entry() for f in further])
+        receivers = [Receiver(setup, lambda seq: b"")] + [Receiver(f.attach(setup), lambda seq: b"") for f in further]
+        try:
+            setup.feed(data)
+            time.sleep(0.01)
+            assert setup.lane.run(0, 20) == 4 and setup.lane.seq_id == number
+            assert setup.lane.owed == [] and setup.lane.gone == []
+            gtids = [decode_transaction(f.payload).gtid for f in _wait_frames(setup, 10, 4)]
+            assert gtids == ["0-1-1", "0-1-2", "0-1-3", "0-1-4"]
+            got = [_stamps_zeroed(setup.ring, setup.producer)]
+            for f, first in zip(further, (100, 5)):
+                frames = _wait_frames(f, first, 4)
+                assert [decode_transaction(x.payload).gtid for x in frames] == gtids
+                assert [x.seq for x in f.producer.unacked(first - 1)] == list(range(first, first + 4))
+                got.append((_stamps_zeroed(f.ring, f.producer), f.producer.head, f.producer.used))
+            results.append(got)
+            assert all(r.acked_before_answer == [] for r in receivers)  # semi-sync off: no answer asked
+        finally:
+            setup.close()
+            for f in further:
+                f.close()
+    assert all(r == results[0] for r in results)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+@pytest.mark.parametrize("quorum", [2, 3])
+def test_fan_out_over_tcp_acknowledges_once_the_quorums_replica_sides_answer(module, quorum):
+    """Three tcp rings; the second further ring's replica side never answers. A quorum of
+    2 gets the ACK from the lane once the first two answered (the silent one's answer
+    stays asked for and is handed out); a quorum of 3 gets the request handed back once
+    the primary's wait is over, and no ACK."""
+    data, number = _semi_sync_packets([_txn(1), _txn(2), _txn(3)], {1})
+    further = [TcpRing(100, 7), TcpRing(5, 9)]
+    setup = Setup(module, tcp=True, rings=[f.entry() for f in further])
+    setup.lane.quorum = quorum
+    receivers = [Receiver(setup, lambda seq: placement.REPLY.pack(seq, 0), delay_s=0.02),
+                 Receiver(further[0].attach(setup), lambda seq: placement.REPLY.pack(seq, 0)),
+                 Receiver(further[1].attach(setup), lambda seq: b"")]
+    try:
+        setup.feed(data)
+        started = time.monotonic_ns()
+        got = setup.lane.run(0, 500, b"mariadb-bin.000007", 50_000)
+        setup.server.settimeout(0.2)
+        if quorum == 2:
+            assert got == 3 and setup.lane.asked is None and (setup.lane.acks, setup.counts.acks_sent) == (1, 1)
+            assert setup.server.recv(100) == len(ACK_502).to_bytes(3, "little") + b"\0" + ACK_502
+            assert receivers[0].acked_before_answer == [False]  # the first ring answered (20 ms late) first
+        else:
+            assert got == 2 and setup.lane.why == ship.NOT_MINE
+            assert setup.lane.asked[:2] == (11, 502) and (setup.lane.acks, setup.counts.acks_sent) == (0, 0)
+            assert time.monotonic_ns() - started < 400_000_000  # it stopped at the primary's 50 ms, not the run's
+            with pytest.raises(socket.timeout):
+                setup.server.recv(100)
+        assert setup.lane.answers_out(0)[0:3:2] == (0, 11) and setup.lane.answers_out(1)[0] == 0
+        asked, partial, asked_seq, placed, _ = setup.lane.answers_out(2)
+        assert (asked, partial, asked_seq, placed) == (1, b"", 6, 0)  # the silent one's: the caller's now
+        assert setup.lane.answers_out(2)[0] == 0  # handed out once
+        assert [f.seq for f in _wait_frames(further[1], 5, 2)][:2] == [5, 6]  # it holds them, it just never said
+    finally:
+        setup.close()
+        for f in further:
+            f.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_fan_out_over_tcp_a_further_connection_that_fails_is_gone_and_answers_handed_in_are_read(module):
+    """The first further ring's replica side closes its connection: named gone, fed no more,
+    the others go on; the first ring had an answer asked for before the run (handed in with
+    half its bytes read): the lane reads the rest of it and then its own."""
+    data, number = _semi_sync_packets([_txn(1), _txn(2)], {1})
+    further = [TcpRing(100, 7), TcpRing(5, 9)]
+    setup = Setup(module, tcp=True, rings=[f.entry() for f in further])
+    setup.lane.quorum = 2
+    old = placement.REPLY.pack(9, 4)
+    setup.lane.answers_in(0, 1, old[:6], 9)
+    setup.data[1].sendall(old[6:])  # the rest of the answer asked for before the run
+    further[0].data[1].close()
+    Receiver(setup, lambda seq: placement.REPLY.pack(seq, 0))
+    Receiver(further[1].attach(setup), lambda seq: placement.REPLY.pack(seq, 0))
+    try:
+        setup.feed(data)
+        assert setup.lane.run(0, 500, b"mariadb-bin.000007", 2_000_000) == 2
+        assert setup.lane.gone == [0] and setup.lane.acks == 1 and setup.lane.asked is None
+        assert (setup.lane.placed, setup.lane.applied) == (11, 4)  # both answers read: the old one's applied kept
+        assert setup.lane.answers_out(0)[:2] == (0, b"")
+        assert [f.seq for f in _wait_frames(further[1], 5, 2)] == [5, 6]
+    finally:
+        setup.close()
+        for f in further:
+            f.close()
