@@ -577,9 +577,11 @@ cdef class ShipLane:
                                 if tcp and mframe_at < mhead[i]:
                                     _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET + mhead[i], mo[i] + mhead[i],
                                            msize[i] - mhead[i])
-                                    _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET, mo[i], mused - (msize[i] - mhead[i]))
+                                    _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET, mo[i],
+                                           mused - (msize[i] - mhead[i]))
                                 elif tcp:
-                                    _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET + mhead[i], mo[i] + mhead[i], mused)
+                                    _queue(&self.links[i + 1], OP_WRITE, DATA_OFFSET + mhead[i], mo[i] + mhead[i],
+                                           mused)
                                 elif mframe_at < mhead[i]:
                                     memcpy(mr[i] + DATA_OFFSET + mhead[i], mo[i] + mhead[i], msize[i] - mhead[i])
                                     memcpy(mr[i] + DATA_OFFSET, mo[i], mused - (msize[i] - mhead[i]))

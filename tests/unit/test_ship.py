@@ -549,8 +549,9 @@ class TcpRing:
     messages (a ``Setup``-like view for ``Receiver``), and the primary's end of the data
     connection the lane sends on."""
 
-    def __init__(self, next_seq: int, epoch: int, used: int = 0) -> None:
-        self.producer, self.ring = _further_ring(next_seq, 0, used, epoch)
+    def __init__(self, next_seq: int, epoch: int, head: int = 0) -> None:
+        self.producer, self.ring = _further_ring(next_seq, head, 0, epoch)
+        self.head = head
         self.data = socket.socketpair()
         self.server = None  # the dump's peer, set by ``attach``
 
@@ -562,7 +563,7 @@ class TcpRing:
         return self
 
     def frames(self, first: int):
-        consumer = RingConsumer(memoryview(self.ring), expected_seq=first, tail=0, epoch=self.producer.epoch)
+        consumer = RingConsumer(memoryview(self.ring), expected_seq=first, tail=self.head, epoch=self.producer.epoch)
         got = []
         while (frame := consumer.poll()) is not None:
             got.append(frame)
@@ -580,16 +581,17 @@ def _wait_frames(source, first: int, n: int) -> list:
     return frames
 
 
-def test_both_lanes_feed_further_tcp_rings_alike():
+@pytest.mark.parametrize("head", [0, SIZE - 200], ids=["start", "pad"])
+def test_both_lanes_feed_further_tcp_rings_alike(head):
     """Fan-out over tcp: two further rings, each its own data connection, seqs and epoch,
-    get the same transactions as WRITE and PUBLISH messages; both twins leave the same
-    bytes in every ring their receivers build."""
+    get the same transactions as WRITE and PUBLISH messages (wrapped at the ring's end
+    too); both twins leave the same bytes in every ring their receivers build."""
     txns = [_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5), _txn(4)]
     data, number = _packets(txns)
     results = []
     for module in MODULES:
-        further = [TcpRing(100, 7), TcpRing(5, 9)]
-        setup = Setup(module, tcp=True, rings=[f.entry() for f in further])
+        further = [TcpRing(100, 7, head), TcpRing(5, 9, SIZE - 16)]
+        setup = Setup(module, tcp=True, head=head, rings=[f.entry() for f in further])
         receivers = [Receiver(setup, lambda seq: b"")] + [Receiver(f.attach(setup), lambda seq: b"") for f in further]
         try:
             setup.feed(data)
