@@ -1,7 +1,8 @@
 """The ship lane: the primary side's common case in one call (pure-Python twin of ``_ship.pyx``).
 
-Once the binlog dump runs, its packets are read through a ``DumpReader`` (PyMySQL's
-buffered file replaced: the same ``read``/``peek``, and a buffer the lane reads too).
+Once the binlog dump runs, its packets are read through a ``DumpReader``
+(bridge.source.dumpreader: PyMySQL's buffered file replaced, the same ``read``/``peek``,
+and a buffer the lane reads too).
 ``ShipLane.run`` then loops without returning to the node: the common transactions
 whole in that buffer (``hotpath.place_run``'s kind: a MariaDB GTID that is not
 standalone or MySQL's GTID and BEGIN, TABLE_MAP and row events, the XID) are framed into the producer's mirror,
@@ -53,79 +54,17 @@ import time
 
 from bridge.errors import TransportError
 from bridge.ring.layout import consumer_waiting, write_publish
+from bridge.source.dumpreader import BLOCKED, DUMP_BUFFER, PEEK_BYTES, DumpReader
 from bridge.wire import binlog, hotpath, placement
 
-DUMP_BUFFER = 1 << 18  # bytes the dump's reader holds; a transaction longer than this is never whole in it
-PEEK_BYTES = 1 << 16  # a peek copies at most this much (the general path's one-call scan looks no further)
 BATCHES = 256  # publishes (ACKs) a run keeps apart for the "place" ("ack") stage (the last one takes the rest)
 RUN_TXNS = 64  # transactions placed between two publishes at most
 MAX_RINGS = 7  # further rings one lane feeds at most (fan-out)
 # why run() returned: nothing to read for wait_ms; bytes that are not the lane's (the general path reads them)
 IDLE, NOT_MINE = 0, 1
-_BLOCKED = (BlockingIOError, InterruptedError)
-
-
-class DumpReader:
-    """The dump connection's reads once the dump runs: ``read`` and ``peek`` as PyMySQL's
-    buffered socket file answers them (``read`` returns None when the socket's receive
-    timeout passed with nothing read, fewer bytes at the end of the stream), over a
-    buffer of ``DUMP_BUFFER`` bytes the ship lane takes packets from directly."""
-
-    def __init__(self, sock: socket.socket, capacity: int = DUMP_BUFFER) -> None:
-        self.sock, self.fd = sock, sock.fileno()
-        self.buf = bytearray(capacity)
-        self.start = self.end = 0  # the unread bytes are buf[start:end]
-        self.data_ns = time.monotonic_ns()  # when the socket last gave bytes (to this reader or its lane)
-
-    @property
-    def buffered(self) -> int:
-        return self.end - self.start
-
-    def fill(self, wait: bool = True) -> int | None:
-        """One receive into the free end of the buffer (moved to the front first when
-        it is past the middle): the bytes received, 0 at the end of the stream, None
-        when the receive timeout passed (``wait=False``: when nothing was there). Other
-        socket errors raise."""
-        if self.start == self.end:
-            self.start = self.end = 0
-        elif self.start > len(self.buf) // 2:
-            self.buf[:self.end - self.start] = self.buf[self.start:self.end]
-            self.start, self.end = 0, self.end - self.start
-        if self.end == len(self.buf):
-            return None if not self.buffered else len(self.buf)  # full: nothing to add
-        try:
-            with memoryview(self.buf) as view:
-                got = self.sock.recv_into(view[self.end:], 0, 0 if wait else socket.MSG_DONTWAIT)
-        except _BLOCKED:
-            return None
-        self.end += got
-        if got:
-            self.data_ns = time.monotonic_ns()
-        return got
-
-    def read(self, n: int) -> bytes | None:
-        out = bytearray()
-        while len(out) < n:
-            if self.start == self.end:
-                got = self.fill()
-                if got is None:
-                    return bytes(out) if out else None
-                if got == 0:
-                    return bytes(out)
-            take = min(n - len(out), self.end - self.start)
-            out += self.buf[self.start:self.start + take]
-            self.start += take
-        return bytes(out)
-
-    def peek(self, n: int = 1) -> bytes:
-        """The bytes buffered, up to ``PEEK_BYTES`` (receiving once when none are): b""
-        after a timeout or at the end of the stream."""
-        if self.start == self.end and not self.fill():
-            return b""
-        return bytes(self.buf[self.start:min(self.end, self.start + PEEK_BYTES)])
-
-    def close(self) -> None:
-        """PyMySQL closes its file so; the socket is PyMySQL's to close."""
+# the names both twins have (the dump's reader and its constants from bridge.source.dumpreader)
+__all__ = ["BATCHES", "DUMP_BUFFER", "IDLE", "MAX_RINGS", "NOT_MINE", "PEEK_BYTES", "RUN_TXNS", "DumpReader",
+           "ShipLane"]
 
 
 class _Link:
@@ -374,7 +313,7 @@ class ShipLane:
         try:
             try:
                 data = link.sock.recv(size - len(link.reply), socket.MSG_DONTWAIT)
-            except _BLOCKED:
+            except BLOCKED:
                 return
             except OSError as exc:
                 raise TransportError(f"tcp transport: recv: {exc.strerror or exc}") from exc
