@@ -247,6 +247,37 @@ def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout,
     f.assert_all_same()
 
 
+def test_over_tcp_a_frozen_replica_side_never_holds_the_quorums_acks(fanout, semi_sync_box, mysql_primary,
+                                                                      mysql_replica):
+    """Quorum 2 of 3 over tcp, one replica side frozen (SIGSTOP) under load: the ship lane
+    asks it for answers that do not come, acknowledges on the two others' and hands the
+    silent one's to its transport between calls; the primary stays semi-sync, and once the
+    frozen one goes on it answers everything it was asked and all three hold the same."""
+    f = fanout("tcp")
+    f.start(semi_sync="received", semi_sync_quorum=2)
+    wait_for(lambda: f.states() == ["streaming"] * 3, "all three in the shared stream", alive=f.alive)
+    wait_for(lambda: semi_sync_status(semi_sync_box)["clients"] == "1", "the fan-out as semi-sync client")
+    with BackgroundWorkload(MysqlUrl.parse(f.info["primary_admin"]), f.schema):
+        wait_for(lambda: semi_sync_status(semi_sync_box)["status"] == "ON", "semi-sync ON", alive=f.alive)
+        wait_shipped(f.node, alive=f.alive)
+        async_before = int(semi_sync_status(semi_sync_box)["no_tx"])
+        acks_before, lane_acks_before = f.node.counts.acks_sent, f.node.stages.summary(False)["ack"]["count"]
+        f.procs[1].proc.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(30):  # two of three answer: the primary stays semi-sync
+                time.sleep(0.1)
+                assert semi_sync_status(semi_sync_box)["status"] == "ON"
+            assert f.node.counts.acks_sent - acks_before >= 20  # acknowledged all along, not once at the end
+            if not (mysql_primary or mysql_replica):  # ... by the lane itself (its "ack" stage), not handed back
+                assert f.node.stages.summary(False)["ack"]["count"] - lane_acks_before >= 20
+        finally:
+            f.procs[1].proc.send_signal(signal.SIGCONT)
+        wait_shipped(f.node, 100, alive=f.alive)
+    assert int(semi_sync_status(semi_sync_box)["no_tx"]) - async_before <= 2
+    wait_for(lambda: f.states() == ["streaming"] * 3, "the frozen one streaming again", timeout_s=90, alive=f.alive)
+    f.assert_all_same()
+
+
 def test_primary_side_restarted_with_replicas_at_three_positions(fanout):
     f = fanout()
     f.start()
