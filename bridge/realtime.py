@@ -35,3 +35,14 @@ def enter(priority: int) -> bool:
         return False
     log.info("realtime: every thread under SCHED_FIFO priority %d", priority)
     return True
+
+
+def scheduling() -> str:
+    """How this process's main thread is scheduled, for ``status``: "SCHED_FIFO <priority>"
+    under ``--realtime-priority``, else "normal"."""
+    try:
+        if os.sched_getscheduler(os.getpid()) == os.SCHED_FIFO:
+            return f"SCHED_FIFO {os.sched_getparam(os.getpid()).sched_priority}"
+    except (AttributeError, OSError):
+        pass
+    return "normal"

@@ -92,6 +92,7 @@ def status_table(snapshot: dict) -> str:
                          f"{'session open' if node['session'] else 'no session'})")
             lines.append(f"  {'replica holds':34s}{node['gtid_set'] or '-'}")
             lines.append(f"  {'applying':34s}{_applying(node.get('apply_stopped'), node.get('delay_s') or 0)}")
+        lines.append(f"  {'scheduling':34s}{node.get('scheduling', 'normal')}")  # --realtime-priority
         for key, value in node["counters"].items():
             value = round(value, 6) if isinstance(value, float) else value
             lines.append(f"  {COUNTER_LABELS.get(key, key):34s}{value:>12}")

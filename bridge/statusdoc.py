@@ -73,6 +73,7 @@ class ReplicaStatus(TypedDict):
     gtid_set: str
     apply_stopped: ApplyStopped | None
     delay_s: float  # start-replica --delay (0: none)
+    scheduling: str  # "SCHED_FIFO <priority>" under --realtime-priority, else "normal"
     counters: ReplicaCounters
     stages: dict[str, StageSummary]
 
@@ -137,6 +138,7 @@ class PrimaryStatus(FanOut):
     last_gtid: str
     apply_stopped: ApplyStopped | None
     replica_delay_s: float  # the replica side applies this far behind on purpose (its --delay)
+    scheduling: str  # "SCHED_FIFO <priority>" under --realtime-priority, else "normal"
     behind: Behind | None
     counters: PrimaryCounters
     heartbeat: HeartbeatWriting | None

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bridge import serverinfo
+from bridge import realtime, serverinfo
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BridgeError, EndCode, SourceConnectionLost, TransportError
@@ -163,7 +163,7 @@ class PrimaryNode(ShipLoop):
                 "apply_mode": member.apply_mode,
                 "connected": member.remote is not None, "last_gtid": self.last_gtid,
                 "apply_stopped": member.apply_stopped, "replica_delay_s": member.replica_delay_s,
-                "behind": self.behind.status(),
+                "scheduling": realtime.scheduling(), "behind": self.behind.status(),
                 "counters": {**self.counts.status(),
                              "ring_backlog_frames": producer.backlog_frames if producer else 0,
                              "ring_backlog_bytes": producer.used if producer else 0},

@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 
+from bridge import realtime
 from bridge.apply import lanes, modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
@@ -201,6 +202,7 @@ class ReplicaNode(ApplyLoop):
                 "replicates": self.replicated.describe(),
                 "session": session is not None, "gtid_set": str(pos.gtid_set),
                 "apply_stopped": self.halt.status() if self.halt else None, "delay_s": self.cfg.delay_s,
+                "scheduling": realtime.scheduling(),
                 "counters": counters, "stages": self.stages.summary()}
 
     def _parallel_summary(self) -> str:

@@ -1,7 +1,8 @@
 """--realtime-priority on both bridge ends, started as users start them, the primary
 side a semi-sync replica of the primary: every thread of each process (those started
 after the option took effect too: the links, the receiver, the apply threads) runs under
-SCHED_FIFO, the primary's commits are acknowledged, and the databases compare equal."""
+SCHED_FIFO (their `status` says so), the primary's commits are acknowledged, and the
+databases compare equal."""
 
 import os
 
@@ -10,6 +11,7 @@ import pytest
 from bridge.check.compare import compare_databases
 from bridge.procs import primary_process, replica_process, wait_port
 from bridge.ports import free_port
+from bridge.report import fetch_status
 from bridge.workload import connect
 from tests.conftest import primary_position
 from tests.helpers import semi_sync_status, table_rows, wait_for
@@ -66,6 +68,8 @@ def test_both_ends_under_sched_fifo_acknowledge_and_replicate(sandbox, urls, tmp
             assert len(os.listdir(f"/proc/{proc.proc.pid}/task")) > 1  # threads started after the option too
             assert f"realtime: every thread under SCHED_FIFO priority {PRIORITY}" in proc.log_tail(100_000)
             assert "objects of the start frozen" in proc.log_tail(100_000)  # out of the collector's walks
+        nodes = fetch_status({"primary": primary.metrics_address, "replica": replica.metrics_address})["nodes"]
+        assert [nodes[role]["scheduling"] for role in ("primary", "replica")] == [f"SCHED_FIFO {PRIORITY}"] * 2
     finally:
         primary.stop()
         replica.stop()

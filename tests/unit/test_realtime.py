@@ -16,10 +16,12 @@ logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 from bridge import realtime
 hold = threading.Event()
 before = threading.Thread(target=hold.wait); before.start()
+print(realtime.scheduling(), file=sys.stderr)
 done = realtime.enter(7)
 after = threading.Thread(target=hold.wait); after.start()
 tids = sorted(int(t) for t in os.listdir("/proc/self/task"))
 print(done, len(tids), *sorted({(os.sched_getscheduler(t), os.sched_getparam(t).sched_priority) for t in tids}))
+print("status says:", realtime.scheduling(), file=sys.stderr)
 hold.set()
 """
 
@@ -37,6 +39,7 @@ def test_every_thread_and_every_later_one_runs_under_sched_fifo():
     stdout, stderr = _child()
     assert stdout == f"True 3 ({os.SCHED_FIFO}, 7)"  # main, the thread before, the thread after: all of them
     assert "realtime: every thread under SCHED_FIFO priority 7" in stderr
+    assert stderr.startswith("normal\n") and "status says: SCHED_FIFO 7" in stderr  # `status` tells
 
 
 @needs_root
@@ -46,6 +49,7 @@ def test_refused_it_says_why_and_runs_at_normal_priority():
     assert stdout == f"False 3 ({os.SCHED_OTHER}, 0)"
     assert "WARNING realtime: SCHED_FIFO priority 7 refused (needs root or CAP_SYS_NICE" in stderr
     assert stderr.count("realtime:") == 1
+    assert "status says: normal" in stderr
 
 
 @pytest.mark.parametrize("spin", [(), ("--spin-us", "100")], ids=["rdma's default spin", "--spin-us 100"])

@@ -120,3 +120,6 @@ def test_status_says_what_goes_on_stopped_delayed_or_caught_up():
     delayed = table({**primary, "replica_delay_s": 5.0, "behind": {**behind, "transactions": 50,
                                                                     "catch_up_eta_s": None}}, replica)
     assert "the replica applies 5s behind on purpose (--delay)" in delayed and "not catching up" not in delayed
+    assert "scheduling                        normal" in delayed  # a document from before the field: normal
+    fifo = table({**primary, "scheduling": "SCHED_FIFO 10"}, {**replica, "scheduling": "normal"})
+    assert fifo.count("scheduling                        SCHED_FIFO 10") == 1 and "scheduling" + " " * 24 + "normal" in fifo
