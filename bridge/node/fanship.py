@@ -41,19 +41,16 @@ class FanShipLoop:
         streaming, tcp = self.members, lane.sock is not None
         ack_file = reader.log_file.encode() if self.cfg.semi_sync == "received" else None
         with self._lock:  # no catch-up runs now (the lane is only used without one): nothing waits on it
-            # tcp: the answers each data connection waits for are the lane's to read while it runs
-            for k, member in enumerate(streaming if tcp else ()):
-                try:
-                    lane.answers_in(k, *member.remote.answers_to_lane())
-                except TransportError as exc:  # its replica side closed the connection: only it leaves
-                    for j in range(k):  # the answers already handed in go back
-                        streaming[j].remote.answers_from_lane(*lane.answers_out(j))
-                    self._detach(member, str(exc))
-                    return True
+            failing = streaming[0]  # whose replica side a TransportError speaks of
             try:
+                # tcp: the answers each data connection waits for are the lane's to read while it runs
+                for k, member in enumerate(streaming if tcp else ()):
+                    failing = member  # found closed now: only it leaves
+                    lane.answers_in(k, *member.remote.answers_to_lane())
+                failing = streaming[0]  # in the run: the first ring's doorbell or connection
                 placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file, int(self.acks.timeout_s * 1e6))
-            except TransportError as exc:  # the first ring's doorbell or connection: its replica side is gone
-                self._detach(streaming[0], str(exc))
+            except TransportError as exc:
+                self._detach(failing, str(exc))
                 return True
             finally:
                 for k, member in enumerate(streaming if tcp else ()):

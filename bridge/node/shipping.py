@@ -56,9 +56,14 @@ class ShipLoop:
         if lane is None:
             return False
         ack_file = reader.log_file.encode() if self.cfg.semi_sync != "off" else None
-        placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file, int(self.acks.timeout_s * 1e6))
-        if lane.sock is not None:  # tcp: the answers it read, and the one it asked for if late
-            self._lane_remote.answers_from_lane(*lane.answers_out(0))
+        tcp = lane.sock is not None
+        if tcp:  # the answers the data connection waits for: the lane's to read while it runs
+            lane.answers_in(0, *self._lane_remote.answers_to_lane())
+        try:
+            placed = reader.run_lane(lane, LANE_WAIT_MS, ack_file, int(self.acks.timeout_s * 1e6))
+        finally:
+            if tcp:  # the answers it read, and those still on their way (the one it asked for, if late)
+                self._lane_remote.answers_from_lane(*lane.answers_out(0))
         if lane.asked is not None:  # the general path waits for that answer
             seq, position, asked_ns = lane.asked
             self.acks.handed_over((seq,), position, reader.log_file, asked_ns)
@@ -87,11 +92,9 @@ class ShipLoop:
     def _lane_for(self, reader: BinlogReader, member: Member):
         """The ship lane of this reader, producer and ring: over shm or plain tcp, semi-sync
         `received` too (shm: its stores are the confirmation; tcp: it asks for the replica
-        side's answer, while no other is outstanding), while no ACK waits, where the dump's
-        reader is the lane's; else None."""
+        side's answer), while no ACK waits, where the dump's reader is the lane's; else None."""
         remote, producer = member.remote, member.producer
-        if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received") or \
-                self.cfg.semi_sync == "received" and remote.answers_outstanding():
+        if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received"):
             return None
         dump = reader.dump_reader
         if dump is None:

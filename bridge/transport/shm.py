@@ -117,10 +117,6 @@ class ShmRemoteRing:
         may send semi-sync `received` ACKs itself)."""
         return {"remote": self._view, "doorbell": self._bell.fd if self._bell is not None else -1, "confirms": True}
 
-    def answers_outstanding(self) -> bool:
-        """None are ever asked for: the shared ring's header is the answer."""
-        return False
-
     def lane_published(self, write_seq: int) -> None:
         """A ship lane published up to ``write_seq`` (in the shared ring: nothing to note)."""
 

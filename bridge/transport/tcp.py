@@ -131,17 +131,11 @@ class TcpRemoteRing:
     def lane_target(self) -> dict | None:
         """What a ship lane (bridge.source.ship) sends its WRITE and PUBLISH messages on:
         the data socket; None over TLS (the lane writes the plain socket). The lane may
-        ask for answers itself (semi-sync `received`): those asked for here are handed
-        to it (``answers_to_lane``), or it runs while none is outstanding."""
+        ask for answers itself (semi-sync `received`); those asked for here are handed to
+        it while it runs (``answers_to_lane``, ``answers_from_lane``)."""
         if isinstance(self._sock, ssl.SSLSocket) or self._out:
             return None
         return {"sock": self._sock, "confirms": True}
-
-    def answers_outstanding(self) -> bool:
-        """Whether answers asked for here are still on their way (after taking those that
-        arrived, without waiting): a lane that asks for its own would read theirs."""
-        self._read_replies(wait=False)
-        return self._asked > 0
 
     def lane_published(self, write_seq: int) -> None:
         """A ship lane sent a PUBLISH of ``write_seq`` on the data socket."""
