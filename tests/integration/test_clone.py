@@ -267,15 +267,18 @@ MATRIX_VALUES = """n, n % 256 - 128, n % 256, n % 65536 - 32768, n % 65536, n % 
 
 def _matrix_writes(url, big, stop, done):
     """Inserts, updates and deletes in every matrix table until ``stop``; ``done``: how
-    many rounds (the test checks they happened)."""
+    many rounds (the test checks they happened). A new row's id runs on past the loaded
+    ones; its other columns repeat a loaded row's values (the matrix's dates leave the
+    DATE range a few thousand rows past MATRIX_ROWS)."""
     conn = connect(url)
+    values = MATRIX_VALUES.replace('%', '%%').split(",", 1)[1]  # every column but the id
     n = MATRIX_ROWS
     while not stop.is_set():
         n += 1
         with conn.cursor() as cur:
             for k in range(MATRIX_TABLES):
-                cur.execute(f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES.replace('%', '%%')} FROM (SELECT %s AS n) "
-                            "AS src", (n,))
+                cur.execute(f"INSERT INTO {big}.m{k} SELECT %s, {values} FROM (SELECT %s AS n) AS src",
+                            (n, 1 + n % MATRIX_ROWS))
                 cur.execute(f"UPDATE {big}.m{k} SET db = db + 1, vc = CONCAT(vc, '+') WHERE id = %s", (n * 7919 %
                                                                                                        MATRIX_ROWS,))
                 cur.execute(f"DELETE FROM {big}.m{k} WHERE id = %s", (n * 104729 % MATRIX_ROWS,))
@@ -284,13 +287,20 @@ def _matrix_writes(url, big, stop, done):
     conn.close()
 
 
+@pytest.mark.timeout(600)  # about 100 s here; a hang guard with room for a loaded machine
 def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_renamed(urls, fresh_schema):
     """~1M rows over four tables of every column type, cloned (two connections, one table
     left out, the schema renamed) while the mixed workload and writes into every matrix
     table run; the clone killed with SIGKILL once a table is copied, resumed, then
     streamed. The workload's schema is compared row by row, the matrix tables by chunk
     checksums on both servers (COUNT and CRC sums over every column, both quiet:
-    ``checksum --offline``, which follows the channel's filter and rename)."""
+    ``checksum --offline``, which follows the channel's filter and rename). Each phase's
+    time is printed, so a slow run says which phase was slow."""
+    started = time.monotonic()
+
+    def phase(what: str) -> None:
+        print(f"{time.monotonic() - started:6.1f} s  {what}", flush=True)
+
     s, big = fresh_schema("clone_mix"), fresh_schema("clone_1m")
     into = f"{big}_r"
     pair = BridgePair(urls, "tcp")
@@ -300,6 +310,7 @@ def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_rena
         pair.sql(TYPES_TABLE.format(s=big).replace(".types (", f".m{k} (", 1),
                  f"INSERT INTO {big}.m{k} SELECT {MATRIX_VALUES} FROM (SELECT CAST(seq AS SIGNED) AS n FROM "
                  f"{numbers(pair.primary, big, MATRIX_ROWS)}) AS src")
+    phase("matrix tables loaded")
     env = {**os.environ, **_clone_env(urls)}
     args = [sys.executable, "-m", "bridge", "clone", "--schema", s, "--include", big, "--exclude", f"{big}.m3",
             "--rename-schema", f"{big}={into}", "--channel", pair.channel, "--parallel", "2"]
@@ -309,20 +320,24 @@ def test_clone_of_a_million_rows_of_the_type_matrix_killed_resumed_filtered_rena
         with BackgroundWorkload(urls["primary_admin"], s):
             writer.start()
             _kill_after_first_copy(args, env, pair, "m", 240)  # a matrix table copied, others half way or not begun
+            phase("a matrix table copied, the clone killed")
             # two connections copy two tables at once: the other may finish before the kill lands
             assert 1 <= sum(copied for t, _, copied, _ in _clone_state(pair) if t.startswith("m")) < 3
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, done.stderr
             assert "resuming the clone" in done.stderr and "more kept from the clone that stopped" in done.stdout
+            phase("the clone resumed and done")
             pair.start_gtid = None
             pair.start_replica()
             pair.start_primary()
             wait_shipped(pair.primary_node, 50)  # the writes go on while the replica side catches up
             stop.set()
             writer.join()
+            phase(f"streaming, the writer stopped after {len(rounds)} rounds")
         assert len(rounds) > 50  # the writer wrote into every matrix table all along
         assert _tables(pair.replica, into) == ["m0", "m1", "m2"] and not _tables(pair.replica, big)
         pair.assert_same(s)
+        phase("the replica caught up, the workload's schema equal")
         checker = Checksummer(urls["primary_admin"], urls["replica_admin"], pair.channel, offline=True)
         try:
             run = checker.run([big])  # the channel's filter and rename: m0..m2 against their copies in `into`
