@@ -131,7 +131,11 @@ class Member:
         remote = link.remote if link is not None and not link.down else None
         if remote is None:
             return self.ack_floor
-        return max(self.ack_floor, remote.held(seq) if confirm else remote.last_ack())
+        try:
+            return max(self.ack_floor, remote.held(seq) if confirm else remote.last_ack())
+        except TransportError as exc:  # its data connection closed: the link is down from now on, and
+            link.fail(str(exc))  # its owner sees it (a fan-out detaches only this member, a single side recovers)
+            return self.ack_floor
 
     def place(self, kind: FrameKind, payload: bytes, gtid: str, settle: Callable[[], None],
               confirm: bool = False) -> bool:

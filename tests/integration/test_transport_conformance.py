@@ -8,7 +8,10 @@ import time
 
 import pytest
 
+from bridge.config import MysqlUrl, PrimaryConfig
 from bridge.errors import RingFull, TransportError
+from bridge.node.link import Link
+from bridge.node.member import Member
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import WRITE_SEQ_AT, consumer_waiting, read_u64, set_waiting
 from bridge.ring.producer import RingProducer
@@ -175,6 +178,35 @@ def test_a_receiver_that_does_not_run_confirms_nothing():
         remote.close()
     finally:
         running.set()
+        ring.close()
+
+
+def test_a_member_whose_data_connection_closed_covers_nothing_and_its_link_goes_down():
+    """tcp, semi-sync `received`: the replica side closes the data connection (killed)
+    with an answer asked for. The member then covers only its session's floor and its
+    link is down with the reason, so the ACK wait that serves the other members of a
+    fan-out goes on (the fan-out detaches this one alone); nothing raises into it."""
+    ring, listener = HostedRing("tcp"), socket.create_server(("127.0.0.1", 0))
+    control_end = socket.create_connection(listener.getsockname())  # the control connection, idle here
+    peer = listener.accept()[0]
+    listener.close()
+    member = Member(ring.addr, PrimaryConfig(source=MysqlUrl.parse("mysql://u@127.0.0.1:1"), replica=ring.addr),
+                    None, threading.Event())
+    member.link = Link(ControlConnection(control_end), member.name, lambda state: None)
+    try:
+        remote, producer = ring.remote(), RingProducer(RING)
+        member.link.remote = remote
+        ship(producer, remote, b"held", confirm=True)
+        assert wait_held(remote, 1) == 1 and member.covered(True, 1) == 1
+        ring.host.fence()  # the replica side's end of the data connection shut, as a killed process's
+        assert select.select([remote.answers_fd], [], [], 10)[0]
+        ship(producer, remote, b"never answered")  # the first send after the peer closed still goes
+        covered = [member.covered(True, 2) for _ in range(3)]  # asks for the answer, then reads the end
+        assert member.link.down and "tcp transport" in member.link.reason
+        assert covered[-1] == member.ack_floor == 0 and max(covered) <= 1
+    finally:
+        member.link.close()
+        peer.close()
         ring.close()
 
 
