@@ -75,7 +75,7 @@ ifeq ($(CHROMIUM),)
 endif
 
 # podman and mmdebstrap: the server flavors that run in containers built here from Debian's
-# packages (`sandbox up --flavor mariadb-11.8`; bridge/images.py).
+# packages (`sandbox up --flavor mariadb-11.8`; bridge/lab/images.py).
 containers:
 	command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null \
 	  || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman mmdebstrap runc iptables uidmap >/dev/null; }

@@ -9,14 +9,14 @@ from pathlib import Path
 import pymysql
 from pymysql.constants import CLIENT
 
-from bridge.certs import make_set
+from bridge.ops.certs import make_set
 from bridge.config import MysqlUrl
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
-from bridge.procs import primary_process, replica_process, wait_port
-from bridge.ports import free_port
-from bridge.sandbox import Sandbox
-from bridge.workload import connect
+from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.lab.ports import free_port
+from bridge.lab.sandbox import Sandbox
+from bridge.lab.workload import connect
 
 BENCH_SCHEMA = "bench"
 
@@ -32,7 +32,7 @@ class Bench:
 
     def __init__(self, state_dir: str, transport: str = "shm", extra_primary: tuple[str, ...] = (),
                  extra_replica: tuple[str, ...] = (), flavor: str | None = None) -> None:
-        """``flavor``: the sandbox's servers (bridge.images; None: this host's MariaDB, or
+        """``flavor``: the sandbox's servers (bridge.lab.images; None: this host's MariaDB, or
         what the state directory's sandbox was made with)."""
         self.box = Sandbox(state_dir)
         self.info = self.box.up(native_replica=True, flavor=flavor)

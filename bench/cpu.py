@@ -34,7 +34,7 @@ import pymysql
 from bench import wakeup
 from bench.common import BENCH_SCHEMA, Bench
 from bridge.config import MysqlUrl
-from bridge.workload import numbers
+from bridge.lab.workload import numbers
 from bridge.wire import native
 
 TICK = os.sysconf("SC_CLK_TCK")

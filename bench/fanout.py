@@ -30,12 +30,12 @@ import urllib.request
 from bench.common import BENCH_SCHEMA
 from bench.cpu import cpu_seconds, paced
 from bridge.config import MysqlUrl
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
-from bridge.procs import BridgeProcess, primary_process, replica_process, wait_port
-from bridge.ports import free_port
-from bridge.sandbox import Sandbox
-from bridge.workload import connect
+from bridge.lab.procs import BridgeProcess, primary_process, replica_process, wait_port
+from bridge.lab.ports import free_port
+from bridge.lab.sandbox import Sandbox
+from bridge.lab.workload import connect
 
 ROLES = ("replica", "replica2", "replica3")
 SERVER_ID = 20_000
@@ -145,7 +145,7 @@ class FanOutBench:
         return sent
 
     def set_semi_sync(self, enabled: bool, timeout_ms: int = 10_000) -> None:
-        """The primary's semi-sync (its plugin's own names, bridge.flavor) on or off."""
+        """The primary's semi-sync (its plugin's own names, bridge.server.flavor) on or off."""
         flavor = Flavor.of(self.primary)
         with self.primary.cursor() as cur:
             cur.execute(f"SET GLOBAL {flavor.semi_sync_variable('timeout')}={int(timeout_ms)}")

@@ -26,7 +26,7 @@ import pymysql
 
 from bench.common import BENCH_SCHEMA, Bench
 from bridge.config import MysqlUrl
-from bridge.workload import percentile
+from bridge.lab.workload import percentile
 
 SETTLE_S = 1.0
 TABLE = f"CREATE TABLE IF NOT EXISTS {BENCH_SCHEMA}.lag (id BIGINT PRIMARY KEY, t DOUBLE NOT NULL)"
@@ -87,7 +87,7 @@ def summary(rate: int, lags: list, achieved: list, offered: int) -> dict:
 def stage_summary(bench: Bench) -> dict:
     """Both bridge ends' stage percentiles since each process started (the primary
     side restarts every bridge round; the replica side's include earlier rates)."""
-    from bridge.report import fetch_status
+    from bridge.ops.report import fetch_status
 
     snap = fetch_status({"primary": bench.bridge_primary.metrics_address,
                          "replica": bench.bridge_replica.metrics_address})

@@ -21,7 +21,7 @@ from bridge.transport import make_host, open_remote
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.frame import FrameKind
-from bridge.workload import percentile
+from bridge.lab.workload import percentile
 
 RING = 1 << 20
 

@@ -15,7 +15,7 @@ import sys
 import time
 
 from bench.common import BENCH_SCHEMA, Bench
-from bridge.workload import percentile
+from bridge.lab.workload import percentile
 
 
 def commit_latencies(bench: Bench, count: int, start_id: int) -> list[float]:

@@ -75,8 +75,8 @@ from bench.common import Bench
 from bench.semisync import primary_sql, wait_clients
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
-from bridge.report import fetch_status
-from bridge.workload import numbers, percentile
+from bridge.ops.report import fetch_status
+from bridge.lab.workload import numbers, percentile
 
 SCHEMA = "stress"
 PROBE_EVERY_S = 0.05

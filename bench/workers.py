@@ -21,7 +21,7 @@ from pymysql.constants import CLIENT
 
 from bench.common import BENCH_SCHEMA, Bench
 from bridge.config import MysqlUrl
-from bridge.workload import MixedWorkload, connect, create_schema
+from bridge.lab.workload import MixedWorkload, connect, create_schema
 
 ROWS = 100_000
 HOT_ROWS = 16

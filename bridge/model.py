@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from bridge import sqlnames
+from bridge.server import sqlnames
 from bridge.errors import ConfigError
 
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
@@ -264,7 +264,7 @@ def starts_with_repair_marker(changes) -> bool:
 
 
 def is_repair_marker(schema: str, table: str) -> bool:
-    """rdma_bridge.repairs, or a channel's own rdma_bridge.repairs__<token> (bridge.sqlnames.owned)."""
+    """rdma_bridge.repairs, or a channel's own rdma_bridge.repairs__<token> (bridge.server.sqlnames.owned)."""
     return schema == REPAIR_MARKER_TABLE[0] and (table == REPAIR_MARKER_TABLE[1] or
                                                   table.startswith(REPAIR_MARKER_TABLE[1] + "__"))
 

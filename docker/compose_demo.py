@@ -1,6 +1,6 @@
 """The compose demo for real, on this host, without a registry: `make compose-demo`.
 
-Builds (and keeps) the images from Debian's packages (bridge/images.py: a base made
+Builds (and keeps) the images from Debian's packages (bridge/lab/images.py: a base made
 with mmdebstrap from this host's apt sources; MariaDB with the official image's start-up
 contract, docker/local/; the bridge on that base, docker/Dockerfile; Prometheus from
 Debian), brings up docker-compose.yml with docker-compose.local.yml through podman's
@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 from bridge.errors import BridgeError  # noqa: E402
-from bridge.images import Podman, base_image, ensure_base, ensure_image  # noqa: E402
+from bridge.lab.images import Podman, base_image, ensure_base, ensure_image  # noqa: E402
 
 PROJECT = "rdma-bridge-demo"
 PORTS = {"PROMETHEUS_PORT": 9090, "PRIMARY_PORT": 13306, "REPLICA_PORT": 13307}
@@ -104,7 +104,7 @@ def fill_wheelhouse() -> None:
 @contextlib.contextmanager
 def podman_api(podman: Podman):
     """podman's Docker-compatible API on a socket of its own, for docker-compose: the
-    runtime, cgroup manager and container ulimits this host needs (bridge.images)."""
+    runtime, cgroup manager and container ulimits this host needs (bridge.lab.images)."""
     with tempfile.TemporaryDirectory(prefix="rdma-bridge-compose-") as tmp:
         conf = Path(tmp) / "containers.conf"
         ulimits = [a for a in podman.run_args if a != "--ulimit"]
@@ -166,7 +166,7 @@ def wait_connect(url, timeout_s: float = 60.0):
     was healthy: only the port's forwarding may lag)."""
     import pymysql
 
-    from bridge.workload import connect
+    from bridge.lab.workload import connect
 
     deadline = time.monotonic() + timeout_s
     while True:

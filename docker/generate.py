@@ -1,5 +1,5 @@
 """Generates docker/docker-compose.yml, docker/docker-compose.mysql.yml and the Grafana
-dashboard from one source: the sandbox's server settings (bridge/servercnf.py), so the
+dashboard from one source: the sandbox's server settings (bridge/lab/mycnf.py), so the
 compose demo runs MariaDB exactly like the sandbox the tests use. The tests check that
 the committed files equal this output and that `docker-compose config` accepts them.
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bridge.servercnf import COMMON_CNF, PRIMARY_CNF, ROLES  # noqa: E402
+from bridge.lab.mycnf import COMMON_CNF, PRIMARY_CNF, ROLES  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SANDBOX_ONLY = {"datadir", "socket", "pid-file", "log-error", "tmpdir", "port", "bind-address", "server_id"}

@@ -12,19 +12,19 @@ import pytest
 from bridge.check import positions
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
-from bridge.sandbox import Sandbox
-from bridge.workload import connect
+from bridge.lab.sandbox import Sandbox
+from bridge.lab.workload import connect
 from tests.helpers import set_semi_sync
 
 _channels = itertools.count(1)
 STOP_WAIT_S = 10.0  # for both nodes' threads to notice stop() before they are closed under them
 
 
-SERVERS_ENV = "RDMA_BRIDGE_TEST_SERVERS"  # FLAVOR, or PRIMARY_FLAVOR,REPLICA_FLAVOR (bridge.images); default local
+SERVERS_ENV = "RDMA_BRIDGE_TEST_SERVERS"  # FLAVOR, or PRIMARY_FLAVOR,REPLICA_FLAVOR (bridge.lab.images); default local
 
 
 def server_flavors() -> tuple[str | None, str | None]:
@@ -55,7 +55,7 @@ def urls(sandbox):
 
 @pytest.fixture(scope="session")
 def flavors(urls) -> tuple[Flavor, Flavor]:
-    """(primary, replica) flavors of the sandbox's servers (bridge.flavor)."""
+    """(primary, replica) flavors of the sandbox's servers (bridge.server.flavor)."""
     found = []
     for role in ("primary_admin", "replica_admin"):
         conn = connect(urls[role])

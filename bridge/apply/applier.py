@@ -28,7 +28,7 @@ import logging
 
 import pymysql
 
-from bridge import servererrors
+from bridge.server import errorcodes
 from bridge.apply import modes, sql
 from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
 from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
@@ -43,7 +43,7 @@ from bridge.config import MysqlUrl
 from bridge.errors import (ApplyError, BridgeError, ChannelLocked, ConfigError, RemoteProtocolError, StartRefused,
                            TargetConnectionLost)
 from bridge.filter import EVERYTHING
-from bridge.grants import holds
+from bridge.server.grants import holds
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.apply.payload import heartbeat_rows
 from bridge.wire import binlog
@@ -378,7 +378,7 @@ class Applier(GtidKeeping, Barriers):
                 self._sql.run(context, seq, changes, gtids, beats, head, after)
         except BaseException as exc:
             self.rollback()
-            if isinstance(exc, ApplyError) and exc.code == servererrors.ROW_NOT_FOUND and not self._position_recorded():
+            if isinstance(exc, ApplyError) and exc.code == errorcodes.ROW_NOT_FOUND and not self._position_recorded():
                 raise self._position_row_gone(context, exc) from exc
             raise
 

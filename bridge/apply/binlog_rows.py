@@ -17,8 +17,8 @@ import time
 
 import pymysql
 
-from bridge import dbconn
-from bridge import serverinfo
+from bridge.server import dbconn
+from bridge.server import catalog
 from bridge.apply import binlog_sql, mismatch, sql
 from bridge.apply.connection import GTID_AUTOMATIC, ServerInfo, apply_error, rollback, run_query, run_script
 from bridge.config import MysqlUrl
@@ -107,7 +107,7 @@ class BinlogRows:
         found: list[str] = []
         try:
             with self.conn.cursor() as cur:
-                charsets = {i: charset.lower() for i, (_, charset) in serverinfo.read_collations(cur).items()}
+                charsets = {i: charset.lower() for i, (_, charset) in catalog.read_collations(cur).items()}
                 for event in _table_maps(rows):
                     table = tablemap.parse_table_map(event, self._fmt.checksum_bytes)
                     cur.execute(COLUMNS_SELECT, (table.schema, table.table))

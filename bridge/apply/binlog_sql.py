@@ -24,7 +24,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from bridge import sqlnames
+from bridge.server import sqlnames
 from bridge.wire import binlog, tablemap
 
 PROBE_SCHEMA, PROBE_TABLE = sqlnames.PROBE.split(".")  # created by sql/bridge_schema.sql

@@ -22,8 +22,8 @@ from bridge.config import MysqlUrl
 from bridge.errors import ChannelLocked, StartRefused
 from bridge.filter import EVERYTHING, Filter
 from bridge.model import GtidSet
-from bridge.sqlfiles import sql_statements
-from bridge.sqlnames import APPLY_STOPPED, CHANNEL_FILTER, CLONE_STATE, META, SKIPPED, SYSTEM_SCHEMAS
+from bridge.server.sqlfiles import sql_statements
+from bridge.server.sqlnames import APPLY_STOPPED, CHANNEL_FILTER, CLONE_STATE, META, SKIPPED, SYSTEM_SCHEMAS
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import pymysql
 from pymysql.constants import CLIENT
 
-from bridge import dbconn, servererrors
+from bridge.server import dbconn, errorcodes
 from bridge.apply import sql
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
-from bridge.flavor import Flavor
-from bridge.grants import global_privileges
+from bridge.server.flavor import Flavor
+from bridge.server.grants import global_privileges
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
@@ -127,8 +127,8 @@ def server_notes(conn: pymysql.Connection, exc: pymysql.MySQLError) -> str:
     """What else the server said about a failed statement (SHOW WARNINGS, as a native
     replica's Last_SQL_Error quotes them): a row event that cannot be applied often
     fails as 1105 "Unknown error" with the reason only there. '' for a lost connection."""
-    code = servererrors.code_of(exc)
-    if not servererrors.answered(code) or isinstance(exc, pymysql.InterfaceError):
+    code = errorcodes.code_of(exc)
+    if not errorcodes.answered(code) or isinstance(exc, pymysql.InterfaceError):
         return ""  # no answer from a server that is still there: nothing to ask it (the connection may hang)
     try:
         with conn.cursor() as cur:
@@ -204,24 +204,24 @@ def apply_error(context: str, exc: pymysql.MySQLError, notes: str = "") -> Apply
     """Our error for a server error: a lost connection is retryable, the rest is not. The
     message names the server's error number (as a native replica's Last_SQL_Errno), and
     ``notes``, what else the server said (``server_notes``)."""
-    code = servererrors.code_of(exc)
+    code = errorcodes.code_of(exc)
     detail = exc.args[-1] if exc.args else type(exc).__name__
     if code and not isinstance(exc, pymysql.InterfaceError):
         detail = f"error {code}: {detail}" + (f" ({notes})" if notes else "")
     refused = tls_refusal(exc)
     if refused:  # no retry mends a certificate
         return ApplyError(f"{context}: {refused}", code)
-    if code == servererrors.CANT_CONNECT:
+    if code == errorcodes.CANT_CONNECT:
         return TargetConnectionLost(f"{context}: cannot reach the replica: {detail}", code)
-    if code in servererrors.CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
+    if code in errorcodes.CONNECTION_LOST or isinstance(exc, pymysql.InterfaceError):
         return TargetConnectionLost(f"{context}: connection to the replica lost: {detail}", code)
-    if code in servererrors.LOCK_CONFLICT:
+    if code in errorcodes.LOCK_CONFLICT:
         return LockConflict(f"{context}: {detail}", code)
     return ApplyError(f"{context}: {detail}", code)
 
 
 def current_grants(conn: pymysql.Connection, url: MysqlUrl) -> tuple[frozenset[str], str, str]:
-    """(privileges on *.*, user, host) of the connected account (bridge.grants)."""
+    """(privileges on *.*, user, host) of the connected account (bridge.server.grants)."""
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT CURRENT_USER()")

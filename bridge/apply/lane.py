@@ -31,7 +31,7 @@ import socket
 import struct
 import time
 
-from bridge import sqlnames
+from bridge.server import sqlnames
 from bridge.apply import binlog_sql
 from bridge.apply.connection import ANSWERS_WAIT_MS, GTID_AUTOMATIC, OK_BYTES_MIN
 from bridge.apply.lanepos import MysqlPosition, mysql_position

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import ssl
 
-from bridge import dbconn
+from bridge.server import dbconn
 from bridge.apply import binlog_sql, lane as twin
 from bridge.apply.channel import Position
 from bridge.model import Gtid, GtidSet

@@ -16,7 +16,7 @@ native replica's applier may: ``ALLOW_NONEXISTENT_DEFINER``).
 from __future__ import annotations
 
 from bridge.errors import ConfigError
-from bridge.grants import holds
+from bridge.server.grants import holds
 
 MODES = ("auto", "binlog", "sql")
 # privilege -> its alternatives on *.*, per flavor
@@ -40,7 +40,7 @@ def choose(requested: str, primary_flavor: str, replica_flavor: str) -> str:
 
 def missing(privileges: frozenset[str], mode: str, flavor: str) -> list[str]:
     """Privileges the mode needs that the account's global ``privileges``
-    (bridge.grants.global_privileges) lack: the first alternative of each, as a GRANT
+    (bridge.server.grants.global_privileges) lack: the first alternative of each, as a GRANT
     names it."""
     out = []
     if mode == "binlog" and not holds(privileges, _BINLOG[flavor]):

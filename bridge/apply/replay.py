@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bridge.errors import ApplyError, RemoteProtocolError
-from bridge.flavor import MYSQL_RETIRED_SQL_MODE_BITS
-from bridge.sqlnames import quote_name
+from bridge.server.flavor import MYSQL_RETIRED_SQL_MODE_BITS
+from bridge.server.sqlnames import quote_name
 from bridge.wire import binlog
 
 # What a replayed statement's session settings leave behind that the applier's own
@@ -43,7 +43,7 @@ RESET_CHARSET_COLLATIONS = b"SET SESSION character_set_collations=DEFAULT"  # wh
 # sql_mode bits both flavors give the same meaning (MySQL 5.7 numbering, which MariaDB
 # and MySQL 8 keep); only these are replayed when the primary is of the other flavor:
 # not those from bit 31 on (each flavor's own), nor those MySQL 8 retired and refuses
-# (bridge.flavor, which also says them by name for a routine's sql_mode text).
+# (bridge.server.flavor, which also says them by name for a routine's sql_mode text).
 PORTABLE_SQL_MODE = (1 << 31) - 1 & ~MYSQL_RETIRED_SQL_MODE_BITS
 # Collation ids 255 and up are MySQL 8's utf8mb4_0900_* family (and newer), which MariaDB
 # before 11.4 does not know: across flavors they are replayed as utf8mb4.

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from bridge.apply.scheduler import fold  # one definition of "may be the same key"
 
 from bridge.model import BitValue, InvalidTemporal, RowChange
-from bridge.sqlnames import HEARTBEAT, META, quote_name, table_name
+from bridge.server.sqlnames import HEARTBEAT, META, quote_name, table_name
 
 TAG = "/* rdma-bridge */ "
 

@@ -19,11 +19,11 @@ import logging
 
 import pymysql
 
-from bridge import servererrors, serverinfo
+from bridge.server import catalog, errorcodes
 from bridge.apply import replay, sql
 from bridge.apply.connection import apply_error, run_script, session_setup
 from bridge.errors import ApplyError, RemoteProtocolError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import Statement
 from bridge.wire import binlog
 
@@ -36,7 +36,7 @@ class StatementReplayer:
     def __init__(self) -> None:
         self.conn: pymysql.Connection | None = None
         self._collations: tuple[dict, bool] | None = None  # the replica's collations, has character_set_collations
-        self._names: dict[str, str] | None = None  # the replica's collation names (serverinfo.collation_names)
+        self._names: dict[str, str] | None = None  # the replica's collation names (catalog.collation_names)
         self.primary_collations: dict[int, str] = {}  # the primary's names (its side says them in the hello)
         self.accounts = False  # replay account management (decided at start: bridge.apply.applier)
         self.accounts_replayed = self.accounts_left_out = 0
@@ -91,7 +91,7 @@ class StatementReplayer:
     def _collation_names(self) -> dict[str, str]:
         if self._names is None:
             with self.conn.cursor() as cur:
-                self._names = serverinfo.collation_names(cur)
+                self._names = catalog.collation_names(cur)
             self.conn.commit()  # MySQL reads information_schema in a transaction, which the session's SETs refuse
         return self._names
 
@@ -101,7 +101,7 @@ class StatementReplayer:
             try:
                 cur.execute(f"USE {sql.quote_name(plan.schema)}")
             except pymysql.MySQLError as exc:
-                if exc.args[0] != servererrors.UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
+                if exc.args[0] != errorcodes.UNKNOWN_DATABASE:  # CREATE DATABASE x runs "in" x
                     raise apply_error(f"{context}: USE {plan.schema}", exc) from exc
         try:
             for statement in head:
@@ -142,7 +142,7 @@ class StatementReplayer:
         """The replica server's collations (read once) and the primary's names for them."""
         if self._collations is None:
             with self.conn.cursor() as cur:
-                self._collations = (serverinfo.read_collations(cur),
-                                    serverinfo.has_variable(cur, "character_set_collations"))
+                self._collations = (catalog.read_collations(cur),
+                                    catalog.has_variable(cur, "character_set_collations"))
             self.conn.commit()  # MySQL reads information_schema in a transaction, which the session's SETs refuse
         return replay.ReplicaCollations(*self._collations, self.primary_collations)

@@ -10,10 +10,10 @@ For each chunk the primary runs, with ``binlog_format=STATEMENT`` for its sessio
 Both statements travel the binlog as statements, so the bridge replays them on the
 replica at the same point of the stream: ``this_*`` is each server's own hash of the
 same chunk, ``master_*`` the primary's. Concurrent writes cannot cause a false
-mismatch. The tables are the channel's own (bridge.sqlnames.owned): another channel
+mismatch. The tables are the channel's own (bridge.server.sqlnames.owned): another channel
 into the same replica neither applies nor reads them. The hash: COUNT(*) and the SUMs
 of each row's CRC32 and CRC32C (MD5 or SHA2 halves where a server lacks CRC32C, as
-MySQL does: the best hash both servers have, bridge.flavor), over every
+MySQL does: the best hash both servers have, bridge.server.flavor), over every
 column with NULL markers: a duplicated row adds, it cannot cancel like a bare XOR of
 CRC32s. The chunk size adapts to a target time per chunk; the run waits
 while the replica falls behind; mismatches are recorded on the replica in the
@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge import dbconn, servererrors, sqlnames
-from bridge.sqlnames import quote_name, table_name
+from bridge.server import dbconn, errorcodes, sqlnames
+from bridge.server.sqlnames import quote_name, table_name
 from bridge.check.positions import primary_position, wait_for_replica
 from bridge.check.ranges import range_sql, unique_key
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError, ConfigError
 from bridge.filter import EVERYTHING, Filter
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 
 log = logging.getLogger(__name__)
 SCHEMA = sqlnames.SCHEMA
@@ -120,7 +120,7 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
 
 def row_hash_sql(columns: tuple[str, ...], hash_kind: str = "crc32c") -> str:
     """The chunk hash over every column with NULL markers, as sums (a duplicated row
-    adds, it cannot cancel). ``hash_kind`` (bridge.flavor.ROW_HASHES): ``crc32c``, CRC32
+    adds, it cannot cancel). ``hash_kind`` (bridge.server.flavor.ROW_HASHES): ``crc32c``, CRC32
     and CRC32C (two polynomials, 64 bits per row; ~3.6x faster than MD5 here; MariaDB
     10.8+); ``md5`` or ``sha2``, the two leading 64-bit halves of that digest (MySQL 9 has
     no MD5; both flavors have SHA2)."""
@@ -142,7 +142,7 @@ def channel_filter(conn, channel: str) -> Filter:
             cur.execute(f"SELECT rules FROM {sqlnames.CHANNEL_FILTER} WHERE channel=%s", (channel,))
             row = cur.fetchone()
         except (pymysql.ProgrammingError, pymysql.OperationalError) as exc:
-            if exc.args[0] == servererrors.NO_SUCH_TABLE:  # no bridge of this version ran against this replica
+            if exc.args[0] == errorcodes.NO_SUCH_TABLE:  # no bridge of this version ran against this replica
                 row = None
             elif exc.args[0] in (1142, 1044):
                 log.warning("cannot read what channel %r replicates (%s): every table is compared; grant SELECT on "
@@ -207,7 +207,7 @@ class Checksummer:
         self.primary = connect(primary, "primary")
         self.replica = connect(replica, "replica")
         self._wheres: dict[tuple[str, str, int], str] = {}
-        # both sides run the same hash: the best both servers have (bridge.flavor)
+        # both sides run the same hash: the best both servers have (bridge.server.flavor)
         self.hash_kind = Flavor.of(self.primary).row_hash_with(Flavor.of(self.replica))
         self.checksums = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.CHECKSUMS, channel))}"  # the channel's own
         self.diffs = f"{SCHEMA}.{quote_name(sqlnames.owned(sqlnames.CHECKSUM_DIFFS, channel))}"

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from bridge import dbconn, servererrors, sqlnames
+from bridge.server import dbconn, errorcodes, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import CheckError, ConsistencyError
 from bridge.filter import EVERYTHING, Filter
-from bridge.sqlnames import quote_name
+from bridge.server.sqlnames import quote_name
 
 SYSTEM_SCHEMAS = set(sqlnames.SYSTEM_SCHEMAS)
 
@@ -92,7 +92,7 @@ def _visible(conn: sa.Connection, schema: str, table: str) -> bool:
     try:
         conn.exec_driver_sql(f"SELECT 1 FROM `{schema}`.`{table}` LIMIT 0")
     except sa.exc.DBAPIError as exc:
-        if getattr(exc.orig, "args", (0,))[0] in servererrors.NO_SELECT:
+        if getattr(exc.orig, "args", (0,))[0] in errorcodes.NO_SELECT:
             return True
         return False
     return True
@@ -103,7 +103,7 @@ def _fail(what: str, url: MysqlUrl, exc: sa.exc.SQLAlchemyError) -> CheckError:
     detail = orig.args[-1] if orig is not None and getattr(orig, "args", None) else str(exc).splitlines()[0]
     code = orig.args[0] if orig is not None and getattr(orig, "args", None) else 0
     fix = f"; it needs SELECT on every compared table (GRANT SELECT ON *.* TO {url.user})" \
-        if code in servererrors.NO_SELECT else ""
+        if code in errorcodes.NO_SELECT else ""
     return CheckError(f"compare: {what} on {url}: {detail}{fix}")
 
 

@@ -9,15 +9,15 @@ from collections.abc import Callable
 
 import pymysql
 
-from bridge import servererrors, sqlnames
+from bridge.server import errorcodes, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
 
 
 def primary_position(conn) -> GtidSet:
-    """Every transaction in the primary's binlog (bridge.flavor says how to ask)."""
+    """Every transaction in the primary's binlog (bridge.server.flavor says how to ask)."""
     with conn.cursor() as cur:
         cur.execute(Flavor.of(conn).gtid_position_sql)
         return GtidSet.parse(cur.fetchone()[0])
@@ -31,7 +31,7 @@ def replica_position(conn, url: MysqlUrl, channel: str, starting: bool = False) 
             cur.execute(f"SELECT gtid_set FROM {sqlnames.META} WHERE channel=%s", (channel,))
             row = cur.fetchone()
         except pymysql.ProgrammingError as exc:  # 1146: no bridge ever ran against this replica
-            if exc.args[0] != servererrors.NO_SUCH_TABLE:
+            if exc.args[0] != errorcodes.NO_SUCH_TABLE:
                 raise
             row = None
     if row:
@@ -50,7 +50,7 @@ def applying_stopped(conn, channel: str) -> tuple | None:
             cur.execute(f"SELECT seq, gtid, error, until_gtid FROM {sqlnames.APPLY_STOPPED} WHERE channel=%s",
                         (channel,))
         except pymysql.ProgrammingError as exc:  # 1146: a replica side of an older version
-            if exc.args[0] != servererrors.NO_SUCH_TABLE:
+            if exc.args[0] != errorcodes.NO_SUCH_TABLE:
                 raise
             return None
         return cur.fetchone()

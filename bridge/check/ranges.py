@@ -4,7 +4,7 @@ chunks and clone's copy walk tables by them."""
 
 from __future__ import annotations
 
-from bridge.sqlnames import as_str, quote_name
+from bridge.server.sqlnames import as_str, quote_name
 
 
 def unique_key(cur, db: str, tbl: str, refused_types: tuple[str, ...] = ()) -> tuple[str | None, tuple[str, ...]]:

@@ -9,7 +9,7 @@ on the replica the primary runs one transaction (row format, as usual):
 
 ``repair_copy_<n>__<channel>`` is made by ``CREATE TABLE ... LIKE t`` on the primary just
 before (replicated like any DDL) and dropped after. Every one of these names is the
-channel's own (bridge.sqlnames.owned): another channel into the same replica applies
+channel's own (bridge.server.sqlnames.owned): another channel into the same replica applies
 none of them, and its checksum never reads them. The primary's own rows are not touched.
 The replica applier sees the marker and, in the same replica transaction as the rows
 and the position, replaces its rows of the range by the copy (bridge.apply.applier).
@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from bridge import sqlnames
-from bridge.sqlnames import quote_name
+from bridge.server import sqlnames
+from bridge.server.sqlnames import quote_name
 from bridge.check.checksum import SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect
 from bridge.check.positions import primary_position, wait_for_replica
 from bridge.config import MysqlUrl

@@ -15,8 +15,8 @@ from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US
                                 hostports_param, metrics_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
 from bridge.model import GtidSet
-from bridge.images import FLAVORS, LOCAL
-from bridge.sandbox import MAX_REPLICAS, Sandbox, replicas_in
+from bridge.lab.images import FLAVORS, LOCAL
+from bridge.lab.sandbox import MAX_REPLICAS, Sandbox, replicas_in
 
 log = logging.getLogger("bridge")
 
@@ -275,11 +275,11 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
 def _schedule(wanted: bool, realtime_priority: int) -> None:
     """Where and how this process runs: --pin-near-nic, --realtime-priority (before any thread starts)."""
     if wanted:
-        from bridge.doctor import pin_near_nic
+        from bridge.ops.doctor import pin_near_nic
 
         log.info("cpu affinity: %s", pin_near_nic())
     if realtime_priority:
-        from bridge import realtime
+        from bridge.node import realtime
 
         realtime.enter(realtime_priority)
 

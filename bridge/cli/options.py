@@ -15,7 +15,7 @@ from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostpo
 from bridge.errors import BridgeError
 from bridge.filter import Filter
 from bridge.ring.layout import check_ring_bytes
-from bridge.sandbox import DEFAULT_STATE_DIR
+from bridge.lab.sandbox import DEFAULT_STATE_DIR
 
 TRANSPORT = click.Choice(["shm", "tcp", "rdma"])
 log = logging.getLogger("bridge")

@@ -12,8 +12,8 @@ from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING
                                 TRANSPORT, hostport_param, renamed_option, tls_options)
 from bridge.config import PASSWORD_ENV, MysqlUrl, read_secret
 from bridge.errors import ConfigError
-from bridge.images import FLAVORS, LOCAL
-from bridge.sandbox import DEFAULT_STATE_DIR
+from bridge.lab.images import FLAVORS, LOCAL
+from bridge.lab.sandbox import DEFAULT_STATE_DIR
 
 
 # --- status and report -------------------------------------------------------
@@ -42,7 +42,7 @@ def status(primary_at: str, replica_at: str, as_json: bool) -> None:
     
     Exit code 1 when neither end answers.
     """
-    from bridge.report import fetch_status, status_table
+    from bridge.ops.report import fetch_status, status_table
 
     snapshot = fetch_status({"primary": primary_at, "replica": replica_at})
     click.echo(json.dumps(snapshot, indent=2) if as_json else status_table(snapshot))
@@ -59,7 +59,7 @@ def status(primary_at: str, replica_at: str, as_json: bool) -> None:
 def report(primary_at: str, replica_at: str, source: str | None, out: str) -> None:
     """A picture of the latency distribution of every stage (log-scaled), with its
     P50/P99/P999/max, from the running pair or a saved snapshot."""
-    from bridge.report import fetch_status, render_html
+    from bridge.ops.report import fetch_status, render_html
 
     try:
         if source:
@@ -113,7 +113,7 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     \b
     Each line is PASS, WARN, FAIL or INFO, with a fix; exit code 1 on any FAIL.
     """
-    from bridge import doctor as checks
+    from bridge.ops import doctor as checks
     from bridge.wire.binlog import flavor_of
 
     found = checks.rdma_checks(transport, ring_bytes)
@@ -157,7 +157,7 @@ def tls_certs(out: str, names: tuple[str, ...]) -> None:
     """
     from pathlib import Path
 
-    from bridge.certs import make_set
+    from bridge.ops.certs import make_set
 
     files = make_set(Path(out), list(names))
     click.echo(f"--tls-cert {files.cert} --tls-key {files.key} --tls-ca {files.ca}")
@@ -368,7 +368,7 @@ def workload(target: str, schema: str, transactions: int, rate: float) -> None:
     occasional DDL) for trying a bridge, with a progress line every 1,000 transactions."""
     import time
 
-    from bridge.workload import MixedWorkload, connect, create_schema
+    from bridge.lab.workload import MixedWorkload, connect, create_schema
 
     conn = connect(MysqlUrl.parse(target, "RDMA_BRIDGE_WORKLOAD_PASSWORD"))
     create_schema(conn, schema)
@@ -396,7 +396,7 @@ def workload(target: str, schema: str, transactions: int, rate: float) -> None:
                    ".sandbox-mysql-9.7, unless --state-dir is given).")
 def demo(state_dir: str, transactions: int, transport: str, probes: int, flavor: str | None) -> None:
     """Sandbox up, both bridges started, a mixed workload, then a verified match."""
-    from bridge.demo import run_demo
+    from bridge.lab.demo import run_demo
 
     if flavor not in (None, LOCAL) and state_dir == DEFAULT_STATE_DIR:
         state_dir = f"{DEFAULT_STATE_DIR}-{flavor}"

@@ -29,8 +29,8 @@ import pymysql.cursors
 from bridge.apply.connection import apply_error
 from bridge.check.ranges import range_sql, unique_key
 from bridge.errors import SourceError
-from bridge.flavor import Flavor
-from bridge.sqlnames import as_str, quote_name, table_name
+from bridge.server.flavor import Flavor
+from bridge.server.sqlnames import as_str, quote_name, table_name
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 1 << 20  # per INSERT: well under max_allowed_packet, a round trip per MiB

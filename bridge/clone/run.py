@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge import dbconn
+from bridge.server import dbconn
 from bridge.apply.connection import apply_error
 from bridge.apply import channel as channel_rows
 from bridge.clone import rows as row_copy
@@ -34,7 +34,7 @@ from bridge.clone.state import CloneState, Entry, Key
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 from bridge.filter import EVERYTHING, Filter
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
 
 log = logging.getLogger(__name__)

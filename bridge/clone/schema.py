@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge import servererrors, serverinfo
+from bridge.server import catalog, errorcodes
 from bridge.apply import replay
 from bridge.apply.connection import apply_error
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
 from bridge.filter import EVERYTHING, Filter
 from bridge.filter.sqltext import rename
-from bridge.flavor import Flavor
-from bridge.sqlnames import SYSTEM_SCHEMAS, as_str, quote_name, table_name
+from bridge.server.flavor import Flavor
+from bridge.server.sqlnames import SYSTEM_SCHEMAS, as_str, quote_name, table_name
 
 log = logging.getLogger(__name__)
 _KINDS_AFTER_ROWS = ("PROCEDURE", "FUNCTION", "VIEW", "TRIGGER", "EVENT")
@@ -207,12 +207,12 @@ def create_after_rows(conn: pymysql.Connection, plan: SchemaPlan, url: MysqlUrl)
                 if kind == "EVENT":  # as a native replica holds them: the primary runs them
                     _run(conn, f"ALTER EVENT {table_name(db, name)} DISABLE ON SLAVE", f"event {db}.{name}", url)
             except ApplyError as exc:
-                if kind != "VIEW" or exc.code != servererrors.NO_SUCH_TABLE:
+                if kind != "VIEW" or exc.code != errorcodes.NO_SUCH_TABLE:
                     raise
                 failed.append((kind, db, name, create, mode))
         if len(failed) == len(pending):
             raise ApplyError(f"clone: views {', '.join(f'{d}.{n}' for _, d, n, _, _ in failed)} on replica {url} "
-                             "refer to tables or views that do not exist", servererrors.NO_SUCH_TABLE)
+                             "refer to tables or views that do not exist", errorcodes.NO_SUCH_TABLE)
         pending = failed
 
 
@@ -259,7 +259,7 @@ def _run(conn: pymysql.Connection, statement: str, what: str, url: MysqlUrl) -> 
         with conn.cursor() as cur:
             known = getattr(conn, "_bridge_collation_names", None)
             if known is None:
-                known = conn._bridge_collation_names = serverinfo.collation_names(cur)
+                known = conn._bridge_collation_names = catalog.collation_names(cur)
             cur.execute(replay.portable_collations(statement.encode(), known).decode())
     except pymysql.MySQLError as exc:
         raise apply_error(f"clone: create {what} on replica {url}", exc) from exc

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pymysql
 import pymysql.converters
 
-from bridge import dbconn
+from bridge.server import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError, SourceError
 from bridge.model import GtidSet

@@ -23,7 +23,7 @@ from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 from bridge.filter import Filter
 from bridge.model import GtidSet
-from bridge.sqlnames import CHANNEL_FILTER, CLONE_STATE
+from bridge.server.sqlnames import CHANNEL_FILTER, CLONE_STATE
 
 
 @dataclass(frozen=True, slots=True)

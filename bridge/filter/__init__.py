@@ -18,7 +18,7 @@ from bridge.filter.events import filter_row_events, rewrite_query
 from bridge.filter.rules import EVERYTHING, Filter
 from bridge.filter.sqltext import rename, targets
 from bridge.model import RowChange, RowEvents, Statement
-from bridge.sqlnames import SCHEMA
+from bridge.server.sqlnames import SCHEMA
 from bridge.wire import binlog
 
 __all__ = ["EVERYTHING", "Filter", "filter_changes", "statement_kept", "touches_foreign"]

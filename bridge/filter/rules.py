@@ -7,7 +7,7 @@ table is replicated when it matches an include (or no include is given) and no
 exclude. Objects that are not tables (routines, events, databases themselves) go with
 their schema: replicated when some table of that schema could be. The bridge's own
 schema is always replicated and never renamed, except the tables another channel owns
-(checksum and repair tables named ``<kind>__<token>``, bridge.sqlnames): a channel
+(checksum and repair tables named ``<kind>__<token>``, bridge.server.sqlnames): a channel
 applies its own only, so channels that share a replica never collide. Renames apply
 after matching: patterns always name the primary's schemas.
 """
@@ -20,7 +20,7 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 
 from bridge.errors import ConfigError
-from bridge.sqlnames import SCHEMA, SYSTEM_SCHEMAS, owner_token
+from bridge.server.sqlnames import SCHEMA, SYSTEM_SCHEMAS, owner_token
 
 _WILD = set("*?[")
 
@@ -42,7 +42,7 @@ class Filter:
     # later position than the transaction's (table "": the schema's routines, views,
     # triggers and events), whose changes the replica already holds; never recorded
     copied_later: frozenset[tuple[str, str]] = field(default=frozenset(), compare=False)
-    # the channel applying (bridge.sqlnames.channel_token): rdma_bridge tables another
+    # the channel applying (bridge.server.sqlnames.channel_token): rdma_bridge tables another
     # channel owns are not its own; "" keeps them all (clone, verify); never recorded
     channel_token: str = field(default="", compare=False)
 

@@ -1,5 +1,5 @@
 """What each side counts, as one object per side instead of a handful of node
-attributes; the field names are the status document's keys (bridge.statusdoc)."""
+attributes; the field names are the status document's keys (bridge.ops.statusdoc)."""
 
 from __future__ import annotations
 

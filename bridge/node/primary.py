@@ -25,11 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from bridge import realtime, serverinfo
+from bridge.node import realtime
+from bridge.server import catalog
 from bridge.config import PrimaryConfig, backoff_s
-from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
+from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BridgeError, EndCode, SourceConnectionLost, TransportError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.source.behind import BehindMonitor, Reading
 from bridge.source.heartbeat import HeartbeatWriter
@@ -45,7 +46,7 @@ from bridge.source.assembler import TransactionAssembler
 from bridge.source.events import GtidStart
 from bridge.source import lanes
 from bridge.source.reader import BinlogReader
-from bridge.statusdoc import PrimaryStatus
+from bridge.ops.statusdoc import PrimaryStatus
 from bridge.transport import check_available, tls
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import binlog, control, native
@@ -204,7 +205,7 @@ class PrimaryNode(ShipLoop):
             if not check:
                 return settings
             with conn.cursor() as cur:  # the replica side names an id its server lacks by the primary's name
-                self._collation_names = {str(i): name for i, (name, _) in serverinfo.read_collations(cur).items()}
+                self._collation_names = {str(i): name for i, (name, _) in catalog.read_collations(cur).items()}
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
             preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as)
             if self.cfg.semi_sync != "off":

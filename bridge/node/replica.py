@@ -13,13 +13,13 @@ import secrets
 import threading
 import time
 
-from bridge import realtime
+from bridge.node import realtime
 from bridge.apply import lanes, modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.protocol import ApplierLike
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
-from bridge.metrics import STAGES, GcPauses, MetricsServer, Stages
+from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BridgeError, ConfigError, EndCode, RemoteProtocolError
 from bridge.model import GtidSet
 from bridge.node.applying import ApplyLoop
@@ -32,7 +32,7 @@ from bridge.node.counters import ReplicaCounts
 from bridge.node.progress import Progress
 from bridge.node.replicated import Picked, Replicated
 from bridge.ring.consumer import RingConsumer
-from bridge.statusdoc import ReplicaStatus
+from bridge.ops.statusdoc import ReplicaStatus
 from bridge.transport import make_host, receiver, tls
 from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from bridge.apply.channel import load_catch_up, settle_filter
 from bridge.filter import Filter, filter_changes, touches_foreign
 from bridge.model import Chunk, Gtid, GtidSet, Transaction
-from bridge.sqlnames import channel_token
+from bridge.server.sqlnames import channel_token
 from bridge.wire.frame import Frame
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class Replicated:
     def load(cls, applier, channel: str, target, given: str) -> Replicated:
         """The channel's filter (``given``: --include/... as JSON, or ""), settled against
         the one recorded, and what a clone left catching up; another channel's checksum
-        and repair tables are never this channel's (bridge.sqlnames.owned)."""
+        and repair tables are never this channel's (bridge.server.sqlnames.owned)."""
         rules = settle_filter(applier.conn, channel, target, Filter.from_json(given) if given else None,
                               applier.has_position)
         rules = replace(rules, channel_token=channel_token(channel))

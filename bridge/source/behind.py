@@ -3,7 +3,7 @@ second: transactions and bytes between the primary's binlog position and what th
 replica committed (not yet read from the binlog, plus read but not yet applied), the
 rate the replica applies at, and when it will have caught up at that rate.
 
-A thread polls the primary (its GTID position and binlog status, by bridge.flavor, and, when the
+A thread polls the primary (its GTID position and binlog status, by bridge.server.flavor, and, when the
 reader is on an older binlog file, ``SHOW BINARY LOGS`` for the sizes in between);
 ``figures`` is the pure part. Heartbeat lag (seconds behind) is the replica side's.
 """
@@ -21,7 +21,7 @@ import pymysql
 
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import Gtid, GtidSet
 from bridge.source.preflight import connect
 

@@ -2,7 +2,7 @@
 writes ``rdma_bridge.heartbeat`` (its name, the wall-clock µs just before the write)
 on the primary. The row travels the binlog and the bridge like any other, and the
 replica side records primary-write -> replica-commit as the ``lag`` stage. Across two
-hosts the lag is only as exact as their clock sync (see bridge.metrics).
+hosts the lag is only as exact as their clock sync (see bridge.ops.metrics).
 
 The bridge's primary user needs ``CREATE, INSERT, UPDATE`` on ``rdma_bridge.*`` for
 it (sql/primary_grants.sql); without them the writer logs why once and stops.
@@ -16,7 +16,7 @@ import time
 
 import pymysql
 
-from bridge import sqlnames
+from bridge.server import sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
 from bridge.source.preflight import connect

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import pymysql
 
-from bridge import dbconn, servererrors
+from bridge.server import dbconn, errorcodes
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
-from bridge.flavor import Flavor, kind_of
+from bridge.server.flavor import Flavor, kind_of
 from bridge.model import GtidSet
 
 REQUIRED = (
@@ -29,7 +29,7 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
         return dbconn.connect(url, read_timeout=30, autocommit=True, **kwargs)
     except pymysql.MySQLError as exc:
         refused = tls_refusal(exc)  # no retry mends a certificate
-        lost = servererrors.code_of(exc) in servererrors.CONNECTION_LOST  # worth a retry
+        lost = errorcodes.code_of(exc) in errorcodes.CONNECTION_LOST  # worth a retry
         error = SourceConnectionLost if lost and not refused else SourceError
         raise error(f"connect to {what} {url}: {refused or (exc.args[-1] if exc.args else exc)}") from exc
 

@@ -34,10 +34,10 @@ from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from bridge import dbconn, servererrors
+from bridge.server import dbconn, errorcodes
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.model import RowEvents, Transaction
 from bridge.source import _compat, libraryvalues, rowimage
 from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
@@ -68,7 +68,7 @@ class BinlogReader:
     def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
                  flavor: Flavor | None = None, report_as: str = "rdma-bridge", fast_rows: bool = True,
                  semi_sync: bool = False, raw_rows: bool = False) -> None:
-        """``flavor``: the primary's (bridge.flavor), read here when not given."""
+        """``flavor``: the primary's (bridge.server.flavor), read here when not given."""
         self.url = url
         self._heartbeat_s = heartbeat_s
         flavor = flavor or _read_flavor(url)
@@ -117,7 +117,7 @@ class BinlogReader:
         return self._translate(event)
 
     def _stream_error(self, exc: pymysql.MySQLError) -> SourceError:
-        error = SourceConnectionLost if servererrors.code_of(exc) in servererrors.CONNECTION_LOST else SourceError
+        error = SourceConnectionLost if errorcodes.code_of(exc) in errorcodes.CONNECTION_LOST else SourceError
         return error(f"binlog stream from {self.url}: {exc}")
 
     def rest_of_transaction(self, gtid: str, max_bytes: int) -> Transaction | None:

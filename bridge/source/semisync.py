@@ -2,7 +2,7 @@
 degrades to async after an ACK timeout, and nobody notices for hours).
 
 ``SemiSyncMonitor`` polls the primary's ``Rpl_semi_sync_master_status`` (MySQL's
-source plugin: ``Rpl_semi_sync_source_status``; bridge.flavor names them) and its
+source plugin: ``Rpl_semi_sync_source_status``; bridge.server.flavor names them) and its
 counters and keeps: the current form (sync/async), how long the current async streak
 is, the total async time, the number of degradations by reason, and the last reason
 and time. The reason comes from the bridge's own view at the moment of the switch
@@ -23,7 +23,7 @@ import pymysql
 
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError, PreflightError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.source.preflight import connect
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ buffered (``bridge.wire.hotpath.scan_transaction``). A lost or silent connection
 first position and would deliver duplicates). ``BinlogReader`` (reader.py) owns it.
 
 A subclass of PyMySQL's Connection, it uses its private parts (the buffered socket file,
-the packet sequence number, the raw write) as its own; bridge.dbconn checks at import
+the packet sequence number, the raw write) as its own; bridge.server.dbconn checks at import
 that the installed PyMySQL is one they were tested with.
 """
 
@@ -21,7 +21,7 @@ from collections import deque
 
 import pymysql
 
-from bridge import dbconn
+from bridge.server import dbconn
 from bridge.errors import SourceConnectionLost
 from bridge.source import lanes
 from bridge.wire import binlog, payload
@@ -50,7 +50,7 @@ class StreamConnection(pymysql.connections.Connection):
 
     fast_path = None
     semi_sync = False  # announce a semi-sync replica; strip the 0xEF header; note ACK requests
-    semi_sync_variable = "@rpl_semi_sync_slave"  # MySQL's source plugin: @rpl_semi_sync_replica (bridge.flavor)
+    semi_sync_variable = "@rpl_semi_sync_slave"  # MySQL's source plugin: @rpl_semi_sync_replica (bridge.server.flavor)
     ack_wanted: int | None = None  # next-event position of the last event that asked for an ACK
     dumping = False  # the dump command was sent: every packet from here is an event
     stashed = None  # a packet BinlogReader read itself but leaves to the library

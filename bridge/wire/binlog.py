@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bridge.errors import RemoteProtocolError
-from bridge.flavor import kind_of
+from bridge.server.flavor import kind_of
 from bridge.wire import mysqlgtid
 
 HEADER_BYTES = 19
@@ -85,7 +85,7 @@ def split_events(data) -> Iterator[bytes]:
 # --- FORMAT_DESCRIPTION ------------------------------------------------------
 
 def flavor_of(server_version: str) -> str:
-    """mariadb or mysql, from a server's version string (bridge.flavor decides)."""
+    """mariadb or mysql, from a server's version string (bridge.server.flavor decides)."""
     return kind_of(server_version)
 
 

@@ -7,7 +7,7 @@ import contextlib
 import time
 
 from bridge.errors import BackpressureTimeout
-from bridge.workload import connect
+from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 
 ROW = "x" * 3000

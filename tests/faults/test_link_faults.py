@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bridge.workload import connect, create_schema
+from bridge.lab.workload import connect, create_schema
 from tests.conftest import BridgePair
 from tests.faults.proxy import FaultProxy
 from tests.helpers import BackgroundWorkload, wait_for, wait_shipped

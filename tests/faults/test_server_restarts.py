@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bridge.workload import MixedWorkload, connect, create_schema
+from bridge.lab.workload import MixedWorkload, connect, create_schema
 from tests.conftest import BridgePair
 from tests.helpers import BackgroundWorkload, applied_seq, wait_for
 

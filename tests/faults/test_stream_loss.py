@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bridge.workload import create_schema
+from bridge.lab.workload import create_schema
 from tests.conftest import BridgePair, primary_position
 from tests.helpers import BackgroundWorkload, wait_shipped
 

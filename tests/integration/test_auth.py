@@ -106,7 +106,7 @@ def test_servers_through_their_unix_sockets_replicate(urls, sandbox, fresh_schem
     import re
 
     from bridge.config import MysqlUrl
-    from bridge.workload import connect
+    from bridge.lab.workload import connect
 
     box, _ = sandbox
 

@@ -18,15 +18,15 @@ import pytest
 
 from bridge.check.checksum import Checksummer
 from bridge.check.compare import compare_databases
-from bridge import sqlnames
+from bridge.server import sqlnames
 from bridge.check.repair import MARKER_COLLATION, REPAIRS_DDL, Repairer
 from bridge.config import MysqlUrl
 from bridge.filter import Filter
-from bridge.images import server_kind
-from bridge.ports import free_port
-from bridge.servercnf import server_cnf
-from bridge.servers import servers_for
-from bridge.workload import connect, create_schema
+from bridge.lab.images import server_kind
+from bridge.lab.ports import free_port
+from bridge.lab.mycnf import server_cnf
+from bridge.lab.runners import servers_for
+from bridge.lab.workload import connect, create_schema
 from tests.conftest import BridgePair, sandbox_up, server_flavors
 from tests.helpers import BackgroundWorkload, numbers, wait_shipped
 
@@ -260,7 +260,7 @@ def test_one_primary_split_into_two_channels_checks_and_repairs_each_alone(urls,
 
 
 def test_each_channel_owns_its_checksum_tables():
-    from bridge import sqlnames
+    from bridge.server import sqlnames
 
     assert sqlnames.owned("checksums", "t12_1796") == "checksums__t12_1796"
     odd = sqlnames.owned("checksums", "Shop-Copy")

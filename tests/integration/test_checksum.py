@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from bridge.check.checksum import Checksummer
 from bridge.check.repair import Repairer
 from bridge.cli import main
-from bridge.workload import connect
+from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import numbers
 from tests.integration.test_types import TYPES_TABLE, type_rows

@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from bridge.workload import connect
+from bridge.lab.workload import connect
 
 
 def bridge(*args, timeout=180):

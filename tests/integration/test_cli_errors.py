@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bridge.ports import free_port
+from bridge.lab.ports import free_port
 
 
 def run(*args, env=None, timeout=60):
@@ -73,7 +73,7 @@ def test_every_command_with_bad_input_says_one_line(urls, garbage, tmp_path):
 
 
 def test_a_user_without_select_is_an_error_not_a_difference(urls, fresh_schema):
-    from bridge.workload import connect
+    from bridge.lab.workload import connect
 
     s = fresh_schema("noselect")
     admin = connect(urls["primary_admin"])

@@ -19,9 +19,9 @@ from bridge.check.checksum import Checksummer
 from bridge.cli import main
 from bridge.clone.run import Cloner
 from bridge.errors import ConfigError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 from bridge.filter import Filter
-from bridge.workload import connect, create_schema
+from bridge.lab.workload import connect, create_schema
 from tests.conftest import BridgePair
 from tests.helpers import BackgroundWorkload, wait_shipped, wait_written
 from tests.helpers import numbers

@@ -22,7 +22,7 @@ def test_compose_files_are_generated_from_the_sandbox_settings():
 
 
 def test_compose_server_flags_are_the_sandbox_settings():
-    from bridge.servercnf import PRIMARY_CNF
+    from bridge.lab.mycnf import PRIMARY_CNF
 
     text = (DOCKER / "docker-compose.yml").read_text()
     for line in PRIMARY_CNF.strip().splitlines():
@@ -48,13 +48,13 @@ def test_docker_compose_config_accepts_the_files(files, tmp_path):
 
 def test_the_dashboard_asks_for_metrics_the_bridge_exports():
     from bridge.check import textfile
-    from bridge.metrics import METRICS, STAGE_METRICS
+    from bridge.ops.metrics import METRICS, STAGE_METRICS
 
     known = {name for name, _, _ in METRICS.values()} | {STAGE_METRICS["quantiles"], "rdma_bridge_up",
                                                           "rdma_bridge_semi_sync_on",
                                                           "rdma_bridge_semi_sync_degradations_total",
                                                           "rdma_bridge_semi_sync_async_streak_seconds",
-                                                          "rdma_bridge_replica_state",  # fan-out (bridge.metrics)
+                                                          "rdma_bridge_replica_state",  # fan-out (bridge.ops.metrics)
                                                           "rdma_bridge_replica_ring_backlog_frames",
                                                           "rdma_bridge_replica_behind_seconds",
                                                           "rdma_bridge_replica_queued_bytes",

@@ -3,7 +3,7 @@ test ending in a row-by-row comparison of both databases."""
 
 import pytest
 
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 
 
 def test_insert_update_delete_and_primary_key_changes(pair, fresh_schema):

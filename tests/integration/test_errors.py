@@ -15,7 +15,7 @@ from bridge.errors import (BinlogPurged, PreflightError, RemoteProtocolError, So
                            TransportError)
 from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
-from bridge.sandbox import Sandbox
+from bridge.lab.sandbox import Sandbox
 from bridge.source.preflight import check_not_purged, check_position
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
@@ -25,7 +25,7 @@ from tests.conftest import BridgePair
 @pytest.fixture
 def set_global(urls):
     """SET GLOBAL on the sandbox primary, restored afterwards."""
-    from bridge.workload import connect
+    from bridge.lab.workload import connect
 
     conn, saved = connect(urls["primary_admin"]), []
 

@@ -17,7 +17,7 @@ from bridge.clone.run import Cloner
 from bridge.errors import ChannelLocked, StartRefused
 from bridge.filter import Filter
 from bridge.node.replica import ReplicaNode
-from bridge.workload import MixedWorkload, create_schema
+from bridge.lab.workload import MixedWorkload, create_schema
 from tests.conftest import BridgePair
 from tests.helpers import BackgroundWorkload, wait_shipped, wait_written
 from tests.integration.test_types import TYPES_TABLE, type_rows

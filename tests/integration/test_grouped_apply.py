@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from bridge.workload import connect
+from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import numbers, wait_for
 

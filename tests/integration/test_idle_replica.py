@@ -9,9 +9,9 @@ import time
 import pytest
 
 from bridge.check.compare import compare_databases
-from bridge.procs import primary_process, replica_process, wait_port
-from bridge.ports import free_port
-from bridge.workload import connect
+from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.lab.ports import free_port
+from bridge.lab.workload import connect
 from tests.conftest import BridgePair, primary_position
 from tests.helpers import table_rows, wait_for
 

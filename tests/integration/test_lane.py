@@ -10,7 +10,7 @@ import pytest
 
 from bridge.apply import lane as twin_lane
 from bridge.apply import lanes
-from bridge.workload import connect
+from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import wait_for
 

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.cli import main
-from bridge.metrics import STAGE_METRICS
-from bridge.statusdoc import PrimaryStatus, ReplicaStatus, deviations
+from bridge.ops.metrics import STAGE_METRICS
+from bridge.ops.statusdoc import PrimaryStatus, ReplicaStatus, deviations
 from tests.conftest import BridgePair
 from tests.helpers import wait_for
 
@@ -40,7 +40,7 @@ def test_counters_stages_and_heartbeat_lag_move_with_real_traffic(urls, fresh_sc
         wait_for(lambda: pair.replica_node.stages.summary(False)["lag"]["count"] >= 3, "heartbeat lag samples")
         rep_addr, pri_addr = pair.replica_node.metrics.address, pair.primary_node.metrics.address
         rep, pri = json.loads(get(rep_addr, "/status")), json.loads(get(pri_addr, "/status"))
-        # both documents keep to their typed definition (bridge.statusdoc), nested parts too
+        # both documents keep to their typed definition (bridge.ops.statusdoc), nested parts too
         assert deviations(rep, ReplicaStatus) == set() and deviations(pri, PrimaryStatus) == set()
         assert pri["behind"] is not None and pri["heartbeat"] is not None and "last_lag_seconds" in rep["counters"]
         text = get(rep_addr, "/metrics")

@@ -6,7 +6,7 @@ shows a prefix), and both sides end identical row by row."""
 import threading
 import time
 
-from bridge.workload import connect
+from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import applied_seq
 from tests.integration.test_grouped_apply import backlog

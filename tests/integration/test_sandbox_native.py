@@ -4,8 +4,8 @@ already holds data: it starts from a copy of the primary, not from its position 
 import time
 
 from bridge.config import MysqlUrl
-from bridge.sandbox import Sandbox
-from bridge.workload import connect
+from bridge.lab.sandbox import Sandbox
+from bridge.lab.workload import connect
 
 
 def test_a_native_replica_added_later_holds_what_the_primary_held_and_keeps_following(tmp_path):

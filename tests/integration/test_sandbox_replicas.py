@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from bridge.config import MysqlUrl
-from bridge.sandbox import replicas_in
-from bridge.workload import connect
+from bridge.lab.sandbox import replicas_in
+from bridge.lab.workload import connect
 
 
 def cli(*args, check=True):

@@ -10,7 +10,7 @@ import pytest
 
 from bridge.apply.connection import connect, rollback, run_script
 from bridge.errors import ApplyError, TargetConnectionLost
-from bridge.workload import connect as admin_connect
+from bridge.lab.workload import connect as admin_connect
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from bridge.errors import PreflightError
-from bridge.workload import connect
+from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import semi_sync_on, semi_sync_status, wait_for
 
@@ -90,8 +90,8 @@ def test_a_killed_bridge_degrades_to_async_and_the_restart_records_why_and_the_r
         wait_for(lambda: node.semi_sync.status()["state"] == "sync", "the recovery to be recorded")
         st = node.status()["semi_sync"]
         assert st["recoveries"] == 1 and st["last_reason"] == "bridge stopped" and st["async_total_s"] > 0
-        from bridge.metrics import prometheus_text
-        from bridge.report import status_table
+        from bridge.ops.metrics import prometheus_text
+        from bridge.ops.report import status_table
 
         text = prometheus_text("primary", node.status())
         assert 'rdma_bridge_semi_sync_degradations_total{role="primary",reason="bridge stopped"} 1.0' in text

@@ -4,7 +4,7 @@ VECTOR, spatial types, utf8mb4_0900 collations, invisible columns)."""
 
 import pytest
 
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 
 TYPES_TABLE = """CREATE TABLE {s}.types (
   id INT PRIMARY KEY,
@@ -243,7 +243,7 @@ def test_our_row_decoder_gives_the_library_path_values_exactly(urls, fresh_schem
     and the library's (with the reader's fixes) must give identical events."""
     from bridge.source.events import RowsRead
     from bridge.source.reader import BinlogReader
-    from bridge.workload import connect
+    from bridge.lab.workload import connect
     from tests.conftest import primary_position
 
     s = fresh_schema("fast")
@@ -304,7 +304,7 @@ def test_raw_row_walker_reads_every_type_the_library_reads(urls, fresh_schema):
     from bridge.source.events import RawRowEvent, RowsRead
     from bridge.source.reader import BinlogReader
     from bridge.wire import tablemap
-    from bridge.workload import connect
+    from bridge.lab.workload import connect
     from tests.conftest import primary_position
 
     s = fresh_schema("walk")
@@ -364,7 +364,7 @@ def test_mysql_binary_json_reads_as_the_text_mysql_prints(urls, fresh_schema, my
         pytest.skip("only MySQL logs JSON in binary form (MariaDB's is text)")
     from bridge.source.events import RowsRead
     from bridge.source.reader import BinlogReader
-    from bridge.workload import connect
+    from bridge.lab.workload import connect
     from tests.conftest import primary_position
 
     s = fresh_schema("jsontext")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge import sqlnames
+from bridge.server import sqlnames
 from bridge.check import textfile
-from bridge.metrics import METRICS, STAGE_METRICS
+from bridge.ops.metrics import METRICS, STAGE_METRICS
 from tests.conftest import BridgePair
 from tests.helpers import numbers
 
@@ -49,9 +49,9 @@ def test_the_compose_prometheus_configuration_checks_with_the_rules():
 
 
 def test_the_rules_ask_for_metrics_the_bridge_exports():
-    """Every metric name in a rule is one /metrics writes (bridge/metrics.py names each
+    """Every metric name in a rule is one /metrics writes (bridge/ops/metrics.py names each
     family in a string) or the check's textfile does."""
-    source = (ROOT / "bridge" / "metrics.py").read_text()
+    source = (ROOT / "bridge" / "ops" / "metrics.py").read_text()
     exported = set(re.findall(r'"(rdma_bridge_[a-z_]+)"', source)) | {name for name, _, _ in METRICS.values()} | \
         {name for name, _, _ in textfile.FAMILIES} | {STAGE_METRICS["quantiles"]}
     asked = set(re.findall(r"rdma_bridge_[a-z_]+", (CONTRIB / "prometheus" / "alerts.yml").read_text()))

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from bridge.certs import make_set
+from bridge.ops.certs import make_set
 from bridge.config import TlsFiles
-from bridge.procs import replica_process, wait_port
+from bridge.lab.procs import replica_process, wait_port
 from bridge.ring.layout import WRITE_SEQ_AT
-from bridge.ports import free_port
+from bridge.lab.ports import free_port
 from bridge.transport import rdma_available
-from bridge.workload import MixedWorkload, create_schema
+from bridge.lab.workload import MixedWorkload, create_schema
 from tests.conftest import BridgePair
 from tests.faults.test_semisync_truth import acked_and_not
 from tests.helpers import semi_sync_on, semi_sync_status, wait_for
@@ -78,7 +78,7 @@ def test_take_over_over_rdma_fences_the_old_writer(urls):
 
 
 def test_doctor_passes_the_device_checks_on_a_real_verbs_device():
-    from bridge import doctor
+    from bridge.ops import doctor
 
     checks = doctor.rdma_checks("rdma", 1 << 20)
     found = {c.name: c.status for c in checks}

@@ -35,7 +35,7 @@ def test_help_speaks_to_the_user_not_of_the_project():
 def test_old_spellings_still_work_for_one_release_and_say_the_new_one():
     from click.testing import CliRunner
 
-    from bridge.ports import free_port
+    from bridge.lab.ports import free_port
 
     runner, port = CliRunner(), free_port()
     nobody = f"127.0.0.1:{port}"

@@ -1,4 +1,4 @@
-"""PyMySQL's private parts are used only through bridge.dbconn (and the binlog stream's
+"""PyMySQL's private parts are used only through bridge.server.dbconn (and the binlog stream's
 own Connection subclass), and only with a PyMySQL the tests passed against."""
 
 import re
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from bridge import dbconn
+from bridge.server import dbconn
 from bridge.errors import ConfigError
 
 PRIVATE = re.compile(r"\._(rfile|next_seq_id|execute_command|read_packet|write_bytes|force_close|read_timeout)\b|"
                      r"\bconn\._sock\b")
-ALLOWED = {"bridge/dbconn.py", "bridge/source/stream.py"}
+ALLOWED = {"bridge/server/dbconn.py", "bridge/source/stream.py"}
 
 
 def test_the_installed_pymysql_is_a_tested_one():
@@ -28,11 +28,11 @@ def test_no_other_module_reaches_into_pymysql():
     root = Path(__file__).resolve().parents[2]
     users = sorted(str(path.relative_to(root)) for path in (root / "bridge").rglob("*.py")
                    if PRIVATE.search(path.read_text()) and str(path.relative_to(root)) not in ALLOWED)
-    assert not users, f"PyMySQL's private parts used outside bridge.dbconn: {users}"
+    assert not users, f"PyMySQL's private parts used outside bridge.server.dbconn: {users}"
 
 
 def test_every_connection_to_a_server_is_made_by_one_factory():
     root = Path(__file__).resolve().parents[2]
     makers = sorted(str(path.relative_to(root)) for path in (root / "bridge").rglob("*.py")
                     if "pymysql.connect(" in path.read_text())
-    assert makers == ["bridge/dbconn.py", "bridge/sandbox.py"]  # the sandbox: root over its servers' own sockets
+    assert makers == ["bridge/lab/sandbox.py", "bridge/server/dbconn.py"]  # the sandbox: root over its servers' own sockets

@@ -1,10 +1,10 @@
-"""Privileges from SHOW GRANTS rows (bridge.grants), as MariaDB and MySQL print them:
+"""Privileges from SHOW GRANTS rows (bridge.server.grants), as MariaDB and MySQL print them:
 by name on *.*, never by a substring of the row."""
 
 import pytest
 
 from bridge.apply import modes
-from bridge.grants import global_privileges, holds
+from bridge.server.grants import global_privileges, holds
 
 
 def test_an_account_named_like_a_privilege_does_not_hold_it():

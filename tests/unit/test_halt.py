@@ -5,7 +5,7 @@ import time
 import pytest
 
 from bridge.errors import ConfigError
-from bridge.metrics import prometheus_text
+from bridge.ops.metrics import prometheus_text
 from bridge.node.halt import Halt
 
 

@@ -2,7 +2,7 @@
 
 import random
 
-from bridge.metrics import Stages, buckets
+from bridge.ops.metrics import Stages, buckets
 
 
 def exact_percentile(samples, p):

@@ -78,7 +78,7 @@ def test_url_options_for_tls_and_option_files(tmp_path):
     from bridge.config import MysqlUrl
     from bridge.errors import ConfigError
 
-    from bridge.certs import make_ca
+    from bridge.ops.certs import make_ca
 
     ca, cnf = make_ca(tmp_path), tmp_path / "my.cnf"
     cnf.write_text("[client]\npassword=from-file\n")
@@ -98,7 +98,7 @@ def test_url_options_for_tls_and_option_files(tmp_path):
 
 
 def test_a_sql_mode_keeps_only_the_names_the_target_flavor_takes():
-    from bridge.flavor import Flavor
+    from bridge.server.flavor import Flavor
     mariadb_default = "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_CREATE_USER,NO_ENGINE_SUBSTITUTION"
     mysql, mariadb = Flavor.from_version("9.7.4"), Flavor.from_version("10.11.19-MariaDB")
     assert mysql.sql_mode(mariadb_default) == "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"

@@ -2,7 +2,7 @@
 
 import socket
 
-from bridge.ports import _ephemeral_low, free_port
+from bridge.lab.ports import _ephemeral_low, free_port
 
 
 def test_free_ports_are_bindable_distinct_and_outside_the_ephemeral_range():

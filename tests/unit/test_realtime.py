@@ -1,4 +1,4 @@
-"""bridge.realtime on this kernel: every thread of the process under SCHED_FIFO, those
+"""bridge.node.realtime on this kernel: every thread of the process under SCHED_FIFO, those
 it starts later too; refused (no CAP_SYS_NICE) it says so in one line and the process
 runs on at normal priority. Each case in a child process (the test runner's own
 threads keep their scheduling)."""
@@ -13,7 +13,7 @@ import pytest
 CHILD = r"""
 import logging, os, sys, threading
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-from bridge import realtime
+from bridge.node import realtime
 hold = threading.Event()
 before = threading.Thread(target=hold.wait); before.start()
 print(realtime.scheduling(), file=sys.stderr)

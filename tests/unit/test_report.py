@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from bridge.metrics import Stages
-from bridge.report import CHART, render_html
+from bridge.ops.metrics import Stages
+from bridge.ops.report import CHART, render_html
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -96,7 +96,7 @@ def test_the_report_renders_full_width_in_headless_chromium(tmp_path):
 
 
 def test_status_says_what_goes_on_stopped_delayed_or_caught_up():
-    from bridge.report import status_table
+    from bridge.ops.report import status_table
 
     behind = {"transactions": 1, "bytes": 90, "apply_rate_tps": 10.0, "write_rate_tps": 10.0, "catch_up_eta_s": 0.0}
     primary = {"source": "mysql://u:***@p:1", "replica": "r:2", "transport": "tcp", "connected": True,

@@ -18,7 +18,7 @@ import zlib
 import pytest
 
 from bridge.errors import TransportError
-from bridge.metrics import STAGES, Stages
+from bridge.ops.metrics import STAGES, Stages
 from bridge.node.counters import PrimaryCounts
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import WAITING_AT, init_region, region_bytes

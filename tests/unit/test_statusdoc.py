@@ -1,6 +1,6 @@
 """The status document's definition catches a document that leaves it."""
 
-from bridge.statusdoc import PrimaryStatus, ReplicaStatus, deviations
+from bridge.ops.statusdoc import PrimaryStatus, ReplicaStatus, deviations
 
 
 def test_a_document_that_leaves_its_definition_is_caught():

@@ -7,10 +7,10 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from bridge.certs import make_ca, make_cert, make_set
+from bridge.ops.certs import make_ca, make_cert, make_set
 from bridge.cli import main
 from bridge.config import TlsFiles
-from bridge.doctor import tls_checks
+from bridge.ops.doctor import tls_checks
 from bridge.errors import ConfigError
 from bridge.transport.tls import check_files, client_context, server_context
 

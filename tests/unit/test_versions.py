@@ -3,7 +3,8 @@ is sourced (apt sources renamed to the flavor's Debian release), what is refused
 
 import pytest
 
-from bridge import doctor, images
+from bridge.ops import doctor
+from bridge.lab import images
 from bridge.errors import SandboxError
 
 

@@ -1,4 +1,4 @@
-"""How the sandbox runs one server of a flavor (bridge.images): this host's mariadbd as
+"""How the sandbox runs one server of a flavor (bridge.lab.images): this host's mariadbd as
 a child process (``LocalServers``), or the flavor's MariaDB or MySQL in a podman
 container (``ContainerServers``) that shares this host's network and process namespace
 and sees the sandbox's state directory at the same path. Either way the server writes
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.errors import SandboxError
-from bridge.images import LOCAL, Podman, ensure_image, server_kind
+from bridge.lab.images import LOCAL, Podman, ensure_image, server_kind
 
 SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pymysql
 
-from bridge import dbconn
+from bridge.server import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import SourceError
-from bridge.flavor import Flavor
+from bridge.server.flavor import Flavor
 
 SCHEMA_DDL = (
     "CREATE TABLE {s}.accounts (id INT PRIMARY KEY, owner VARCHAR(40) NOT NULL, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 
 
 def sql_statements(name: str, **params: str) -> list[str]:

@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from hdrh.histogram import HdrHistogram
 
 from bridge.errors import ConfigError
-from bridge.statusdoc import StatusDocument
+from bridge.ops.statusdoc import StatusDocument
 
 log = logging.getLogger(__name__)
 LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3  # 1 µs .. 1 h, 3 significant digits

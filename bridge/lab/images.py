@@ -10,7 +10,7 @@ comes from ``sid``, which has no -updates or -security suites and whose Release 
 be past its Valid-Until date on a mirror: apt is told not to check that there. ``Podman`` holds the options this
 host needs (the OCI runtime and cgroup manager a cgroup v1 or hybrid host needs, ulimits
 under the host's hard limits). The sandbox runs a flavor's servers in these images
-(bridge.sandbox, ``sandbox up --flavor``).
+(bridge.lab.sandbox, ``sandbox up --flavor``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ LOCAL = "local"  # the host's own mariadbd, no container
 class ImageFlavor:
     release: str  # the Debian release shipping it
     packages: str  # what its image installs
-    server: str  # mariadb | mysql (bridge.flavor): how bridge.servers runs it
+    server: str  # mariadb | mysql (bridge.server.flavor): how bridge.lab.runners runs it
 
 
 _MARIADB = "mariadb-server mariadb-client"

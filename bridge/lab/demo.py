@@ -14,12 +14,12 @@ from bridge.check.positions import primary_position, wait_for_replica
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
 from bridge.model import GtidSet
-from bridge.procs import primary_process, replica_process, wait_port
-from bridge.report import fetch_status, status_table
-from bridge.ports import free_port
-from bridge.sandbox import Sandbox
-from bridge.sqlnames import META
-from bridge.workload import MixedWorkload, connect, create_schema, percentile, probe_lag
+from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.ops.report import fetch_status, status_table
+from bridge.lab.ports import free_port
+from bridge.lab.sandbox import Sandbox
+from bridge.server.sqlnames import META
+from bridge.lab.workload import MixedWorkload, connect, create_schema, percentile, probe_lag
 
 SCHEMA = "bridge_demo"
 CHANNEL = "demo"

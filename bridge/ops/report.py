@@ -10,8 +10,8 @@ import math
 import urllib.error
 import urllib.request
 
-from bridge.metrics import buckets
-from bridge.statusdoc import StatusDocument
+from bridge.ops.metrics import buckets
+from bridge.ops.statusdoc import StatusDocument
 
 STAGE_MEANING = {
     "place": "primary: ship start -> placed in the replica ring (flush done)",
@@ -25,7 +25,7 @@ STAGE_MEANING = {
 
 
 def fetch_status(addresses: dict[str, str], timeout_s: float = 2.0) -> dict:
-    """{"taken_at", "nodes": {role: its status document (bridge.statusdoc), or {"error": why}}}."""
+    """{"taken_at", "nodes": {role: its status document (bridge.ops.statusdoc), or {"error": why}}}."""
     nodes: dict[str, StatusDocument | dict] = {}
     for role, address in addresses.items():
         url = f"http://{address}/status"

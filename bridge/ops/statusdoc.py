@@ -1,6 +1,6 @@
 """The status document, typed: what each side's ``status()`` returns, ``/status``
-serves as JSON, ``/metrics`` renders for Prometheus (bridge.metrics) and
-`rdma-bridge status` / `report` read back (bridge.report). One definition of its
+serves as JSON, ``/metrics`` renders for Prometheus (bridge.ops.metrics) and
+`rdma-bridge status` / `report` read back (bridge.ops.report). One definition of its
 keys for all of them; a test holds the running nodes' documents to it.
 
 Pure types, no I/O. Times in the names' units (``_s`` seconds, stage figures µs).

@@ -4,8 +4,8 @@ Owns a state directory: one folder per server (my.cnf, datadir, socket, logs) an
 ``sandbox.json`` (ports, generated passwords, URLs, flavors; mode 0600). ``up`` is
 idempotent: servers already running are kept. Servers read only their own
 ``--defaults-file``; clients never read /etc/mysql. Each server has a flavor
-(bridge.images): this host's mariadbd, or a MariaDB version run in a container built
-here from Debian's packages (bridge.servers), chosen when the sandbox is created.
+(bridge.lab.images): this host's mariadbd, or a MariaDB version run in a container built
+here from Debian's packages (bridge.lab.runners), chosen when the sandbox is created.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pymysql
 
-from bridge.certs import make_set
+from bridge.ops.certs import make_set
 from bridge.errors import SandboxError
-from bridge.flavor import Flavor
-from bridge.images import LOCAL, check_flavor, server_kind
-from bridge.ports import free_port
-from bridge.servercnf import ROLES, server_cnf
-from bridge.servers import servers_for
-from bridge.sqlfiles import sql_statements
+from bridge.server.flavor import Flavor
+from bridge.lab.images import LOCAL, check_flavor, server_kind
+from bridge.lab.ports import free_port
+from bridge.lab.mycnf import ROLES, server_cnf
+from bridge.lab.runners import servers_for
+from bridge.server.sqlfiles import sql_statements
 
 DEFAULT_STATE_DIR = ".sandbox"
 READY_TIMEOUT_S = 30.0
@@ -88,7 +88,7 @@ class Sandbox:
         replication, the baseline of the benchmarks. ``tls``: the servers take only
         TLS over TCP (certificates of the sandbox's own CA, in STATE_DIR/tls; the URLs
         verify them), once asked for it stays so. ``flavor`` (every server) and
-        ``replica_flavor`` (the replica): bridge.images, fixed when the sandbox is made
+        ``replica_flavor`` (the replica): bridge.lab.images, fixed when the sandbox is made
         (None: as it was made, or this host's mariadbd for a new one). ``second_primary``:
         also a second primary (GTID domain 1), for several primaries into one replica.
         ``replicas``: that many replica servers (replica, replica2 .. replicaN, each with the

@@ -1,4 +1,4 @@
-"""The sandbox's my.cnf, per server kind (bridge.flavor: mariadb, mysql) and role.
+"""The sandbox's my.cnf, per server kind (bridge.server.flavor: mariadb, mysql) and role.
 
 Every server reads only its own ``--defaults-file``. MariaDB's primary gets the binlog
 settings the reader needs; a second primary its own GTID domain. MySQL servers all run

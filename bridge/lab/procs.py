@@ -11,7 +11,7 @@ import sys
 import time
 
 from bridge.errors import BridgeError
-from bridge.ports import free_port as _free_port
+from bridge.lab.ports import free_port as _free_port
 
 STOP_TIMEOUT_S = 15.0
 

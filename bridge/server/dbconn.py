@@ -26,7 +26,7 @@ from importlib import metadata
 import pymysql
 from pymysql.constants import COMMAND
 
-from bridge import servererrors
+from bridge.server import errorcodes
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 
@@ -99,10 +99,10 @@ def next_answer(conn: pymysql.Connection) -> int:
         whole = len(rfile.read(4 + length)) == 4 + length and length < 0xFFFFFF
     except OSError as exc:
         conn._force_close()
-        raise pymysql.OperationalError(servererrors.LOST_DURING_QUERY,
+        raise pymysql.OperationalError(errorcodes.LOST_DURING_QUERY,
                                        f"Lost connection to the server during query ({exc})") from exc
     if not whole:
         conn._force_close()
-        raise pymysql.OperationalError(servererrors.LOST_DURING_QUERY, "Lost connection to the server during query")
+        raise pymysql.OperationalError(errorcodes.LOST_DURING_QUERY, "Lost connection to the server during query")
     conn._next_seq_id = (conn._next_seq_id + 1) % 256
     return header[4]
