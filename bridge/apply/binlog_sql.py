@@ -92,7 +92,7 @@ def probe_events(fmt: binlog.FormatDescription) -> bytes:
     names = b"".join(bytes([len(n)]) + n + b"\0" for n in (PROBE_SCHEMA.encode(), PROBE_TABLE.encode()))
     table_id = _PROBE_TABLE_ID.to_bytes(6, "little")
     table_map = table_id + b"\x01\x00" + names + b"\x01" + bytes([3]) + b"\x00" + b"\x00"  # 1 column, LONG, no meta
-    v2 = rows_v2(fmt)
+    v2 = fmt.flavor.binlog_rows_v2
     rows = table_id + struct.pack("<H", binlog.STMT_END_F) + (V2_EXTRA if v2 else b"") + b"\x01\x01" + b"\x00" + \
         struct.pack("<i", 1)
     return _event(binlog.TABLE_MAP, table_map, fmt) + _event(binlog.WRITE_ROWS_V2 if v2 else binlog.WRITE_ROWS_V1,
@@ -102,15 +102,10 @@ def probe_events(fmt: binlog.FormatDescription) -> bytes:
 V2_EXTRA = struct.pack("<H", 2)  # a v2 row event's extra data: its length, itself included (none)
 
 
-def rows_v2(fmt: binlog.FormatDescription) -> bool:
-    """Row events go v2, as MySQL logs them (MySQL 8's BINLOG refuses v1: error 1730);
-    v1 as MariaDB does."""
-    return binlog.flavor_of(fmt.server_version) == "mysql"
-
-
 def update_type(fmt: binlog.FormatDescription) -> int:
-    """The position event's type in ``fmt``'s stream: UPDATE_ROWS v2 or v1 (``rows_v2``)."""
-    return binlog.UPDATE_ROWS_V2 if rows_v2(fmt) else binlog.UPDATE_ROWS_V1
+    """The position event's type in ``fmt``'s stream: UPDATE_ROWS v2 or v1
+    (bridge.server.flavor: ``Flavor.binlog_rows_v2``)."""
+    return binlog.UPDATE_ROWS_V2 if fmt.flavor.binlog_rows_v2 else binlog.UPDATE_ROWS_V1
 
 
 def _event(kind: int, body: bytes, fmt: binlog.FormatDescription) -> bytes:
@@ -159,8 +154,8 @@ class PositionTable:
         """The row of ``channel`` found by its key, then applied_seq, gtid_set,
         pending_ddl_seq (0) and updated_at set (once per applied group: the parts that
         never change are made once per channel)."""
-        body = position_update_body(position_key(channel, self.channel_bytes, rows_v2(fmt)), self.updated_at_digits,
-                                    seq, gtids, now_us)
+        key = position_key(channel, self.channel_bytes, fmt.flavor.binlog_rows_v2)
+        body = position_update_body(key, self.updated_at_digits, seq, gtids, now_us)
         return _event(update_type(fmt), body, fmt)
 
 

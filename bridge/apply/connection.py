@@ -36,7 +36,7 @@ ANSWERS_WAIT_MS = 10  # how long one wait may hold out for all the answers befor
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     version: str
-    flavor: str  # mariadb | mysql
+    flavor: Flavor
     max_allowed_packet: int
     identity: str = ""  # host, port and server id: two replica sides of one fan-out must not share a server
     gtid_mode: str = ""  # MySQL's @@GLOBAL.gtid_mode ('' on MariaDB)
@@ -45,7 +45,7 @@ class ServerInfo:
     def takes_gtid_next(self) -> bool:
         """A MySQL replica that assigns GTIDs: each replicated transaction can keep its
         primary's GTID (SET GTID_NEXT), as a native MySQL replica keeps it."""
-        return self.flavor == "mysql" and self.gtid_mode.upper() in ("ON", "ON_PERMISSIVE")
+        return self.flavor.keeps_gtids(self.gtid_mode)
 
 
 GTID_AUTOMATIC = b"SET @@SESSION.GTID_NEXT='AUTOMATIC'"
@@ -94,7 +94,7 @@ def connect(url: MysqlUrl, lock_wait_timeout_s: int = 0) -> tuple[pymysql.Connec
                 gtid_mode = cur.fetchone()[0]
     except pymysql.MySQLError as exc:
         raise apply_error(f"set up the session on replica {url}", exc) from exc
-    return conn, ServerInfo(version, flavor.kind, int(packet), identity, gtid_mode)
+    return conn, ServerInfo(version, flavor, int(packet), identity, gtid_mode)
 
 
 def run_script(conn: pymysql.Connection, context: str, statements: list[bytes],

@@ -87,7 +87,7 @@ class LaneRunner:
             # a MySQL replica keeping the primary's GTIDs: each transaction with its own (bridge.apply.gtids)
             engines = applier.engines_known if applier.keeps_gtids else None
             self.lane = Lane(binlog_sql.position_key(applier.channel.encode(), table.channel_bytes,
-                                                     binlog_sql.rows_v2(fmt)),
+                                                     fmt.flavor.binlog_rows_v2),
                              rows.position_map, table.updated_at_digits, fmt.checksum_bytes == 4, fmt.server_id,
                              engines, binlog_sql.update_type(fmt))
             self._key, self._position = key, None

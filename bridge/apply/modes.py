@@ -16,13 +16,10 @@ native replica's applier may: ``ALLOW_NONEXISTENT_DEFINER``).
 from __future__ import annotations
 
 from bridge.errors import ConfigError
+from bridge.server.flavor import Flavor
 from bridge.server.grants import holds
 
 MODES = ("auto", "binlog", "sql")
-# privilege -> its alternatives on *.*, per flavor
-_BINLOG = {"mariadb": ("BINLOG REPLAY", "SUPER"), "mysql": ("REPLICATION_APPLIER", "BINLOG_ADMIN", "SUPER")}
-_DEFINER = {"mariadb": ("SET USER", "SUPER"), "mysql": ("SET_ANY_DEFINER", "SET_USER_ID", "SUPER")}
-_ORPHAN_DEFINER = {"mysql": ("ALLOW_NONEXISTENT_DEFINER", "SUPER")}
 
 
 def choose(requested: str, primary_flavor: str, replica_flavor: str) -> str:
@@ -38,18 +35,13 @@ def choose(requested: str, primary_flavor: str, replica_flavor: str) -> str:
     return "binlog" if same else "sql"
 
 
-def missing(privileges: frozenset[str], mode: str, flavor: str) -> list[str]:
-    """Privileges the mode needs that the account's global ``privileges``
-    (bridge.server.grants.global_privileges) lack: the first alternative of each, as a GRANT
-    names it."""
-    out = []
-    if mode == "binlog" and not holds(privileges, _BINLOG[flavor]):
-        out.append(_BINLOG[flavor][0])
-    if not holds(privileges, _DEFINER[flavor]):
-        out.append(_DEFINER[flavor][0])
-    if flavor in _ORPHAN_DEFINER and not holds(privileges, _ORPHAN_DEFINER[flavor]):
-        out.append(_ORPHAN_DEFINER[flavor][0])
-    return out
+def missing(privileges: frozenset[str], mode: str, flavor: Flavor) -> list[str]:
+    """Privileges the mode needs on a replica of ``flavor`` that the account's global
+    ``privileges`` (bridge.server.grants.global_privileges) lack: the first alternative
+    of each, as a GRANT names it."""
+    needed = (flavor.binlog_apply_privileges if mode == "binlog" else (), flavor.definer_privileges,
+              flavor.orphan_definer_privileges)
+    return [alternatives[0] for alternatives in needed if alternatives and not holds(privileges, alternatives)]
 
 
 def grant_statement(privileges: list[str], user: str, host: str) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from bridge.server import dbconn, errorcodes, sqlnames
-from bridge.server.sqlnames import quote_name, table_name
+from bridge.server.sqlnames import SYSTEM_SCHEMAS, quote_name, table_name
 from bridge.check.positions import primary_position, wait_for_replica
 from bridge.check.ranges import range_sql, unique_key
 from bridge.config import MysqlUrl
@@ -58,7 +58,6 @@ DIFFS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
   repaired_at TIMESTAMP(6) NULL) ENGINE=InnoDB"""
 SESSION = "SET SESSION time_zone='+00:00', sql_mode='NO_ENGINE_SUBSTITUTION'"
 MIN_CHUNK_ROWS, MAX_CHUNK_ROWS, FIRST_CHUNK_ROWS = 100, 1_000_000, 1000
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", SCHEMA)
 
 
 @dataclass(frozen=True, slots=True)

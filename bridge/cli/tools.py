@@ -114,7 +114,7 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     Each line is PASS, WARN, FAIL or INFO, with a fix; exit code 1 on any FAIL.
     """
     from bridge.ops import doctor as checks
-    from bridge.wire.binlog import flavor_of
+    from bridge.server.flavor import Flavor
 
     found = checks.rdma_checks(transport, ring_bytes)
     if tls is not None:
@@ -130,7 +130,7 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     if target:
         replica = MysqlUrl.parse(target, PASSWORD_ENV["target"])
         found += checks.replica_checks(replica, apply_mode=apply_mode,
-                                       primary_flavor=flavor_of(primary_version) if primary_version else None)
+                                       primary_flavor=Flavor.from_version(primary_version) if primary_version else None)
         replica_version = checks.version_or_none(replica, "replica")
     if primary_version and replica_version:
         found.append(checks.pair_check(primary_version, replica_version))

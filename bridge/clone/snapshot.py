@@ -26,6 +26,7 @@ from bridge.server import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError, SourceError
 from bridge.model import GtidSet
+from bridge.server.flavor import Flavor
 
 log = logging.getLogger(__name__)
 SESSION = ("SET SESSION time_zone='+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -40,7 +41,7 @@ ENCODERS_ONLY = {k: v for k, v in pymysql.converters.conversions.items() if not 
 class Snapshot:
     conns: list[pymysql.Connection]  # each inside its consistent-snapshot transaction
     gtid: GtidSet
-    mariadb: bool
+    flavor: Flavor
 
     def close(self) -> None:
         for conn in self.conns:
@@ -64,11 +65,11 @@ def raw_connect(url: MysqlUrl, what: str) -> pymysql.Connection:
 def open_snapshot(url: MysqlUrl, workers: int) -> Snapshot:
     conns = [raw_connect(url, "primary") for _ in range(workers)]
     try:
-        mariadb = "mariadb" in _one(conns[0], "SELECT VERSION()").lower()
-        if mariadb and workers == 1:
-            gtid = _begin(conns[0], mariadb)
+        flavor = Flavor.of(conns[0])
+        if flavor.snapshot_position and workers == 1:
+            gtid = _begin(conns[0], flavor)
         else:
-            gtid = _begin_locked(conns, mariadb, url)
+            gtid = _begin_locked(conns, flavor, url)
     except pymysql.MySQLError as exc:
         for conn in conns:
             conn.close()
@@ -76,15 +77,15 @@ def open_snapshot(url: MysqlUrl, workers: int) -> Snapshot:
             from exc
     log.info("clone: consistent snapshot of %s at GTID %s (%d connection%s)", url, gtid or "(empty binlog)",
              workers, "s" * (workers > 1))
-    return Snapshot(conns, gtid, mariadb)
+    return Snapshot(conns, gtid, flavor)
 
 
-def _begin(conn: pymysql.Connection, mariadb: bool) -> GtidSet:
+def _begin(conn: pymysql.Connection, flavor: Flavor) -> GtidSet:
     with conn.cursor() as cur:
         for statement in SESSION:
             cur.execute(statement)
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        if not mariadb:
+        if not flavor.snapshot_position:
             return GtidSet()
         cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')")
         found = {name.lower(): value for name, value in cur.fetchall()}
@@ -93,7 +94,7 @@ def _begin(conn: pymysql.Connection, mariadb: bool) -> GtidSet:
         return GtidSet.parse(cur.fetchone()[0] or "")
 
 
-def _begin_locked(conns: list[pymysql.Connection], mariadb: bool, url: MysqlUrl) -> GtidSet:
+def _begin_locked(conns: list[pymysql.Connection], flavor: Flavor, url: MysqlUrl) -> GtidSet:
     """Every snapshot opened while commits wait: all of them one moment."""
     lock = conns[0]
     with lock.cursor() as cur:
@@ -104,18 +105,13 @@ def _begin_locked(conns: list[pymysql.Connection], mariadb: bool, url: MysqlUrl)
                               "several copy connections need it for one consistent moment (GRANT RELOAD), or "
                               "use --parallel 1") from exc
         try:
-            positions = {_begin(conn, mariadb) for conn in conns[1:]} if len(conns) > 1 else set()
-            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos" if mariadb else "SELECT @@GLOBAL.gtid_executed")
+            positions = {_begin(conn, flavor) for conn in conns[1:]} if len(conns) > 1 else set()
+            cur.execute(flavor.gtid_position_sql)
             gtid = GtidSet.parse(cur.fetchone()[0] or "")
-            _begin(lock, mariadb)
+            _begin(lock, flavor)
         finally:
             cur.execute("UNLOCK TABLES")
-    if mariadb and positions and positions != {gtid}:  # cannot happen under the lock: say so if it does
+    if flavor.snapshot_position and positions and positions != {gtid}:  # cannot happen under the lock: say so
         raise SourceError(f"clone: snapshots of {url} disagree on their position ({positions} vs {gtid})")
     return gtid
 
-
-def _one(conn: pymysql.Connection, query: str) -> str:
-    with conn.cursor() as cur:
-        cur.execute(query)
-        return cur.fetchone()[0]

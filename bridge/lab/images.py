@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.errors import SandboxError
+from bridge.server.flavor import MARIADB, MYSQL
 
 log = logging.getLogger(__name__)
 LOCAL = "local"  # the host's own mariadbd, no container
@@ -38,9 +39,9 @@ class ImageFlavor:
 
 
 _MARIADB = "mariadb-server mariadb-client"
-FLAVORS = {"mariadb-10.11": ImageFlavor("bookworm", _MARIADB, "mariadb"),
-           "mariadb-11.8": ImageFlavor("trixie", _MARIADB, "mariadb"),
-           "mysql-9.7": ImageFlavor("sid", "mysql-server mysql-client", "mysql")}
+FLAVORS = {"mariadb-10.11": ImageFlavor("bookworm", _MARIADB, MARIADB),
+           "mariadb-11.8": ImageFlavor("trixie", _MARIADB, MARIADB),
+           "mysql-9.7": ImageFlavor("sid", "mysql-server mysql-client", MYSQL)}
 UNRELEASED = ("sid",)  # only the suite itself; its Release file's Valid-Until is not checked
 NO_VALID_UNTIL = 'Acquire::Check-Valid-Until "false"'
 APT_SOURCES = (Path("/etc/apt/sources.list.d"), Path("/etc/apt/sources.list"))
@@ -72,7 +73,7 @@ def check_flavor(flavor: str) -> str:
 
 def server_kind(flavor: str) -> str:
     """mariadb or mysql: the server a flavor runs (this host's own is MariaDB)."""
-    return "mariadb" if flavor == LOCAL else FLAVORS[check_flavor(flavor)].server
+    return MARIADB if flavor == LOCAL else FLAVORS[check_flavor(flavor)].server
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ docker/generate.py makes the compose demo's server flags from the same text.
 
 from __future__ import annotations
 
+from bridge.server.flavor import MYSQL
+
 # where each server keeps its files and listens: the same for both kinds
 _PLACES = """datadir={dir}/data
 socket={dir}/mysqld.sock
@@ -80,16 +82,16 @@ require_secure_transport=ON
 
 def role_settings(kind: str, role: str) -> tuple[int, str]:
     """(server id, extra my.cnf lines) of a role; replicaN: 9 + N, like the replica."""
-    roles = MYSQL_ROLES if kind == "mysql" else ROLES
+    roles = MYSQL_ROLES if kind == MYSQL else ROLES
     if role in roles:
         return roles[role]
-    return 9 + int(role.removeprefix("replica")), MYSQL_REPLICA_CNF if kind == "mysql" else ""
+    return 9 + int(role.removeprefix("replica")), MYSQL_REPLICA_CNF if kind == MYSQL else ""
 
 
 def server_cnf(kind: str, role: str, dir: str, port: int, local: bool, tls_dir: str | None) -> str:
     """The whole my.cnf of one sandbox server; ``local``: this host's mariadbd, whose
     character set is set here (a container flavor keeps its own default)."""
     server_id, extra = role_settings(kind, role)
-    common = MYSQL_CNF if kind == "mysql" else COMMON_CNF if local else COMMON_CNF.replace(LOCAL_CHARSET_CNF, "")
+    common = MYSQL_CNF if kind == MYSQL else COMMON_CNF if local else COMMON_CNF.replace(LOCAL_CHARSET_CNF, "")
     return (common.format(dir=dir, port=port, server_id=server_id) + extra +
             (TLS_CNF.format(tls=tls_dir) if tls_dir else ""))

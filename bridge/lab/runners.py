@@ -22,23 +22,23 @@ from pathlib import Path
 
 from bridge.errors import SandboxError
 from bridge.lab.images import LOCAL, Podman, ensure_image, server_kind
+from bridge.server.flavor import MARIADB, MYSQL
 
 SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
 
 
 @dataclass(frozen=True, slots=True)
 class Programs:
+    """How a server kind runs here (its client and dump programs: bridge.server.flavor)."""
+
     server: str
     install: tuple[str, ...]  # the program and its arguments after --defaults-file
-    client: str
-    dump: str
-    section: str  # the my.cnf group the server reads
 
 
 PROGRAMS = {
-    "mariadb": Programs("mariadbd", ("mariadb-install-db", "--user=root", "--auth-root-authentication-method=normal",
-                                     "--skip-test-db"), "mariadb", "mariadb-dump", "mariadbd"),
-    "mysql": Programs("mysqld", ("mysqld", "--initialize-insecure", "--user=root"), "mysql", "mysqldump", "mysqld"),
+    MARIADB: Programs("mariadbd", ("mariadb-install-db", "--user=root", "--auth-root-authentication-method=normal",
+                                   "--skip-test-db")),
+    MYSQL: Programs("mysqld", ("mysqld", "--initialize-insecure", "--user=root")),
 }
 
 

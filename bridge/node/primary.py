@@ -49,7 +49,7 @@ from bridge.source.reader import BinlogReader
 from bridge.ops.statusdoc import PrimaryStatus
 from bridge.transport import check_available, tls
 from bridge.transport.sockets import ControlConnection, connect
-from bridge.wire import binlog, control, native
+from bridge.wire import control, native
 from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 
@@ -231,7 +231,7 @@ class PrimaryNode(ShipLoop):
             start_gtid=self.cfg.start_gtid or "",
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             doorbell=True,  # this side rings the ring's doorbell (older ones did not: the replica polls)
-            flavor=binlog.flavor_of(version), server_version=version,  # the replica picks the apply mode
+            flavor=self.flavor.kind, server_version=version,  # the replica picks the apply mode
             writer=self.writer, take_over=self.cfg.take_over,  # one writer per ring (bridge.node.fencing)
             collations=self._collation_names),
             expect_type="welcome")

@@ -73,7 +73,8 @@ class ReplicaNode(ApplyLoop):
             try:  # auto: binlog mode for a primary of this flavor, the usual case
                 self.applier.preflight("binlog")
             except ConfigError as exc:
-                log.warning("a %s primary will be refused until this is fixed: %s", self.applier.server.flavor, exc)
+                log.warning("a %s primary will be refused until this is fixed: %s", self.applier.server.flavor.kind,
+                            exc)
         try:  # what the channel replicates (bridge.filter): recorded on the replica, or given and recorded now
             self.replicated = Replicated.load(self.applier, cfg.channel, cfg.target, cfg.channel_filter)
             self.applier.rules = self.replicated.rules
@@ -312,7 +313,7 @@ class ReplicaNode(ApplyLoop):
 
     def _open_session(self, conn: ControlConnection, msg: dict, proof: str) -> dict:
         with self._lock:
-            mode = modes.choose(self.cfg.apply_mode, str(msg.get("flavor", "")), self.applier.server.flavor)
+            mode = modes.choose(self.cfg.apply_mode, str(msg.get("flavor", "")), self.applier.server.flavor.kind)
             self.applier.preflight(mode)
             fenced = self.writers.admit(msg)
             if self.current is not None:
@@ -326,7 +327,7 @@ class ReplicaNode(ApplyLoop):
                 pos = self.applier.init_position(GtidSet.parse(msg.get("start_gtid", "")),
                                                  explicit=msg.get("start_explicit") is True)
             epoch = self.applier.next_epoch()
-            self.applier.set_mode(mode, msg.get("flavor") == self.applier.server.flavor, _collation_names(msg))
+            self.applier.set_mode(mode, msg.get("flavor") == self.applier.server.flavor.kind, _collation_names(msg))
             self.host.fence()  # fresh ring memory: no writer of an earlier session reaches it
             self._pending, self._stash = [], None
             self.current = Session(

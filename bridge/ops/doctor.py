@@ -26,7 +26,6 @@ from bridge.server.grants import global_privileges, holds
 from bridge.source import preflight
 from bridge.server.sqlnames import SYSTEM_SCHEMAS
 from bridge.transport import tls
-from bridge.wire.binlog import flavor_of
 
 SYSFS = Path("/sys/class/infiniband")
 NET = Path("/sys/class/net")
@@ -180,9 +179,9 @@ def semi_sync_check(conn, flavor: Flavor) -> Check:
 
 
 def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mode: str = "auto",
-                   primary_flavor: str | None = None) -> list[Check]:
-    """``primary_flavor``: mariadb or mysql when the primary was checked too (auto mode
-    then knows which apply mode it will be); unknown: the replica's own flavor."""
+                   primary_flavor: Flavor | None = None) -> list[Check]:
+    """``primary_flavor``: the primary's when it was checked too (auto mode then knows
+    which apply mode it will be); unknown: the replica's own flavor."""
     try:
         conn = dbconn.connect(url)
     except pymysql.MySQLError as exc:
@@ -198,9 +197,9 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mo
             cur.execute("SELECT @@server_id, VERSION()")
             rid, version = cur.fetchone()
             rid = int(rid)
-        out += apply_mode_checks(conn, apply_mode, primary_flavor or flavor.kind, flavor.kind)
+        out += apply_mode_checks(conn, apply_mode, primary_flavor or flavor, flavor)
         if flavor.is_mysql:
-            out.append(gtid_check(conn, primary_flavor or flavor.kind))
+            out.append(gtid_check(conn, primary_flavor or flavor))
         if primary_server_id is not None:
             same = rid == primary_server_id
             out.append(Check("WARN" if same else "PASS", "replica server id", f"{rid}",
@@ -210,29 +209,29 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mo
     return out
 
 
-def gtid_check(conn, primary_flavor: str) -> Check:
+def gtid_check(conn, primary_flavor: Flavor) -> Check:
     """A MySQL replica keeps a MySQL primary's GTIDs (as a native replica does) when it
     runs with gtid_mode ON; else its transactions get GTIDs of its own, or none."""
     with conn.cursor() as cur:
         cur.execute("SELECT @@GLOBAL.gtid_mode")
         mode = str(cur.fetchone()[0])
-    keeps = mode.upper() in ("ON", "ON_PERMISSIVE") and primary_flavor == "mysql"
+    keeps = Flavor.of(conn).keeps_gtids(mode) and primary_flavor.is_mysql
+    fine = keeps or not primary_flavor.is_mysql
     detail = f"gtid_mode {mode}: " + ("each transaction keeps its primary's GTID (failover by GTID works)" if keeps
                                        else "the replica's transactions do not carry the primary's GTIDs")
-    return Check("PASS" if keeps or primary_flavor != "mysql" else "WARN", "replica GTIDs", detail,
-                 "" if keeps or primary_flavor != "mysql" else
-                 "enforce_gtid_consistency=ON and gtid_mode=ON on the replica, as on the primary")
+    return Check("PASS" if fine else "WARN", "replica GTIDs", detail,
+                 "" if fine else "enforce_gtid_consistency=ON and gtid_mode=ON on the replica, as on the primary")
 
 
-def apply_mode_checks(conn, requested: str, primary_flavor: str, replica_flavor: str) -> list[Check]:
+def apply_mode_checks(conn, requested: str, primary_flavor: Flavor, replica_flavor: Flavor) -> list[Check]:
     """The apply mode start-replica will use, and the privileges it needs (the same
     check start-replica makes before a session)."""
     try:
-        mode = modes.choose(requested, primary_flavor, replica_flavor)
+        mode = modes.choose(requested, primary_flavor.kind, replica_flavor.kind)
     except BridgeError as exc:
         return [Check("FAIL", "apply mode", str(exc), "use --apply-mode auto or sql")]
-    out = [Check("INFO", "apply mode", f"{mode} (asked: {requested}; primary {primary_flavor}, "
-                                       f"replica {replica_flavor})")]
+    out = [Check("INFO", "apply mode", f"{mode} (asked: {requested}; primary {primary_flavor.kind}, "
+                                       f"replica {replica_flavor.kind})")]
     with conn.cursor() as cur:
         cur.execute("SELECT CURRENT_USER()")
         user, _, host = cur.fetchone()[0].rpartition("@")
@@ -312,8 +311,7 @@ TESTED_PAIRS = (("mariadb-10.11", "mariadb-10.11"), ("mariadb-10.11", "mariadb-1
 
 def server_line(version: str) -> str:
     """'mariadb-11.8' of '11.8.9-MariaDB-0+deb13u1', 'mysql-8.0' of '8.0.36'."""
-    numbers = version.split("-", 1)[0].split(".")
-    return f"{flavor_of(version)}-{'.'.join(numbers[:2])}"
+    return Flavor.from_version(version).name
 
 
 def pair_check(primary_version: str, replica_version: str) -> Check:

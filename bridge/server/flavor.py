@@ -28,6 +28,7 @@ Pure over a DB-API cursor: no driver is imported here.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -71,10 +72,7 @@ class Flavor:
 
     @classmethod
     def from_version(cls, server_version: str, semi_sync: str | None = None) -> Flavor:
-        kind, version = kind_of(server_version), version_of(server_version)
-        if semi_sync is None:
-            semi_sync = "master" if kind == MARIADB or version < (8, 0, 26) else "source"
-        return cls(kind, version, semi_sync)
+        return _from_version(server_version, semi_sync)
 
     @classmethod
     def read(cls, cur) -> Flavor:
@@ -127,6 +125,37 @@ class Flavor:
     @property
     def gtid_variable(self) -> str:
         return "gtid_executed" if self.is_mysql else "gtid_binlog_pos"
+
+    def keeps_gtids(self, gtid_mode: str) -> bool:
+        """A server of this flavor with ``gtid_mode`` (its @@GLOBAL.gtid_mode; '' on MariaDB)
+        commits a replicated transaction with its primary's GTID (SET GTID_NEXT), as a
+        native MySQL replica does: MySQL with gtid_mode ON or ON_PERMISSIVE."""
+        return self.is_mysql and gtid_mode.upper() in ("ON", "ON_PERMISSIVE")
+
+    @property
+    def needs_gtid_mode(self) -> bool:
+        """The bridge positions by GTID: MySQL assigns GTIDs only with gtid_mode ON
+        (MariaDB always does)."""
+        return self.is_mysql
+
+    @property
+    def logs_partial_json(self) -> bool:
+        """Whether binlog_row_value_options exists (MySQL 8: PARTIAL_JSON logs a JSON
+        update as a diff, not the full row image the bridge needs)."""
+        return self.is_mysql
+
+    @property
+    def binlog_rows_v2(self) -> bool:
+        """Row events in a BINLOG statement go v2 as MySQL logs them (MySQL 8's BINLOG
+        refuses v1: error 1730); v1 as MariaDB logs them."""
+        return self.is_mysql
+
+    @property
+    def snapshot_position(self) -> bool:
+        """A consistent-snapshot transaction names its binlog position
+        (``binlog_snapshot_file`` / ``_position``, MariaDB), which ``BINLOG_GTID_POS()``
+        turns into GTIDs: no lock needed. MySQL has none: its snapshots take the lock."""
+        return not self.is_mysql
 
     @property
     def replication_privilege_hint(self) -> str:
@@ -228,6 +257,24 @@ class Flavor:
             return "INSTR(EXTRA, 'VIRTUAL GENERATED') = 0 AND INSTR(EXTRA, 'STORED GENERATED') = 0"  # no %: a parameter
         return "IS_GENERATED='NEVER'"
 
+    # --- the applier's privileges: each one's alternatives on *.*, the first as GRANT names it
+
+    @property
+    def binlog_apply_privileges(self) -> tuple[str, ...]:
+        """To apply row events in the server (BINLOG, --apply-mode binlog)."""
+        return ("REPLICATION_APPLIER", "BINLOG_ADMIN", "SUPER") if self.is_mysql else ("BINLOG REPLAY", "SUPER")
+
+    @property
+    def definer_privileges(self) -> tuple[str, ...]:
+        """To replay triggers, routines, views and events with the primary's DEFINER."""
+        return ("SET_ANY_DEFINER", "SET_USER_ID", "SUPER") if self.is_mysql else ("SET USER", "SUPER")
+
+    @property
+    def orphan_definer_privileges(self) -> tuple[str, ...]:
+        """To replay an object whose DEFINER exists only on the primary (MySQL 8.2+, as
+        a native replica's applier may); () where the server needs none."""
+        return ("ALLOW_NONEXISTENT_DEFINER", "SUPER") if self.is_mysql else ()
+
     def grants_file(self, role: str) -> str:
         """``primary`` or ``replica``: the least-privilege grants file in sql/."""
         return f"{role}_grants_mysql.sql" if self.is_mysql else f"{role}_grants.sql"
@@ -239,3 +286,12 @@ class Flavor:
     @property
     def client_program(self) -> str:
         return "mysql" if self.is_mysql else "mariadb"
+
+
+@functools.lru_cache(maxsize=64)
+def _from_version(server_version: str, semi_sync: str | None) -> Flavor:
+    """Flavor.from_version, made once per version string (a stream's format asks per group)."""
+    kind, version = kind_of(server_version), version_of(server_version)
+    if semi_sync is None:
+        semi_sync = "master" if kind == MARIADB or version < (8, 0, 26) else "source"
+    return Flavor(kind, version, semi_sync)

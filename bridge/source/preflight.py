@@ -12,7 +12,7 @@ import pymysql
 from bridge.server import dbconn, errorcodes
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
-from bridge.server.flavor import Flavor, kind_of
+from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
 
 REQUIRED = (
@@ -74,12 +74,13 @@ def setting_checks(settings: dict[str, str]) -> list[Setting]:
                    f"need {want}: {fix}") for name, want, fix in REQUIRED]
     out += [Setting(name, settings[name], settings[name].upper() != "ON", fix) for name, fix in UNSUPPORTED
             if settings[name]]
-    if settings["binlog_row_value_options"] or kind_of(settings["version"]) == "mysql":
+    flavor = Flavor.from_version(settings["version"])
+    if settings["binlog_row_value_options"] or flavor.logs_partial_json:
         partial = "PARTIAL_JSON" in settings["binlog_row_value_options"].upper()
         out.append(Setting("binlog_row_value_options", settings["binlog_row_value_options"] or "''", not partial,
                            "SET GLOBAL binlog_row_value_options='' (and in my.cnf): the bridge needs full row "
                            "images, not partial JSON updates"))
-    if kind_of(settings["version"]) == "mysql":
+    if flavor.needs_gtid_mode:
         on = settings["gtid_mode"].upper() == "ON"
         out.append(Setting("gtid_mode", settings["gtid_mode"] or "OFF", on,
                            "need ON: the bridge positions by GTID; set enforce_gtid_consistency=ON, then gtid_mode "

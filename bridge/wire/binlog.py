@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bridge.errors import RemoteProtocolError
-from bridge.server.flavor import kind_of
+from bridge.server.flavor import Flavor
 from bridge.wire import mysqlgtid
 
 HEADER_BYTES = 19
@@ -84,11 +84,6 @@ def split_events(data) -> Iterator[bytes]:
 
 # --- FORMAT_DESCRIPTION ------------------------------------------------------
 
-def flavor_of(server_version: str) -> str:
-    """mariadb or mysql, from a server's version string (bridge.server.flavor decides)."""
-    return kind_of(server_version)
-
-
 @dataclass(frozen=True, slots=True)
 class FormatDescription:
     """The stream's FORMAT_DESCRIPTION event: the server's version and whether every
@@ -101,6 +96,11 @@ class FormatDescription:
     @property
     def server_id(self) -> int:
         return int.from_bytes(self.event[5:9], "little")
+
+    @property
+    def flavor(self) -> Flavor:
+        """The flavor of the server that wrote the stream (its version string says)."""
+        return Flavor.from_version(self.server_version)
 
     @property
     def id(self) -> str:

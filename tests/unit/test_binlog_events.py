@@ -36,7 +36,7 @@ USER_VAR_INT = bytes.fromhex("16700e6b0e010000002f000000fe0600000000010000006900
 def test_format_description():
     fmt = binlog.parse_format_description(FDE)
     assert fmt.server_version == "10.11.19-MariaDB-0+deb12u1-log" and fmt.checksum_bytes == 4
-    assert binlog.flavor_of(fmt.server_version) == "mariadb" and len(fmt.id) == 8
+    assert not fmt.flavor.is_mysql and len(fmt.id) == 8
     with pytest.raises(RemoteProtocolError, match="not a FORMAT_DESCRIPTION"):
         binlog.parse_format_description(GTID)
 

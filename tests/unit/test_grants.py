@@ -4,7 +4,11 @@ by name on *.*, never by a substring of the row."""
 import pytest
 
 from bridge.apply import modes
+from bridge.server.flavor import Flavor
 from bridge.server.grants import global_privileges, holds
+
+MARIADB = Flavor.from_version("10.11.6-MariaDB-0+deb12u1")
+MYSQL = Flavor.from_version("9.7.0")
 
 
 def test_an_account_named_like_a_privilege_does_not_hold_it():
@@ -13,7 +17,7 @@ def test_an_account_named_like_a_privilege_does_not_hold_it():
     privileges = global_privileges(rows)
     assert privileges == {"SELECT", "INSERT", "USAGE"}
     assert not holds(privileges, ("SUPER",)) and not holds(privileges, ("BINLOG REPLAY",))
-    assert modes.missing(privileges, "binlog", "mariadb") == ["BINLOG REPLAY", "SET USER"]
+    assert modes.missing(privileges, "binlog", MARIADB) == ["BINLOG REPLAY", "SET USER"]
 
 
 def test_a_grant_on_one_schema_is_not_a_grant_on_every_schema():
@@ -44,7 +48,7 @@ def test_rows_as_the_servers_print_them(row, expected):
 
 def test_all_privileges_hold_everything_but_the_grant_option():
     privileges = global_privileges(["GRANT ALL PRIVILEGES ON *.* TO `a`@`b`"])
-    assert holds(privileges, ("BINLOG REPLAY", "SUPER")) and modes.missing(privileges, "binlog", "mariadb") == []
+    assert holds(privileges, ("BINLOG REPLAY", "SUPER")) and modes.missing(privileges, "binlog", MARIADB) == []
     assert not holds(privileges, ("GRANT OPTION",))
 
 
@@ -52,8 +56,8 @@ def test_a_mysql_applier_needs_each_of_mysqls_own_privileges():
     """MySQL names them apart (dynamic privileges), and 8.2+ asks for one more to keep a
     definer the replica lacks."""
     nothing = global_privileges(["GRANT SELECT, INSERT ON *.* TO `a`@`%`"])
-    assert modes.missing(nothing, "binlog", "mysql") == ["REPLICATION_APPLIER", "SET_ANY_DEFINER",
+    assert modes.missing(nothing, "binlog", MYSQL) == ["REPLICATION_APPLIER", "SET_ANY_DEFINER",
                                                          "ALLOW_NONEXISTENT_DEFINER"]
     granted = global_privileges(["GRANT SELECT ON *.* TO `a`@`%`",
                                  "GRANT ALLOW_NONEXISTENT_DEFINER,REPLICATION_APPLIER,SET_ANY_DEFINER ON *.* TO `a`@`%`"])
-    assert modes.missing(granted, "binlog", "mysql") == [] and modes.missing(granted, "sql", "mysql") == []
+    assert modes.missing(granted, "binlog", MYSQL) == [] and modes.missing(granted, "sql", MYSQL) == []
