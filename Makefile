@@ -19,7 +19,7 @@ RATE ?= 2000
 SEMI_SYNC ?= received
 TRANSPORT ?= shm
 
-.PHONY: demo test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
+.PHONY: demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
 
 # setup.py builds the compiled hot path, tcp receiver and apply lane (Cython, fetched by pip for the build) with
 # the C compiler and Python headers `compiler` installs.
@@ -136,9 +136,14 @@ bench-rdma: $(STAMP)
 demo: deps $(if $(FLAVOR),containers)
 	$(PY) -m bridge demo $(if $(FLAVOR),--flavor $(FLAVOR))
 
-test: deps compose chromium promtool
+# The import contracts (setup.cfg), ruff (ruff.toml) and cython-lint on the compiled core;
+# `make test` runs it first.
+lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check
+	PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/cython-lint --max-line-length 120 bridge
+
+test: lint deps compose chromium promtool
 	$(PY) -m pytest -q tests
 	# the same pure-layer tests once more on the hot path's pure-Python twin
 	RDMA_BRIDGE_PURE_PYTHON=1 $(PY) -m pytest -q tests/unit tests/integration/test_transport_conformance.py
@@ -177,6 +182,11 @@ fuzz: $(STAMP)
 sandbox-down: $(STAMP)
 	$(PY) -m bridge sandbox down
 
-clean: sandbox-down
-	$(PY) -m bridge sandbox down --state-dir .sandbox-soak
-	rm -rf $(VENV) .sandbox .sandbox-soak
+# Stops the sandboxes (when the venv that runs them is there: clean never builds it), then
+# removes the venv, their state and every build output, the compiled modules in the tree too.
+clean:
+	if [ -x $(PY) ]; then for dir in .sandbox .sandbox-soak .sandbox-fanout; do \
+	  $(PY) -m bridge sandbox down --state-dir $$dir || true; done; fi
+	rm -rf $(VENV) .sandbox .sandbox-soak .sandbox-fanout build *.egg-info
+	find bridge -name '*.so' -delete
+	find bridge -name '*.pyx' | sed 's/\.pyx$$/.c/' | xargs rm -f

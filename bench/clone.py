@@ -21,10 +21,10 @@ import time
 
 from bridge.clone.run import Cloner
 from bridge.config import MysqlUrl
-from bridge.lab.sandbox import Sandbox
 from bridge.lab.runners import find_binary
-from bridge.server.sqlnames import META
+from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import connect
+from bridge.server.sqlnames import META
 
 SCHEMA = "bench_clone"
 TABLES = {  # name: (share of the rows, CREATE body, SELECT over seq)

@@ -9,14 +9,14 @@ from pathlib import Path
 import pymysql
 from pymysql.constants import CLIENT
 
-from bridge.ops.certs import make_set
 from bridge.config import MysqlUrl
-from bridge.server.flavor import Flavor
-from bridge.model import GtidSet
-from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.ports import free_port
+from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import connect
+from bridge.model import GtidSet
+from bridge.ops.certs import make_set
+from bridge.server.flavor import Flavor
 
 BENCH_SCHEMA = "bench"
 

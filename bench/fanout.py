@@ -30,12 +30,12 @@ import urllib.request
 from bench.common import BENCH_SCHEMA
 from bench.cpu import cpu_seconds, paced
 from bridge.config import MysqlUrl
-from bridge.server.flavor import Flavor
-from bridge.model import GtidSet
-from bridge.lab.procs import BridgeProcess, primary_process, replica_process, wait_port
 from bridge.lab.ports import free_port
+from bridge.lab.procs import BridgeProcess, primary_process, replica_process, wait_port
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import connect
+from bridge.model import GtidSet
+from bridge.server.flavor import Flavor
 
 ROLES = ("replica", "replica2", "replica3")
 SERVER_ID = 20_000

@@ -15,11 +15,11 @@ import time
 from bridge.check.compare import compare_databases
 from bridge.check.positions import primary_position
 from bridge.config import MysqlUrl
-from bridge.model import GtidSet
-from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.ports import free_port
+from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import connect, numbers
+from bridge.model import GtidSet
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -16,12 +16,12 @@ import subprocess
 import threading
 import time
 
+from bridge.lab.workload import percentile
 from bridge.ring.producer import RingProducer
 from bridge.transport import make_host, open_remote
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.frame import FrameKind
-from bridge.lab.workload import percentile
 
 RING = 1 << 20
 

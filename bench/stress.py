@@ -17,8 +17,8 @@ Phases, on the sandbox (primary, bridge replica, native replica):
    and the native replica becomes the semi-sync replica: the baseline's degradations and
    lag, on a host doing the same work as in the bridge phase (both replicas apply the
    load; only the one that acknowledges changed).
-   Its probes start once it runs as the semi-sync replica again and has caught up
-   (runs before 2026-12-01 14:00 measured the switch-over too).
+   Its probes start once it runs as the semi-sync replica again and has caught up (the
+   switch-over itself is not measured).
 3. the load stops; the bridge's primary side starts again as in phase 1 and catches up;
    the stress schema is compared row by row on both replicas with the primary's.
 
@@ -55,17 +55,17 @@ Writes bench/results/<date>-stress-<minutes>min-<transport>-<mode>-<timeout>ms.j
 from __future__ import annotations
 
 import argparse
-import os
 import datetime as dt
 import html
 import json
 import math
 import multiprocessing
-from queue import Empty
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 
 import pymysql
 from pymysql.constants import CLIENT
@@ -75,8 +75,8 @@ from bench.common import Bench
 from bench.semisync import primary_sql, wait_clients
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
-from bridge.ops.report import fetch_status
 from bridge.lab.workload import numbers, percentile
+from bridge.ops.report import fetch_status
 
 SCHEMA = "stress"
 PROBE_EVERY_S = 0.05

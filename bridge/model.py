@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from bridge.server import sqlnames
 from bridge.errors import ConfigError
+from bridge.server import sqlnames
 
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 _MYSQL_GTID = re.compile(r"^([0-9a-fA-F-]{36}(?::[A-Za-z_][A-Za-z0-9_]{0,31})?):(\d+)$")  # uuid[:tag]:n (8.4+)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bridge.lab.mycnf import COMMON_CNF, PRIMARY_CNF, ROLES  # noqa: E402
+from bridge.lab.mycnf import COMMON_CNF, ROLES  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SANDBOX_ONLY = {"datadir", "socket", "pid-file", "log-error", "tmpdir", "port", "bind-address", "server_id"}

@@ -12,12 +12,12 @@ import pytest
 from bridge.check import positions
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig
-from bridge.server.flavor import Flavor
+from bridge.lab.sandbox import Sandbox
+from bridge.lab.workload import connect
 from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
-from bridge.lab.sandbox import Sandbox
-from bridge.lab.workload import connect
+from bridge.server.flavor import Flavor
 from tests.helpers import set_semi_sync
 
 _channels = itertools.count(1)

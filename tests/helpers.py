@@ -6,8 +6,8 @@ import threading
 import time
 
 from bridge.check.positions import primary_position
-from bridge.server.flavor import Flavor
 from bridge.lab.workload import MixedWorkload, connect, numbers  # noqa: F401 (numbers: the tests import it here)
+from bridge.server.flavor import Flavor
 
 
 def channel_row(conn, channel) -> tuple[int, str]:

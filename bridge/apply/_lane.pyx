@@ -487,11 +487,11 @@ cdef class Lane:
         at += 8
         o[at], o[at + 1], o[at + 2], o[at + 3] = seconds >> 24, seconds >> 16, seconds >> 8, seconds
         at += 4
-        for k in range(6 - self.digits):
+        for _ in range(6 - self.digits):
             scale *= 10
         fraction = micros - micros % scale
         scale = 1
-        for k in range(6 - 2 * width):
+        for _ in range(6 - 2 * width):
             scale *= 10
         fraction //= scale
         for k in range(width):
@@ -621,7 +621,7 @@ cdef class Lane:
         cdef uint32_t saved_dom[DOMAINS]
         cdef uint32_t saved_srv[DOMAINS]
         cdef uint64_t saved_dseq[DOMAINS]
-        cdef int saved_ndom = self.ndom, status = 0, tries, k, answers = 2, oks = 0
+        cdef int saved_ndom = self.ndom, status = 0, k, answers = 2, oks = 0
         cdef Py_ssize_t at = self.tail, n = 0, total = 0, room, framed, pos, colon = 0, sent = 0, cost = 0, done
         cdef Py_ssize_t schema_len, table_len, i, o_len, error_len = 0, beat_at = -1
         cdef Py_ssize_t first = self.txns  # this group's entries in the run's arrays start there
@@ -647,7 +647,7 @@ cdef class Lane:
         room = min(limit, <Py_ssize_t>MAX_QUERY - 1) - (self.position_bytes_max if my is None else MYSQL_GROUP_BYTES)
         while n < max_txns and events < max_events and total < max_bytes and published >= expected:
             framed = 0
-            for tries in range(2):  # at most one PAD before a frame
+            for _ in range(2):  # at most one PAD before a frame
                 if size - at < HEADER_BYTES:
                     at = 0
                 h = b + DATA_OFFSET + at

@@ -28,24 +28,47 @@ import logging
 
 import pymysql
 
-from bridge.server import errorcodes
 from bridge.apply import modes, sql
-from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
-from bridge.apply.channel import (Position, init_position, load_position, lock_channel, next_epoch, other_channels,
-                                  record_skip, record_stop, schemas_with_tables)
-from bridge.apply.connection import (apply_error, connect, current_grants, rollback,
-                                     run_script, session_setup, trigger_names)
 from bridge.apply.barriers import Barriers
+from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
+from bridge.apply.channel import (
+    Position,
+    init_position,
+    load_position,
+    lock_channel,
+    next_epoch,
+    other_channels,
+    record_skip,
+    record_stop,
+    schemas_with_tables,
+)
+from bridge.apply.connection import (
+    apply_error,
+    connect,
+    current_grants,
+    rollback,
+    run_script,
+    session_setup,
+    trigger_names,
+)
 from bridge.apply.gtids import GtidKeeping
+from bridge.apply.payload import heartbeat_rows
 from bridge.apply.sql_rows import SqlRows
 from bridge.apply.statements import StatementReplayer
 from bridge.config import MysqlUrl
-from bridge.errors import (ApplyError, BridgeError, ChannelLocked, ConfigError, RemoteProtocolError, StartRefused,
-                           TargetConnectionLost)
+from bridge.errors import (
+    ApplyError,
+    BridgeError,
+    ChannelLocked,
+    ConfigError,
+    RemoteProtocolError,
+    StartRefused,
+    TargetConnectionLost,
+)
 from bridge.filter import EVERYTHING
-from bridge.server.grants import holds
 from bridge.model import Chunk, GtidSet, Transaction
-from bridge.apply.payload import heartbeat_rows
+from bridge.server import errorcodes
+from bridge.server.grants import holds
 from bridge.wire import binlog
 
 log = logging.getLogger(__name__)

@@ -17,13 +17,12 @@ import time
 
 import pymysql
 
-from bridge.server import dbconn
-from bridge.server import catalog
 from bridge.apply import binlog_sql, mismatch, sql
 from bridge.apply.connection import GTID_AUTOMATIC, ServerInfo, apply_error, rollback, run_query, run_script
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, RemoteProtocolError, TargetConnectionLost
 from bridge.model import GtidSet, RowEvents
+from bridge.server import catalog, dbconn
 from bridge.wire import binlog, tablemap
 from bridge.wire.native import hot
 

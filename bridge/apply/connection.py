@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import pymysql
 from pymysql.constants import CLIENT
 
-from bridge.server import dbconn, errorcodes
 from bridge.apply import sql
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import ApplyError, LockConflict, TargetConnectionLost
+from bridge.server import dbconn, errorcodes
 from bridge.server.flavor import Flavor
 from bridge.server.grants import global_privileges
 

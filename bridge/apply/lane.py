@@ -31,12 +31,12 @@ import socket
 import struct
 import time
 
-from bridge.server import sqlnames
 from bridge.apply import binlog_sql
 from bridge.apply.connection import ANSWERS_WAIT_MS, GTID_AUTOMATIC, OK_BYTES_MIN
 from bridge.apply.lanepos import MysqlPosition, mysql_position
 from bridge.model import HEARTBEAT_TABLE
 from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
+from bridge.server import sqlnames
 from bridge.wire import hotpath
 from bridge.wire.binlog import UPDATE_ROWS_V1
 from bridge.wire.frame import FrameKind

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import ssl
 
-from bridge.server import dbconn
-from bridge.apply import binlog_sql, lane as twin
+from bridge.apply import binlog_sql
+from bridge.apply import lane as twin
 from bridge.apply.channel import Position
 from bridge.model import Gtid, GtidSet
+from bridge.server import dbconn
 from bridge.wire.native import compiled_or_why
 
 log = logging.getLogger(__name__)

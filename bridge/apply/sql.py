@@ -15,7 +15,6 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from bridge.apply.scheduler import fold  # one definition of "may be the same key"
-
 from bridge.model import BitValue, InvalidTemporal, RowChange
 from bridge.server.sqlnames import HEARTBEAT, META, quote_name, table_name
 

@@ -19,12 +19,12 @@ import logging
 
 import pymysql
 
-from bridge.server import catalog, errorcodes
 from bridge.apply import replay, sql
 from bridge.apply.connection import apply_error, run_script, session_setup
 from bridge.errors import ApplyError, RemoteProtocolError
-from bridge.server.flavor import Flavor
 from bridge.model import Statement
+from bridge.server import catalog, errorcodes
+from bridge.server.flavor import Flavor
 from bridge.wire import binlog
 
 log = logging.getLogger(__name__)

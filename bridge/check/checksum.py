@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge.server import dbconn, errorcodes, sqlnames
-from bridge.server.sqlnames import SYSTEM_SCHEMAS, quote_name, table_name
 from bridge.check.positions import primary_position, wait_for_replica
 from bridge.check.ranges import range_sql, unique_key
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError, ConfigError
 from bridge.filter import EVERYTHING, Filter
+from bridge.server import dbconn, errorcodes, sqlnames
 from bridge.server.flavor import Flavor
+from bridge.server.sqlnames import SYSTEM_SCHEMAS, quote_name, table_name
 
 log = logging.getLogger(__name__)
 SCHEMA = sqlnames.SCHEMA

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from bridge.server import dbconn, errorcodes, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import CheckError, ConsistencyError
 from bridge.filter import EVERYTHING, Filter
+from bridge.server import dbconn, errorcodes, sqlnames
 from bridge.server.sqlnames import quote_name
 
 SYSTEM_SCHEMAS = set(sqlnames.SYSTEM_SCHEMAS)

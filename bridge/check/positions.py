@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pymysql
 
-from bridge.server import errorcodes, sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
-from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
+from bridge.server import errorcodes, sqlnames
+from bridge.server.flavor import Flavor
 
 
 def primary_position(conn) -> GtidSet:

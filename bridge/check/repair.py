@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from bridge.server import sqlnames
-from bridge.server.sqlnames import quote_name
 from bridge.check.checksum import SCHEMA, Checksummer, ChecksumRun, ChunkResult, connect
 from bridge.check.positions import primary_position, wait_for_replica
 from bridge.config import MysqlUrl
+from bridge.server import sqlnames
+from bridge.server.sqlnames import quote_name
 
 log = logging.getLogger(__name__)
 # The marker travels as a row event, which the replica's table must take as the primary's

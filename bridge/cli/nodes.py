@@ -10,13 +10,26 @@ import signal
 
 import click
 
-from bridge.cli.options import (PIN_NEAR_NIC, PRIMARY_METRICS_PORT, RDMA_SPIN_US, REALTIME, REPLICA_METRICS_PORT,
-                                RING_BYTES, SECRET_FILE, STATE_DIR, TRANSPORT_OPTION, filter_options, hostport_param,
-                                hostports_param, metrics_option, tls_options)
+from bridge.cli.options import (
+    PIN_NEAR_NIC,
+    PRIMARY_METRICS_PORT,
+    RDMA_SPIN_US,
+    REALTIME,
+    REPLICA_METRICS_PORT,
+    RING_BYTES,
+    SECRET_FILE,
+    STATE_DIR,
+    TRANSPORT_OPTION,
+    filter_options,
+    hostport_param,
+    hostports_param,
+    metrics_option,
+    tls_options,
+)
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
-from bridge.model import GtidSet
 from bridge.lab.images import FLAVORS, LOCAL
 from bridge.lab.sandbox import MAX_REPLICAS, Sandbox, replicas_in
+from bridge.model import GtidSet
 
 log = logging.getLogger("bridge")
 

@@ -14,8 +14,8 @@ import click
 from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostport
 from bridge.errors import BridgeError
 from bridge.filter import Filter
-from bridge.ring.layout import check_ring_bytes
 from bridge.lab.sandbox import DEFAULT_STATE_DIR
+from bridge.ring.layout import check_ring_bytes
 
 TRANSPORT = click.Choice(["shm", "tcp", "rdma"])
 log = logging.getLogger("bridge")

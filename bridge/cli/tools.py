@@ -8,13 +8,21 @@ import sys
 
 import click
 
-from bridge.cli.options import (PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT, RING_BYTES, SECRET_FILE, STATE_DIR,
-                                TRANSPORT, hostport_param, renamed_option, tls_options)
+from bridge.cli.options import (
+    PRIMARY_METRICS_PORT,
+    REPLICA_METRICS_PORT,
+    RING_BYTES,
+    SECRET_FILE,
+    STATE_DIR,
+    TRANSPORT,
+    hostport_param,
+    renamed_option,
+    tls_options,
+)
 from bridge.config import PASSWORD_ENV, MysqlUrl, read_secret
 from bridge.errors import ConfigError
 from bridge.lab.images import FLAVORS, LOCAL
 from bridge.lab.sandbox import DEFAULT_STATE_DIR
-
 
 # --- status and report -------------------------------------------------------
 

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge.server import dbconn
-from bridge.apply.connection import apply_error
 from bridge.apply import channel as channel_rows
+from bridge.apply.connection import apply_error
 from bridge.clone import rows as row_copy
 from bridge.clone import schema
 from bridge.clone.snapshot import Snapshot, open_snapshot
@@ -34,8 +33,9 @@ from bridge.clone.state import CloneState, Entry, Key
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
 from bridge.filter import EVERYTHING, Filter
-from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
+from bridge.server import dbconn
+from bridge.server.flavor import Flavor
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0

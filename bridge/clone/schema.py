@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from bridge.server import catalog, errorcodes
 from bridge.apply import replay
 from bridge.apply.connection import apply_error
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, ConfigError
 from bridge.filter import EVERYTHING, Filter
 from bridge.filter.sqltext import rename
+from bridge.server import catalog, errorcodes
 from bridge.server.flavor import Flavor
 from bridge.server.sqlnames import SYSTEM_SCHEMAS, as_str, quote_name, table_name
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import pymysql
 import pymysql.converters
 
-from bridge.server import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError, SourceError
 from bridge.model import GtidSet
+from bridge.server import dbconn
 from bridge.server.flavor import Flavor
 
 log = logging.getLogger(__name__)

@@ -10,16 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-from bridge.check.positions import primary_position, wait_for_replica
 from bridge.check.compare import compare_databases
+from bridge.check.positions import primary_position, wait_for_replica
 from bridge.config import MysqlUrl
-from bridge.model import GtidSet
-from bridge.lab.procs import primary_process, replica_process, wait_port
-from bridge.ops.report import fetch_status, status_table
 from bridge.lab.ports import free_port
+from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.sandbox import Sandbox
-from bridge.server.sqlnames import META
 from bridge.lab.workload import MixedWorkload, connect, create_schema, percentile, probe_lag
+from bridge.model import GtidSet
+from bridge.ops.report import fetch_status, status_table
+from bridge.server.sqlnames import META
 
 SCHEMA = "bridge_demo"
 CHANNEL = "demo"

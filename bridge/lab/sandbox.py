@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pymysql
 
-from bridge.ops.certs import make_set
 from bridge.errors import SandboxError
-from bridge.server.flavor import Flavor
 from bridge.lab.images import LOCAL, check_flavor, server_kind
-from bridge.lab.ports import free_port
 from bridge.lab.mycnf import ROLES, server_cnf
+from bridge.lab.ports import free_port
 from bridge.lab.runners import servers_for
+from bridge.ops.certs import make_set
+from bridge.server.flavor import Flavor
 from bridge.server.sqlfiles import sql_statements
 
 DEFAULT_STATE_DIR = ".sandbox"

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pymysql
 
-from bridge.server import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import SourceError
+from bridge.server import dbconn
 from bridge.server.flavor import Flavor
 
 SCHEMA_DDL = (

@@ -87,7 +87,7 @@ class ApplyLoop:
         if session.apply_mode != "binlog" or self._until is not None or not self.replicated.everything:
             return False
         runner = self._lane
-        doorbell = self.host.doorbell_fd if session.rung and self.host.doorbell_fd is not None else -1
+        doorbell = self.host.doorbell_fd if self.host.doorbell_fd is not None else -1
         lend = getattr(self.host, "lane_receiver", None)  # tcp: the lane reads the data connection itself
         receiver = lend(session.consumer.region) if lend is not None else None
         if not runner.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes, doorbell,

@@ -32,9 +32,9 @@ import time
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.errors import BridgeError, ConfigError, Fenced, SourceConnectionLost, TransportError
 from bridge.model import Chunk, Transaction
+from bridge.node.fanship import FanShipLoop
 from bridge.node.member import CATCHING_UP, DOWN, FENCED, REFUSED, STREAMING, Member
 from bridge.node.primary import ACK_REFRESH_S, PrimaryNode
-from bridge.node.fanship import FanShipLoop
 from bridge.node.shipping import event_of
 from bridge.wire.frame import FrameKind
 

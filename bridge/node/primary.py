@@ -25,28 +25,27 @@ import threading
 import time
 from collections.abc import Callable
 
-from bridge.node import realtime
-from bridge.server import catalog
 from bridge.config import PrimaryConfig, backoff_s
-from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BridgeError, EndCode, SourceConnectionLost, TransportError
-from bridge.server.flavor import Flavor
 from bridge.model import Chunk, GtidSet, Transaction
-from bridge.source.behind import BehindMonitor, Reading
-from bridge.source.heartbeat import HeartbeatWriter
-from bridge.source.semisync import SemiSyncMonitor, check_enabled
+from bridge.node import realtime
 from bridge.node.acking import SemiSyncAcks
 from bridge.node.counters import PrimaryCounts
 from bridge.node.link import Link
 from bridge.node.member import Member
 from bridge.node.progress import Progress
 from bridge.node.shipping import ShipLoop, event_of
-from bridge.source import preflight
-from bridge.source.assembler import TransactionAssembler
-from bridge.source.events import GtidStart
-from bridge.source import lanes
-from bridge.source.reader import BinlogReader
+from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.ops.statusdoc import PrimaryStatus
+from bridge.server import catalog
+from bridge.server.flavor import Flavor
+from bridge.source import lanes, preflight
+from bridge.source.assembler import TransactionAssembler
+from bridge.source.behind import BehindMonitor, Reading
+from bridge.source.events import GtidStart
+from bridge.source.heartbeat import HeartbeatWriter
+from bridge.source.reader import BinlogReader
+from bridge.source.semisync import SemiSyncMonitor, check_enabled
 from bridge.transport import check_available, tls
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control, native
@@ -230,7 +229,6 @@ class PrimaryNode(ShipLoop):
             conn, self.cfg.secret, "control", transport=self.cfg.transport,
             start_gtid=self.cfg.start_gtid or "",
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
-            doorbell=True,  # this side rings the ring's doorbell (older ones did not: the replica polls)
             flavor=self.flavor.kind, server_version=version,  # the replica picks the apply mode
             writer=self.writer, take_over=self.cfg.take_over,  # one writer per ring (bridge.node.fencing)
             collations=self._collation_names),

@@ -13,26 +13,25 @@ import secrets
 import threading
 import time
 
-from bridge.node import realtime
 from bridge.apply import lanes, modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.protocol import ApplierLike
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
-from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.errors import BridgeError, ConfigError, EndCode, RemoteProtocolError
 from bridge.model import GtidSet
+from bridge.node import admin, realtime
 from bridge.node.applying import ApplyLoop
+from bridge.node.counters import ReplicaCounts
 from bridge.node.fencing import WriterSeat
-from bridge.node import admin
 from bridge.node.halt import Halt
 from bridge.node.listener import Listener
-from bridge.node.session import Session
-from bridge.node.counters import ReplicaCounts
 from bridge.node.progress import Progress
 from bridge.node.replicated import Picked, Replicated
-from bridge.ring.consumer import RingConsumer
+from bridge.node.session import Session
+from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.ops.statusdoc import ReplicaStatus
+from bridge.ring.consumer import RingConsumer
 from bridge.transport import make_host, receiver, tls
 from bridge.transport.doorbell import wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
@@ -165,7 +164,7 @@ class ReplicaNode(ApplyLoop):
     def _idle_wait(self) -> None:
         """Sleep until the primary rings the ring's doorbell (shm, tcp), or poll (rdma)."""
         session, fd = self.current, self.host.doorbell_fd
-        if session is None or fd is None or not session.rung:
+        if session is None or fd is None:
             time.sleep(self.cfg.poll_idle_s)
             return
         consumer = session.consumer
@@ -333,8 +332,6 @@ class ReplicaNode(ApplyLoop):
             self.current = Session(
                 id=secrets.token_hex(8), epoch=epoch, control=conn, apply_mode=mode,
                 consumer=RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1, epoch=epoch),
-                # tcp: our own receiver thread rings; shm: the primary, if it says it does
-                rung=self.cfg.transport == "tcp" or msg.get("doorbell") is True,
                 has_format=self.applier.format is not None)
             return {"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
                     "auth": proof,
@@ -363,8 +360,8 @@ class ReplicaNode(ApplyLoop):
 
 
 def _collation_names(hello: dict) -> dict[int, str]:
-    """The primary's names of its collation ids, as its hello lists them (older primary sides: none)."""
+    """The primary's names of its collation ids, as its hello lists them."""
     given = hello.get("collations")
     if not isinstance(given, dict):
-        return {}
+        raise RemoteProtocolError("hello: no collations (a primary side of this protocol version always lists them)")
     return {int(i): str(name) for i, name in given.items() if str(i).isdigit()}

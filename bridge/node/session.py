@@ -29,7 +29,6 @@ class Session:
     control: ControlConnection
     consumer: RingConsumer
     apply_mode: str  # binlog | sql, chosen for this primary side's flavor
-    rung: bool  # its producer rings the ring's doorbell (tcp: our own receiver thread); else the apply loop polls
     has_format: bool  # a FORMAT_DESCRIPTION is known for the frames taken in it (binlog mode)
 
     def tell(self, msg: dict) -> None:

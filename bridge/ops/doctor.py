@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pymysql
 
-from bridge.server import dbconn
 from bridge.apply import modes
 from bridge.config import MysqlUrl, TlsFiles
 from bridge.errors import BridgeError
+from bridge.server import dbconn
 from bridge.server.flavor import Flavor
 from bridge.server.grants import global_privileges, holds
-from bridge.source import preflight
 from bridge.server.sqlnames import SYSTEM_SCHEMAS
+from bridge.source import preflight
 from bridge.transport import tls
 
 SYSFS = Path("/sys/class/infiniband")

@@ -4,9 +4,8 @@ Offset 0, little-endian: magic u64 | write_seq u64 | ack_seq u64 | head u32 |
 tail u32 | size u32 | waiting u32. The data area starts at DATA_OFFSET and is
 ``size`` bytes, a power of two.
 
-``waiting`` (once "reserved", always 0 there, so an older peer still works): the
-consumer sets it to 1 while it sleeps on its transport's doorbell; a producer that
-sees it after publishing rings the doorbell (transport/doorbell.py).
+``waiting``: the consumer sets it to 1 while it sleeps on its transport's doorbell; a
+producer that sees it after publishing rings the doorbell (transport/doorbell.py).
 """
 
 from __future__ import annotations

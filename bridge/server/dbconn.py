@@ -26,9 +26,9 @@ from importlib import metadata
 import pymysql
 from pymysql.constants import COMMAND
 
-from bridge.server import errorcodes
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError
+from bridge.server import errorcodes
 
 LIBRARY = "PyMySQL"
 TESTED_SERIES = ("1.2",)  # major.minor releases the test suite passed against (setup.cfg pins the range)

@@ -42,12 +42,10 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from pymysqlreplication import BinLogStreamReader, binlogstream
-from pymysqlreplication import row_event
+from pymysqlreplication import BinLogStreamReader, binlogstream, row_event
 from pymysqlreplication.column import Column
-from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.row_event import MetadataFieldType, RowsEvent, TableMapEvent
 
 from bridge.errors import ConfigError, SourceError

@@ -5,7 +5,7 @@ packets, frame into the mirror, copy into the replica's ring, publish, ring the
 doorbell, wait for the dump socket) runs in C; it waits with the GIL released.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
@@ -78,8 +78,8 @@ cdef enum:
     FAIL_CLOSED = -1  # a link's failure (else an errno): the replica side closed the data connection
     FAIL_SHORT = -2  # ... it answered that its ring holds less than was published when the answer was asked
 
-if (C_RUN_TXNS, C_PEEK_BYTES, C_BATCHES, C_IDLE, C_NOT_MINE, C_MAX_RINGS, HEAD_AT, WRITE_SEQ_AT, WAITING_AT, DATA_OFFSET, OP_WRITE,
-        OP_PUBLISH, OP_PUBLISH_ANSWER, OP_HEAD, REPLY_BYTES) != (
+if (C_RUN_TXNS, C_PEEK_BYTES, C_BATCHES, C_IDLE, C_NOT_MINE, C_MAX_RINGS, HEAD_AT, WRITE_SEQ_AT, WAITING_AT,
+        DATA_OFFSET, OP_WRITE, OP_PUBLISH, OP_PUBLISH_ANSWER, OP_HEAD, REPLY_BYTES) != (
         RUN_TXNS, _twin.PEEK_BYTES, _twin.BATCHES, IDLE, NOT_MINE, MAX_RINGS, _HEAD_AT, _WRITE_SEQ_AT, _WAITING_AT,
         _DATA_OFFSET, _placement.Op.WRITE, _placement.Op.PUBLISH, _placement.Op.PUBLISH_ANSWER, _placement.HEAD.size,
         _placement.REPLY.size):
@@ -343,19 +343,20 @@ cdef class ShipLane:
         return self.links[0].applied
 
     def answers_in(self, int k, int asked, partial, unsigned long long asked_seq):
-        cdef Link *l = self._link(k)
-        data = bytes(partial) + PyBytes_FromStringAndSize(<char *>l.reply, l.reply_len)
+        cdef Link *link = self._link(k)
+        data = bytes(partial) + PyBytes_FromStringAndSize(<char *>link.reply, link.reply_len)
         if len(data) >= REPLY_BYTES:
             raise ValueError(f"ship lane: {len(data)} bytes of an answer not taken whole")
-        memcpy(l.reply, PyBytes_AS_STRING(data), len(data))
-        l.reply_len, l.asked = len(data), l.asked + asked
-        if asked_seq > l.asked_seq:
-            l.asked_seq = asked_seq
+        memcpy(link.reply, PyBytes_AS_STRING(data), len(data))
+        link.reply_len, link.asked = len(data), link.asked + asked
+        if asked_seq > link.asked_seq:
+            link.asked_seq = asked_seq
 
     def answers_out(self, int k):
-        cdef Link *l = self._link(k)
-        out = (l.asked, PyBytes_FromStringAndSize(<char *>l.reply, l.reply_len), l.asked_seq, l.placed, l.applied)
-        l.asked = l.reply_len = 0
+        cdef Link *link = self._link(k)
+        out = (link.asked, PyBytes_FromStringAndSize(<char *>link.reply, link.reply_len), link.asked_seq, link.placed,
+               link.applied)
+        link.asked = link.reply_len = 0
         return out
 
     cdef Link *_link(self, int k) except NULL:
@@ -469,13 +470,15 @@ cdef class ShipLane:
                 return errno
             at += sent
         return 0
+
     def run(self, int seq_id, int wait_ms, ack_file=None, long long ack_wait_us=0):
         cdef Py_buffer mirror, ring
         cdef DumpReader rd = self.reader
         cdef Scanned s
         cdef Py_ssize_t size = self.producer.size, head = self.producer.head
-        cdef Py_ssize_t free = size - self.producer.used, used, frame_at, last_len = 0
-        cdef uint64_t seq = self.producer.next_seq, whole_ns = 0, woke_ns = 0, deadline = _mono_ns() + <uint64_t>wait_ms * 1000000
+        cdef Py_ssize_t room = size - self.producer.used, used, frame_at, last_len = 0
+        cdef uint64_t seq = self.producer.next_seq, whole_ns = 0, woke_ns = 0
+        cdef uint64_t deadline = _mono_ns() + <uint64_t>wait_ms * 1000000
         cdef uint32_t epoch = self.producer.epoch & 0xFFFFFFFF
         cdef uint8_t sid = seq_id
         cdef uint8_t *o
@@ -547,7 +550,7 @@ cdef class ShipLane:
                         if rd.end > rd.start else SCAN_MORE
                     if scan == SCAN_WHOLE:
                         frame_at = head
-                        used = _place_scanned(o, size, &frame_at, free, seq, epoch, rd.buf + rd.start, &s)
+                        used = _place_scanned(o, size, &frame_at, room, seq, epoch, rd.buf + rd.start, &s)
                         if used:
                             if not whole_ns:
                                 whole_ns = _mono_ns()
@@ -596,7 +599,7 @@ cdef class ShipLane:
                                 self.heartbeats += 1
                                 batch_hb += 1
                             head = (head + used) % size  # past the gap too, if it wrapped
-                            free -= used
+                            room -= used
                             seq += 1
                             rd.start += s.taken
                             sid = s.seq_id

@@ -21,8 +21,8 @@ import pymysql
 
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
-from bridge.server.flavor import Flavor
 from bridge.model import Gtid, GtidSet
+from bridge.server.flavor import Flavor
 from bridge.source.preflight import connect
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ import time
 
 import pymysql
 
-from bridge.server import sqlnames
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
+from bridge.server import sqlnames
 from bridge.source.preflight import connect
 
 log = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import pymysql
 
-from bridge.server import dbconn, errorcodes
 from bridge.config import MysqlUrl, tls_refusal
 from bridge.errors import BinlogPurged, PreflightError, SourceConnectionLost, SourceError
-from bridge.server.flavor import Flavor
 from bridge.model import GtidSet
+from bridge.server import dbconn, errorcodes
+from bridge.server.flavor import Flavor
 
 REQUIRED = (
     ("log_bin", "ON", "start the primary with log_bin=mysql-bin"),

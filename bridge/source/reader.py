@@ -34,14 +34,22 @@ from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from bridge.server import dbconn, errorcodes
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
-from bridge.server.flavor import Flavor
 from bridge.model import RowEvents, Transaction
+from bridge.server import dbconn, errorcodes
+from bridge.server.flavor import Flavor
 from bridge.source import _compat, libraryvalues, rowimage
-from bridge.source.events import (CommitRead, ContextRead, GtidStart, HeartbeatRead, QueryRead, RawRowEvent, RowsRead,
-                                  SourceEvent)
+from bridge.source.events import (
+    CommitRead,
+    ContextRead,
+    GtidStart,
+    HeartbeatRead,
+    QueryRead,
+    RawRowEvent,
+    RowsRead,
+    SourceEvent,
+)
 from bridge.source.stream import LIBRARY, Handled, StreamConnection
 from bridge.wire import binlog
 from bridge.wire.native import hot

@@ -21,8 +21,8 @@ from collections import deque
 
 import pymysql
 
-from bridge.server import dbconn
 from bridge.errors import SourceConnectionLost
+from bridge.server import dbconn
 from bridge.source import lanes
 from bridge.wire import binlog, payload
 from bridge.wire.hotpath import MAX_PACKET, SEMI_SYNC_ACK_REQUESTED, SEMI_SYNC_MAGIC

@@ -36,9 +36,15 @@ cdef extern from "poll.h" nogil:
 cdef extern from *:
     """
     #include <stdint.h>
-    static inline void bridge_pl_store_release_u64(void *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE); }
-    static inline uint64_t bridge_pl_load_acquire_u64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE); }
-    static inline uint32_t bridge_pl_load_u32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE); }
+    static inline void bridge_pl_store_release_u64(void *p, uint64_t v) {
+        __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE);
+    }
+    static inline uint64_t bridge_pl_load_acquire_u64(const void *p) {
+        return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+    }
+    static inline uint32_t bridge_pl_load_u32(const void *p) {
+        return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
+    }
     static inline void bridge_pl_store_int(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
     static inline int bridge_pl_load_int(const int *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
     static inline int bridge_pl_cas_int(int *p, int expected, int desired) {

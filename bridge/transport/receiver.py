@@ -28,7 +28,6 @@ from bridge.wire import placement
 from bridge.wire.native import compiled_or_why
 from bridge.wire.placement import Op
 
-
 compiled, why_pure = compiled_or_why("bridge.transport._receiver")
 # how the compiled loop ended, with three numbers (bridge/transport/_receiver.pyx)
 ENDED_CLOSED = 0  # the peer closed: (bytes it had, bytes it needed, 0)

@@ -9,10 +9,18 @@ import os
 import secrets
 from pathlib import Path
 
-from bridge.errors import RemoteProtocolError, TransportError
-from bridge.errors import VersionSkew
-from bridge.ring.layout import (ACK_SEQ_AT, WRITE_SEQ_AT, init_region, is_retired, read_ring_header, read_u64,
-                                region_bytes, retire_region, write_publish)
+from bridge.errors import RemoteProtocolError, TransportError, VersionSkew
+from bridge.ring.layout import (
+    ACK_SEQ_AT,
+    WRITE_SEQ_AT,
+    init_region,
+    is_retired,
+    read_ring_header,
+    read_u64,
+    region_bytes,
+    retire_region,
+    write_publish,
+)
 from bridge.transport.doorbell import Doorbell
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
@@ -97,10 +105,13 @@ class ShmRemoteRing:
         self._path = path
         try:
             read_ring_header(self._view)  # the layout this side writes, and a ring no new session retired
+            self._bell = _open_doorbell(str(params.get("doorbell", "")), str(path))
         except VersionSkew as exc:
             self.close_view()
             raise TransportError(f"shm transport: {path}: {exc}") from exc
-        self._bell = _open_doorbell(str(params.get("doorbell", "")), str(path))
+        except TransportError:
+            self.close_view()
+            raise
 
     def write(self, offset: int, data) -> None:
         self._view[offset:offset + len(data)] = data
@@ -108,14 +119,13 @@ class ShmRemoteRing:
     def publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
         """The placement is its own confirmation: the stores are in the replica's ring."""
         write_publish(self._view, write_seq, head)
-        if self._bell is not None:
-            self._bell.ring(self._view)
+        self._bell.ring(self._view)
 
     def lane_target(self) -> dict:
         """What a ship lane (bridge.source.ship) writes and rings itself: the shared ring,
-        and the doorbell's fd (-1: none); its stores are their own confirmation (the lane
-        may send semi-sync `received` ACKs itself)."""
-        return {"remote": self._view, "doorbell": self._bell.fd if self._bell is not None else -1, "confirms": True}
+        and the doorbell's fd; its stores are their own confirmation (the lane may send
+        semi-sync `received` ACKs itself)."""
+        return {"remote": self._view, "doorbell": self._bell.fd, "confirms": True}
 
     def lane_published(self, write_seq: int) -> None:
         """A ship lane published up to ``write_seq`` (in the shared ring: nothing to note)."""
@@ -142,14 +152,11 @@ class ShmRemoteRing:
 
     def close(self) -> None:
         self.close_view()
-        if self._bell is not None:
-            self._bell.close()
+        self._bell.close()
 
 
-def _open_doorbell(bell: str, ring_path: str) -> Doorbell | None:
-    """The replica's FIFO; a replica that offers none (older) polls instead."""
-    if not bell:
-        return None
+def _open_doorbell(bell: str, ring_path: str) -> Doorbell:
+    """The replica's FIFO, which its welcome names beside the ring."""
     owner = ring_path.rsplit("-", 1)[0] + "-"  # the replica process's prefix: rdma-bridge-<pid>-
     if not (bell.startswith(owner) and bell.endswith("-bell") and "/" not in bell[len(owner):]):
         raise TransportError(f"shm transport: replica offered an unexpected doorbell {bell!r}")

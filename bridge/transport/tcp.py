@@ -19,8 +19,8 @@ import ssl
 
 from bridge.errors import BridgeError, TransportError
 from bridge.ring.layout import init_region, region_bytes
-from bridge.transport.doorbell import Doorbell
 from bridge.transport import receiver
+from bridge.transport.doorbell import Doorbell
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control, placement
 

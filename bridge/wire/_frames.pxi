@@ -53,7 +53,8 @@ cdef int _gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) 
                               <unsigned long long>rd64(e + BINLOG_HEADER))
         return GTID_STANDALONE if e[BINLOG_HEADER + 12] & 1 else GTID_MARIADB
     if e[4] == MYSQL_GTID and size >= BINLOG_HEADER + 25:
-        out_len[0] = snprintf(out, GTID_TEXT, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x:%llu",
+        out_len[0] = snprintf(out, GTID_TEXT,
+                              "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x:%llu",
                               u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
                               u[14], u[15], <unsigned long long>rd64(e + BINLOG_HEADER + 17))
         return GTID_MYSQL
@@ -235,8 +236,6 @@ cdef bint _is_heartbeat(const uint8_t *b, Scanned *s, bytes schema, bytes table)
     return s.tables == 1 and s.name_len[0] == len(schema) and s.name_len[1] == len(table) and \
         memcmp(b + s.name_at[0], PyBytes_AS_STRING(schema), s.name_len[0]) == 0 and \
         memcmp(b + s.name_at[1], PyBytes_AS_STRING(table), s.name_len[1]) == 0
-
-
 
 
 cdef inline Py_ssize_t _payload_len(Scanned *s) noexcept nogil:

@@ -19,8 +19,8 @@ from bridge.errors import RemoteProtocolError
 from bridge.wire import hotpath as _twin
 from bridge.wire.frame import FrameKind
 
-from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc32, bridge_crc32_init, bridge_crc_feed,
-                                   bridge_crc_init, rd32, rd64, wr32, wr64)
+from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc_feed, bridge_crc_init, rd32, rd64, wr32,
+                                   wr64)
 
 bridge_crc_init()
 
@@ -119,7 +119,7 @@ def decode_compact(buf):
 
 
 cdef object _decode_compact(const uint8_t *p, Py_ssize_t size):
-    cdef Py_ssize_t n, at, fmt_len, count, i
+    cdef Py_ssize_t n, at, fmt_len, count
     if size < 2:
         return None
     n = p[1]
@@ -141,7 +141,7 @@ cdef object _decode_compact(const uint8_t *p, Py_ssize_t size):
     events, count = rd32(p + at), p[at + 4] | (p[at + 5] << 8)
     at += 6
     tables = []
-    for i in range(count):
+    for _ in range(count):
         pair = []
         for _ in range(2):
             if at >= size or at + 1 + p[at] > size:
@@ -153,8 +153,8 @@ cdef object _decode_compact(const uint8_t *p, Py_ssize_t size):
                 return None
             at += 1 + n
         tables.append(tuple(pair))
-    return gtid, read_ns, ship_ns, fmt, events, tuple(tables), PyBytes_FromStringAndSize(<const char *>p + at,
-                                                                                          size - at)
+    data = PyBytes_FromStringAndSize(<const char *>p + at, size - at)
+    return gtid, read_ns, ship_ns, fmt, events, tuple(tables), data
 
 
 def place_frame(region, Py_ssize_t start, kind, flags, seq, epoch, payload):

@@ -14,12 +14,18 @@ import json
 import secrets
 import struct
 
-from bridge.errors import (AuthenticationError, ChannelBusy, EndCode, Fenced, RemoteProtocolError, StartRefused,
-                           VersionSkew)
+from bridge.errors import (
+    AuthenticationError,
+    ChannelBusy,
+    EndCode,
+    Fenced,
+    RemoteProtocolError,
+    StartRefused,
+    VersionSkew,
+)
 
 PROTOCOL_MAGIC = "rdma-bridge"
-PROTOCOL_VERSION = 4  # 2: payloads name each table once; 3: raw binlog events, apply modes;
-# 4: the tcp receiver answers with what its ring holds (placed and applied seq)
+PROTOCOL_VERSION = 5  # both ends speak exactly one version: a peer of another is refused, naming both
 MAX_MESSAGE_BYTES = 1 << 20
 _LEN = struct.Struct("<I")
 

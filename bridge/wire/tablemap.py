@@ -16,9 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bridge.errors import RemoteProtocolError
-from bridge.wire.binlog import (HEADER_BYTES, PARTIAL_UPDATE_ROWS, ROW_KINDS, TABLE_ID_BYTES, TABLE_MAP,
-                                UPDATE_ROWS_V1, UPDATE_ROWS_V2, WRITE_ROWS_V2, decimal_size, event_type, split_events,
-                                table_id)
+from bridge.wire.binlog import (
+    HEADER_BYTES,
+    PARTIAL_UPDATE_ROWS,
+    ROW_KINDS,
+    TABLE_ID_BYTES,
+    TABLE_MAP,
+    UPDATE_ROWS_V1,
+    UPDATE_ROWS_V2,
+    WRITE_ROWS_V2,
+    decimal_size,
+    event_type,
+    split_events,
+    table_id,
+)
 
 # Column types (MySQL enum_field_types; MariaDB's compressed ones).
 (DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24, DATE, TIME, DATETIME, YEAR,

@@ -28,11 +28,11 @@ from collections import defaultdict
 
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
-from bridge.model import GtidSet
-from bridge.lab.procs import BridgeProcess, replica_process, wait_port
 from bridge.lab.ports import free_port
+from bridge.lab.procs import BridgeProcess, replica_process, wait_port
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema
+from bridge.model import GtidSet
 from tests.faults.proxy import FaultProxy
 
 SCHEMA, CHANNEL = "soak", "soak"

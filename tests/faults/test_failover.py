@@ -10,9 +10,9 @@ import pytest
 from bridge.check.compare import compare_databases
 from bridge.check.positions import primary_position
 from bridge.config import MysqlUrl
-from bridge.server.flavor import Flavor
-from bridge.model import GtidSet
 from bridge.lab.sandbox import Sandbox
+from bridge.model import GtidSet
+from bridge.server.flavor import Flavor
 from tests.conftest import BridgePair, sandbox_up
 from tests.helpers import channel_row, connect, wait_for
 

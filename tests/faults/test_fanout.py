@@ -13,25 +13,31 @@ import urllib.request
 
 import pymysql
 import pytest
-
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.server import dbconn
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig
-from bridge.ops.metrics import prometheus_text
+from bridge.lab.ports import free_port
+from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.lab.sandbox import Sandbox
+from bridge.lab.workload import connect, create_schema
 from bridge.model import GtidSet
 from bridge.node.fanout import FanOutNode
 from bridge.node.replica import ReplicaNode
-from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.ops.metrics import prometheus_text
 from bridge.ops.report import render_html, status_table
-from bridge.lab.ports import free_port
-from bridge.lab.sandbox import Sandbox
 from bridge.ops.statusdoc import PrimaryStatus, deviations
-from bridge.lab.workload import connect, create_schema
+from bridge.server import dbconn
 from tests.conftest import primary_position, sandbox_up
-from tests.helpers import (BackgroundWorkload, channel_row, semi_sync_status, set_semi_sync, wait_for, wait_shipped,
-                           wait_written)
+from tests.helpers import (
+    BackgroundWorkload,
+    channel_row,
+    semi_sync_status,
+    set_semi_sync,
+    wait_for,
+    wait_shipped,
+    wait_written,
+)
 
 REPLICAS = ("replica", "replica2", "replica3")
 RING = 256 << 10  # small: a frozen replica side fills it within a second of the workload

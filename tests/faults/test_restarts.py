@@ -8,10 +8,10 @@ import signal
 import pytest
 
 from bridge.check.compare import compare_databases
-from bridge.model import GtidSet
-from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.ports import free_port
+from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.workload import connect, create_schema
+from bridge.model import GtidSet
 from tests.conftest import primary_position
 from tests.helpers import BackgroundWorkload, applied_seq, channel_row, wait_for
 

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from bridge.ops.metrics import prometheus_text
-from bridge.lab.procs import replica_process, wait_port
-from bridge.ring.layout import WRITE_SEQ_AT, read_u64
 from bridge.lab.ports import free_port
+from bridge.lab.procs import replica_process, wait_port
 from bridge.lab.workload import connect
+from bridge.ops.metrics import prometheus_text
+from bridge.ring.layout import WRITE_SEQ_AT, read_u64
 from tests.conftest import BridgePair
 from tests.faults.proxy import FaultProxy
 from tests.helpers import applied_seq, semi_sync_on, semi_sync_status, set_semi_sync, wait_for

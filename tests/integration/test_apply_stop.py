@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.check.checksum import Checksummer
 from bridge.errors import ApplyError
-from bridge.model import GtidSet
 from bridge.lab.workload import connect
+from bridge.model import GtidSet
 from tests.conftest import BridgePair, primary_position
 from tests.helpers import wait_for
 

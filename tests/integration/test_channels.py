@@ -18,15 +18,15 @@ import pytest
 
 from bridge.check.checksum import Checksummer
 from bridge.check.compare import compare_databases
-from bridge.server import sqlnames
 from bridge.check.repair import MARKER_COLLATION, REPAIRS_DDL, Repairer
 from bridge.config import MysqlUrl
 from bridge.filter import Filter
 from bridge.lab.images import server_kind
-from bridge.lab.ports import free_port
 from bridge.lab.mycnf import server_cnf
+from bridge.lab.ports import free_port
 from bridge.lab.runners import servers_for
 from bridge.lab.workload import connect, create_schema
+from bridge.server import sqlnames
 from tests.conftest import BridgePair, sandbox_up, server_flavors
 from tests.helpers import BackgroundWorkload, numbers, wait_shipped
 

@@ -19,12 +19,11 @@ from bridge.check.checksum import Checksummer
 from bridge.cli import main
 from bridge.clone.run import Cloner
 from bridge.errors import ConfigError
-from bridge.server.flavor import Flavor
 from bridge.filter import Filter
 from bridge.lab.workload import connect, create_schema
+from bridge.server.flavor import Flavor
 from tests.conftest import BridgePair
-from tests.helpers import BackgroundWorkload, wait_shipped, wait_written
-from tests.helpers import numbers
+from tests.helpers import BackgroundWorkload, numbers, wait_shipped, wait_written
 from tests.integration.test_types import TYPES_TABLE, type_rows
 
 ROWS_PER_TABLE = 20_000

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from bridge.ops import doctor
 from bridge.lab.workload import connect
+from bridge.ops import doctor
 
 
 def statuses(checks):

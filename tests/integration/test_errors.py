@@ -11,11 +11,17 @@ import time
 import pytest
 
 from bridge.config import MysqlUrl, PrimaryConfig
-from bridge.errors import (BinlogPurged, PreflightError, RemoteProtocolError, SourceConnectionLost, SourceError,
-                           TransportError)
+from bridge.errors import (
+    BinlogPurged,
+    PreflightError,
+    RemoteProtocolError,
+    SourceConnectionLost,
+    SourceError,
+    TransportError,
+)
+from bridge.lab.sandbox import Sandbox
 from bridge.model import GtidSet
 from bridge.node.primary import PrimaryNode
-from bridge.lab.sandbox import Sandbox
 from bridge.source.preflight import check_not_purged, check_position
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control

@@ -12,9 +12,9 @@ import pytest
 
 from bridge.config import ReplicaConfig
 from bridge.errors import ChannelBusy, ChannelLocked, ConfigError, Fenced, PreflightError, StartRefused
+from bridge.lab.workload import connect, create_schema
 from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
-from bridge.lab.workload import connect, create_schema
 from tests.conftest import BridgePair
 from tests.helpers import BackgroundWorkload, wait_for, wait_shipped
 

@@ -16,8 +16,8 @@ from bridge.check.compare import compare_databases
 from bridge.clone.run import Cloner
 from bridge.errors import ChannelLocked, StartRefused
 from bridge.filter import Filter
-from bridge.node.replica import ReplicaNode
 from bridge.lab.workload import MixedWorkload, create_schema
+from bridge.node.replica import ReplicaNode
 from tests.conftest import BridgePair
 from tests.helpers import BackgroundWorkload, wait_shipped, wait_written
 from tests.integration.test_types import TYPES_TABLE, type_rows

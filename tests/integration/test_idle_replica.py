@@ -9,10 +9,10 @@ import time
 import pytest
 
 from bridge.check.compare import compare_databases
-from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.ports import free_port
+from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.workload import connect
-from tests.conftest import BridgePair, primary_position
+from tests.conftest import primary_position
 from tests.helpers import table_rows, wait_for
 
 SPACED_TXNS = 20
@@ -63,36 +63,3 @@ def test_idle_replica_sleeps_and_each_spaced_transaction_wakes_it(sandbox, urls,
     result = compare_databases(urls["primary_admin"], urls["replica_admin"], [schema])
     assert result.ok, [(d.table, d.missing, d.extra) for d in result.diffs]
     assert result.digests[f"{schema}.t"][0].rows == SPACED_TXNS
-
-
-def test_a_primary_that_does_not_ring_is_polled_not_waited_for(urls, monkeypatch):
-    """An older primary side (shm) places frames but never rings: the replica must
-    see that in the hello and poll, not sleep out its doorbell timeout per frame."""
-    import bridge.node.primary as primary_module
-    from bridge.wire import control
-
-    handshake = control.client_handshake
-
-    def older_handshake(conn, secret, role, **fields):
-        fields.pop("doorbell", None)
-        return handshake(conn, secret, role, **fields)
-
-    monkeypatch.setattr(primary_module.control, "client_handshake", older_handshake)
-    pair = BridgePair(urls, "shm").start()
-    try:
-        pair.sql("CREATE DATABASE IF NOT EXISTS old_primary", "DROP TABLE IF EXISTS old_primary.t",
-                 "CREATE TABLE old_primary.t (id INT PRIMARY KEY)")
-        for i in range(5):
-            pair.sql(f"INSERT INTO old_primary.t VALUES ({i})")
-        pair.assert_same("old_primary")
-        assert pair.replica_node.current.rung is False
-    finally:
-        pair.stop()
-    monkeypatch.undo()  # a current primary side says it rings
-    new = BridgePair(urls, "shm").start()
-    try:
-        new.sql("INSERT INTO old_primary.t VALUES (100)")
-        new.sync()
-        assert new.replica_node.current.rung is True
-    finally:
-        new.stop()

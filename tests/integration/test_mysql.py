@@ -8,14 +8,14 @@ import ssl
 
 import pytest
 
-from bridge.server import dbconn
 from bridge.config import MysqlUrl
 from bridge.errors import PreflightError
-from bridge.server.flavor import Flavor
-from bridge.model import GtidSet
 from bridge.lab.sandbox import Sandbox
-from bridge.source import preflight
 from bridge.lab.workload import connect
+from bridge.model import GtidSet
+from bridge.server import dbconn
+from bridge.server.flavor import Flavor
+from bridge.source import preflight
 from tests.conftest import BridgePair, primary_position, sandbox_up
 from tests.helpers import channel_row, concurrent_writes, semi_sync_on, semi_sync_status
 from tests.integration.test_semisync import started

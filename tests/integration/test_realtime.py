@@ -9,10 +9,10 @@ import os
 import pytest
 
 from bridge.check.compare import compare_databases
-from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.ports import free_port
-from bridge.ops.report import fetch_status
+from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.workload import connect
+from bridge.ops.report import fetch_status
 from tests.conftest import primary_position
 from tests.helpers import semi_sync_status, table_rows, wait_for
 

@@ -13,10 +13,10 @@ import pytest
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
 from bridge.errors import BridgeError
-from bridge.server.flavor import Flavor
-from bridge.model import GtidSet
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import connect
+from bridge.model import GtidSet
+from bridge.server.flavor import Flavor
 from tests.conftest import BridgePair, primary_position, sandbox_up
 from tests.helpers import wait_for
 from tests.integration.test_types import MORE_TYPES, TYPES_TABLE, fast_types, mysql_types, type_rows

@@ -15,17 +15,17 @@ import urllib.request
 import pymysql
 import pytest
 
-from bridge.ops.certs import make_set
 from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig, TlsFiles
 from bridge.errors import ApplyError, AuthenticationError, ConfigError, RemoteProtocolError, SourceError
+from bridge.lab.ports import free_port
+from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.lab.sandbox import Sandbox
+from bridge.lab.workload import connect
 from bridge.node import admin
 from bridge.node.primary import PrimaryNode
 from bridge.node.replica import ReplicaNode
-from bridge.lab.procs import primary_process, replica_process, wait_port
-from bridge.lab.ports import free_port
-from bridge.lab.sandbox import Sandbox
+from bridge.ops.certs import make_set
 from bridge.transport.tls import client_context
-from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import wait_for
 

@@ -314,18 +314,20 @@ def test_wait_returns_at_once_when_a_frame_came_while_the_flag_went_up(belled):
     remote.close()
 
 
-def test_shm_without_a_doorbell_still_places_and_a_foreign_doorbell_is_refused():
+def test_shm_without_its_doorbell_or_with_a_foreign_one_is_refused():
     ring = HostedRing("shm")
     try:
-        params = {k: v for k, v in ring.host.params().items() if k != "doorbell"}  # an older replica
-        remote = open_remote("shm", params, ring.addr, RING)
-        set_waiting(ring.host.region, True)
-        ship(RingProducer(RING), remote, b"no bell")
-        assert RingConsumer(ring.host.region).poll().payload == b"no bell"
-        assert not _rung(ring.host.doorbell_fd)
-        remote.close()
+        params = {k: v for k, v in ring.host.params().items() if k != "doorbell"}
+        with pytest.raises(TransportError, match="unexpected doorbell ''"):
+            open_remote("shm", params, ring.addr, RING)
         with pytest.raises(TransportError, match="unexpected doorbell"):
             open_remote("shm", {**params, "doorbell": "/tmp/some-fifo"}, ring.addr, RING)
+        remote = open_remote("shm", ring.host.params(), ring.addr, RING)  # the ring's own: it places and rings
+        set_waiting(ring.host.region, True)
+        ship(RingProducer(RING), remote, b"rung")
+        assert RingConsumer(ring.host.region).poll().payload == b"rung"
+        assert _rung(ring.host.doorbell_fd)
+        remote.close()
     finally:
         ring.close()
 

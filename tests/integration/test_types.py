@@ -241,9 +241,9 @@ def test_mysql_specific_and_wide_types(pair, fresh_schema, mysql_primary):
 def test_our_row_decoder_gives_the_library_path_values_exactly(urls, fresh_schema):
     """Every covered type read twice from the same binlog range: our row-image decoder
     and the library's (with the reader's fixes) must give identical events."""
+    from bridge.lab.workload import connect
     from bridge.source.events import RowsRead
     from bridge.source.reader import BinlogReader
-    from bridge.lab.workload import connect
     from tests.conftest import primary_position
 
     s = fresh_schema("fast")
@@ -301,10 +301,10 @@ def test_raw_row_walker_reads_every_type_the_library_reads(urls, fresh_schema):
     """Binlog apply mode reads row images only for keys, heartbeats and repair markers, but
     it must walk every column type correctly: the same row counts and key values as the
     library's decode, for all three type tables."""
+    from bridge.lab.workload import connect
     from bridge.source.events import RawRowEvent, RowsRead
     from bridge.source.reader import BinlogReader
     from bridge.wire import tablemap
-    from bridge.lab.workload import connect
     from tests.conftest import primary_position
 
     s = fresh_schema("walk")
@@ -362,9 +362,9 @@ def test_mysql_binary_json_reads_as_the_text_mysql_prints(urls, fresh_schema, my
     exactly the text MySQL prints for it (what MariaDB, whose JSON is text, then holds)."""
     if not mysql_primary:
         pytest.skip("only MySQL logs JSON in binary form (MariaDB's is text)")
+    from bridge.lab.workload import connect
     from bridge.source.events import RowsRead
     from bridge.source.reader import BinlogReader
-    from bridge.lab.workload import connect
     from tests.conftest import primary_position
 
     s = fresh_schema("jsontext")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.server import sqlnames
 from bridge.check import textfile
 from bridge.ops.metrics import METRICS, STAGE_METRICS
+from bridge.server import sqlnames
 from tests.conftest import BridgePair
 from tests.helpers import numbers
 

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from bridge.ops.certs import make_set
 from bridge.config import TlsFiles
-from bridge.lab.procs import replica_process, wait_port
-from bridge.ring.layout import WRITE_SEQ_AT
 from bridge.lab.ports import free_port
-from bridge.transport import rdma_available
+from bridge.lab.procs import replica_process, wait_port
 from bridge.lab.workload import MixedWorkload, create_schema
+from bridge.ops.certs import make_set
+from bridge.ring.layout import WRITE_SEQ_AT
+from bridge.transport import rdma_available
 from tests.conftest import BridgePair
 from tests.faults.test_semisync_truth import acked_and_not
 from tests.helpers import semi_sync_on, semi_sync_status, wait_for

@@ -1,9 +1,9 @@
 """Clone's progress lines, its throttle's arithmetic and the deferred indexes' cut (no server: the copy itself is
 tested against the sandbox in tests/integration/test_clone.py)."""
 
-from bridge.clone.schema import without_secondary_indexes
 from bridge.clone import run as clone_run
 from bridge.clone.rows import TableShape
+from bridge.clone.schema import without_secondary_indexes
 
 
 def test_progress_says_rows_bytes_rate_and_eta_then_the_total():

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.server import dbconn
 from bridge.errors import ConfigError
+from bridge.server import dbconn
 
 PRIVATE = re.compile(r"\._(rfile|next_seq_id|execute_command|read_packet|write_bytes|force_close|read_timeout)\b|"
                      r"\bconn\._sock\b")

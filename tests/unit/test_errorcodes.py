@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import pymysql
 import pytest
 
-from bridge.server import errorcodes
 from bridge.apply.connection import apply_error
+from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError, TargetConnectionLost
+from bridge.lab.ports import free_port
+from bridge.server import errorcodes
 from bridge.source import preflight
 from bridge.source.reader import BinlogReader
-from bridge.config import MysqlUrl
-from bridge.lab.ports import free_port
 
 
 @pytest.mark.parametrize("code", sorted(errorcodes.CONNECTION_LOST))

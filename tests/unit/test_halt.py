@@ -5,8 +5,8 @@ import time
 import pytest
 
 from bridge.errors import ConfigError
-from bridge.ops.metrics import prometheus_text
 from bridge.node.halt import Halt
+from bridge.ops.metrics import prometheus_text
 
 
 def test_a_halt_reports_where_and_why_and_only_its_own_transaction_can_be_skipped():

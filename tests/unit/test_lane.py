@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from bridge.apply import binlog_sql, lane as twin_lane, lanepos, lanes
+from bridge.apply import binlog_sql, lanepos, lanes
+from bridge.apply import lane as twin_lane
 from bridge.model import GtidSet, RowEvents, Statement, Transaction
 from bridge.ring.layout import ACK_SEQ_AT, HEADER, RING_MAGIC, read_u64, write_publish
 from bridge.ring.producer import RingProducer

@@ -23,7 +23,6 @@ from bridge.transport.doorbell import Doorbell
 from bridge.wire import placement
 from bridge.wire.codec import encode_transaction
 from bridge.wire.frame import FrameKind
-
 from tests.unit.test_lane import OK, fmt, make, tcp_pair
 
 try:

@@ -77,7 +77,6 @@ def test_url_options_for_tls_and_option_files(tmp_path):
 
     from bridge.config import MysqlUrl
     from bridge.errors import ConfigError
-
     from bridge.ops.certs import make_ca
 
     ca, cnf = make_ca(tmp_path), tmp_path / "my.cnf"

@@ -3,9 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.test_binlog_events import TABLE_MAP_11, UPDATE_11
 from bridge.apply.scheduler import conflicts, fold, plan, writeset
 from bridge.model import RowChange, RowEvents, Statement, Transaction
+from tests.unit.test_binlog_events import TABLE_MAP_11, UPDATE_11
 
 COLS = ("id", "email", "n")
 KEYS = {("s", "users"): (("id",), ("email",)), ("s", "log"): ()}

@@ -18,8 +18,8 @@ import zlib
 import pytest
 
 from bridge.errors import TransportError
-from bridge.ops.metrics import STAGES, Stages
 from bridge.node.counters import PrimaryCounts
+from bridge.ops.metrics import STAGES, Stages
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import WAITING_AT, init_region, region_bytes
 from bridge.ring.producer import RingProducer

@@ -7,11 +7,11 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from bridge.ops.certs import make_ca, make_cert, make_set
 from bridge.cli import main
 from bridge.config import TlsFiles
-from bridge.ops.doctor import tls_checks
 from bridge.errors import ConfigError
+from bridge.ops.certs import make_ca, make_cert, make_set
+from bridge.ops.doctor import tls_checks
 from bridge.transport.tls import check_files, client_context, server_context
 
 

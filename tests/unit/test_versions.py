@@ -3,9 +3,9 @@ is sourced (apt sources renamed to the flavor's Debian release), what is refused
 
 import pytest
 
-from bridge.ops import doctor
-from bridge.lab import images
 from bridge.errors import SandboxError
+from bridge.lab import images
+from bridge.ops import doctor
 
 
 @pytest.mark.parametrize("version,line", [
