@@ -21,12 +21,9 @@ TRANSPORT ?= shm
 
 .PHONY: demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
 
-# setup.py builds the compiled hot path, tcp receiver and apply lane (Cython, fetched by pip for the build) with
-# the C compiler and Python headers `compiler` installs.
-$(STAMP): setup.cfg setup.py pyproject.toml bridge/wire/_hotpath.pyx bridge/transport/_receiver.pyx \
-  bridge/apply/_lane.pyx bridge/source/_ship.pyx bridge/wire/_frames.pxi bridge/transport/_placements.pxi \
-  bridge/wire/bridge_native.h \
-  bridge/wire/native_c.pxd | compiler
+# setup.py builds the compiled core, every bridge/*/*.pyx (Cython, fetched by pip for the build), with the C
+# compiler and Python headers `compiler` installs.
+$(STAMP): setup.cfg setup.py pyproject.toml $(wildcard bridge/*/*.pyx bridge/*/*.pxd bridge/*/*.h) | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

@@ -1,24 +1,21 @@
-"""The compiled hot path (bridge/wire/_hotpath.pyx), tcp receiver loop
-(bridge/transport/_receiver.pyx), apply lane (bridge/apply/_lane.pyx) and ship lane
-(bridge/source/_ship.pyx), Cython; all other metadata is in setup.cfg.
+"""The compiled core (Cython), one extension module per .pyx under bridge/; all other
+metadata is in setup.cfg.
 
-The extensions are optional: where they cannot be built (no C compiler or Python
-headers) the install still succeeds and the bridge runs their pure-Python twins
-(bridge/wire/hotpath.py, bridge/transport/receiver.py, bridge/apply/lane.py, bridge/source/ship.py), saying so in
-one log line at start.
+The modules share declarations by .pxd and cimport (bridge/wire/native_c.pxd and
+bridge_native.h, layouts.pxd, each module's own .pxd), never by textual include. They are
+optional: where they cannot be built (no C compiler or Python headers) the install still
+succeeds and the bridge runs their pure-Python twins (bridge.wire.native picks, and each
+process says which in one log line at start).
 """
+
+from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-NATIVE_H = ["bridge/wire"]  # bridge_native.h (and _frames.pxi): C the compiled modules share
+NATIVE_H = ["bridge/wire"]  # bridge_native.h: the C every compiled module shares
+MODULES = sorted(str(p.with_suffix("")).replace("/", ".") for p in Path("bridge").rglob("*.pyx"))
 
-setup(ext_modules=cythonize([Extension("bridge.wire._hotpath", ["bridge/wire/_hotpath.pyx"], include_dirs=NATIVE_H,
-                                       optional=True),
-                             Extension("bridge.transport._receiver", ["bridge/transport/_receiver.pyx"],
-                                       optional=True),
-                             Extension("bridge.apply._lane", ["bridge/apply/_lane.pyx"], include_dirs=NATIVE_H,
-                                       optional=True),
-                             Extension("bridge.source._ship", ["bridge/source/_ship.pyx"], include_dirs=NATIVE_H,
-                                       optional=True)],
+setup(ext_modules=cythonize([Extension(name, [name.replace(".", "/") + ".pyx"], include_dirs=NATIVE_H, optional=True)
+                             for name in MODULES],
                             compiler_directives={"language_level": "3"}, quiet=True))

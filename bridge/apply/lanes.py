@@ -20,20 +20,14 @@ from bridge.apply import lane as twin
 from bridge.apply.channel import Position
 from bridge.model import Gtid, GtidSet
 from bridge.server import dbconn
-from bridge.wire.native import compiled_or_why
+from bridge.wire import native
 
 log = logging.getLogger(__name__)
-_compiled, why_pure = compiled_or_why("bridge.apply._lane")
+PART = "apply lane"
+_compiled = native.pick("bridge.apply._lane", PART)
 Lane = _compiled.Lane if _compiled is not None else twin.Lane
 COMPILED = _compiled is not None
 NOTHING, FAILED, LOST = twin.NOTHING, twin.FAILED, twin.LOST
-
-
-def announce(log_to: logging.Logger) -> None:
-    if COMPILED:
-        log_to.info("apply lane: compiled (bridge.apply._lane)")
-    else:
-        log_to.warning("apply lane: pure Python, slower (%s)", why_pure)
 
 
 class LaneRunner:

@@ -123,8 +123,7 @@ class PrimaryNode(ShipLoop):
         if self._services_started:
             return
         self._services_started = True
-        native.announce(log)
-        lanes.announce(log)
+        native.announce(log, ("hot path", lanes.PART))
         for service in (self.metrics, self.semi_sync, self.behind):
             if service is not None:
                 service.start()

@@ -114,11 +114,8 @@ class ReplicaNode(ApplyLoop):
         if self.metrics is not None:
             self.metrics.start()
         self._listener.start(self)
-        native.announce(log)
-        if self._lane is not None:
-            lanes.announce(log)
-        if self.cfg.transport == "tcp":
-            receiver.announce(log)
+        native.announce(log, ("hot path", *((lanes.PART,) if self._lane is not None else ()),
+                              *((receiver.PART,) if self.cfg.transport == "tcp" else ())))
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)

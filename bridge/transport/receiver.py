@@ -8,14 +8,12 @@ whole connection, so an answer the primary side waits on (semi-sync ``received``
 sent without waiting for the apply thread to let go of the lock; while the compiled apply
 lane runs, it reads the connection itself (the thread parked), so that a transaction
 wakes one thread, not two. ``serve`` picks the
-compiled one where it is built and the socket is plain TCP (TLS needs Python's ssl),
-unless ``RDMA_BRIDGE_PURE_PYTHON`` asks for the twin, and raises from its result what
-the twin raises. ``announce`` is the one log line a replica side's start says about it.
+compiled one where it is built (bridge.wire.native decides) and the socket is plain TCP
+(TLS needs Python's ssl), and raises from its result what the twin raises.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 from collections.abc import Callable
@@ -24,31 +22,27 @@ from bridge.errors import RemoteProtocolError, TransportError
 from bridge.ring.layout import ACK_SEQ_AT, WRITE_SEQ_AT, read_u64, write_publish
 from bridge.transport.doorbell import Doorbell
 from bridge.transport.sockets import BufferedReceiver, peer_name
-from bridge.wire import placement
-from bridge.wire.native import compiled_or_why
+from bridge.wire import native, placement
 from bridge.wire.placement import Op
 
-compiled, why_pure = compiled_or_why("bridge.transport._receiver")
-# how the compiled loop ended, with three numbers (bridge/transport/_receiver.pyx)
+PART = "tcp receiver"
+_compiled = native.pick("bridge.transport._receiver", PART)
+COMPILED = _compiled is not None
+# how the compiled loop ended, with three numbers (bridge/transport/_receiver.pxd)
 ENDED_CLOSED = 0  # the peer closed: (bytes it had, bytes it needed, 0)
 ENDED_OS_ERROR = 1  # recv or send failed: (errno, 0, 0)
 ENDED_BAD_HEAD = 2  # a head the twin refuses: (op, offset, length)
 ENDED_DOORBELL = 3  # writing the doorbell failed: (errno, 0, 0)
 
 
-def announce(log: logging.Logger) -> None:
-    if compiled is None:
-        log.warning("tcp receiver: pure Python, its answers wait for the interpreter lock (%s)", why_pure)
-
-
 def serve(sock: socket.socket, region, doorbell: Doorbell, lend: Callable[[object], None] | None = None) -> None:
     """Until the connection ends; raises why (TransportError, OSError, RemoteProtocolError).
     ``lend``: told the compiled loop's Receiver while it serves (None after), which the
-    compiled apply lane may hold the connection through (bridge/transport/_placements.pxi)."""
-    if compiled is None or type(sock) is not socket.socket:
+    compiled apply lane may hold the connection through (bridge/transport/_receiver.pxd)."""
+    if _compiled is None or type(sock) is not socket.socket:
         serve_twin(sock, region, doorbell)
         return
-    serving = compiled.Receiver(sock.fileno(), region, doorbell.fd)
+    serving = _compiled.Receiver(sock.fileno(), region, doorbell.fd)
     if lend is not None:
         lend(serving)
     try:

@@ -11,21 +11,20 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndS
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdio cimport snprintf
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcpy
 
 from bridge.errors import RemoteProtocolError
 from bridge.wire import hotpath as _twin
 from bridge.wire.frame import FrameKind
 
+from bridge.wire._frames cimport (BEGIN_MAY, BEGIN_MUST, BEGIN_NONE, GTID_NONE, GTID_STANDALONE, GTID_TEXT,
+                                  MAX_PACKET, SCAN_MORE, SCAN_WHOLE, Scanned, frame_crc, gtid_text, is_begin_query,
+                                  is_heartbeat, payload_len, place_scanned, scan_one, scanned_row_event)
+from bridge.wire.layouts cimport BINLOG_HEADER, HEADER_BYTES, MYSQL_GTID_EVENT, TABLE_MAP_EVENT, XID_EVENT
 from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc_feed, bridge_crc_init, rd32, rd64, wr32,
                                    wr64)
 
 bridge_crc_init()
-
-
-include "_frames.pxi"
 
 
 cdef inline bint fits(object v, uint64_t limit):
@@ -221,7 +220,7 @@ cdef object _gtid(const uint8_t *p, Py_ssize_t size):
     """(text, standalone) of a whole MariaDB GTID event or MySQL GTID event (not a tagged one), else None."""
     cdef char text[GTID_TEXT]
     cdef int n = 0
-    cdef int kind = _gtid_text(p, size, text, &n)
+    cdef int kind = gtid_text(p, size, text, &n)
     if kind == GTID_NONE:
         return None
     return PyUnicode_DecodeUTF8(text, n, NULL), kind == GTID_STANDALONE
@@ -232,7 +231,7 @@ def is_begin(event):
 
 
 cdef object _begin(const uint8_t *p, Py_ssize_t size):
-    return _is_begin(p, size)
+    return is_begin_query(p, size)
 
 
 def table_map_names(event):
@@ -309,10 +308,10 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
             if got is None or got[1]:
                 return None  # not a GTID this reads, or a standalone one (DDL)
             gtid, gtid_first = got[0], False
-            begin = BEGIN_MUST if etype == MYSQL_GTID else BEGIN_NONE
+            begin = BEGIN_MUST if etype == MYSQL_GTID_EVENT else BEGIN_NONE
             continue
         if begin != BEGIN_NONE:
-            if _is_begin(b + p, size):
+            if is_begin_query(b + p, size):
                 begin = BEGIN_NONE
                 continue
             if begin == BEGIN_MUST:
@@ -381,14 +380,14 @@ def place_run(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, region, Py_ssiz
             b = <const uint8_t *>v.buf
             o = <uint8_t *>r.buf + base
             while count < max_txns and ack < 0:
-                if _scan_one(b + at, v.len - at, sid, semi_sync, max_bytes, &s) != SCAN_WHOLE:
+                if scan_one(b + at, v.len - at, sid, semi_sync, max_bytes, &s) != SCAN_WHOLE:
                     break
                 frame_at = head
-                used = _place_scanned(o, size, &frame_at, free, seq, ep, b + at, &s)
+                used = place_scanned(o, size, &frame_at, free, seq, ep, b + at, &s)
                 if not used:
                     break
-                entries.append((seq, used, base + frame_at, _payload_len(&s), FrameKind.TXN, 0))
-                if _is_heartbeat(b + at, &s, hb_schema, hb_table):
+                entries.append((seq, used, base + frame_at, payload_len(&s), FrameKind.TXN, 0))
+                if is_heartbeat(b + at, &s, hb_schema, hb_table):
                     n_heartbeats += 1
                 head = (head + used) % size  # past the gap too, if it wrapped
                 free, seq = free - used, seq + 1
@@ -412,7 +411,7 @@ def scan_wants_more(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes):
         return _twin.scan_wants_more(buf, seq_id, semi_sync, max_bytes)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        return _scan_one(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, &s) == SCAN_MORE
+        return scan_one(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, &s) == SCAN_MORE
     finally:
         PyBuffer_Release(&view)
 

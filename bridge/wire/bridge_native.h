@@ -1,6 +1,7 @@
-/* C shared by the compiled modules (bridge/wire/_hotpath.pyx, bridge/apply/_lane.pyx):
-   crc32c for ring frames, zlib's crc32 for binlog events, base64 fed in pieces,
-   little-endian integers. */
+/* C shared by the compiled modules (declared for Cython in native_c.pxd): crc32c for ring
+   frames, zlib's crc32 for binlog events, base64 fed in pieces, little-endian integers,
+   the clock, and the memory orderings the ring's two ends agree on. The tables are static:
+   each module that uses a crc calls its init once. */
 #ifndef BRIDGE_NATIVE_H
 #define BRIDGE_NATIVE_H
 
@@ -97,4 +98,27 @@ static inline void bridge_wr32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
 }
 static inline void bridge_wr64(uint8_t *p, uint64_t v) { bridge_wr32(p, (uint32_t)v); bridge_wr32(p + 4, (uint32_t)(v >> 32)); }
+
+/* nanoseconds of a clock (CLOCK_REALTIME: stage stamps both hosts compare; CLOCK_MONOTONIC: waits) */
+#include <time.h>
+static inline uint64_t bridge_now_ns(int clock) {
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* The ring's orderings: a producer stores its frames, then (release) the seq that publishes
+   them, then (seq_cst) reads the consumer's waiting flag; the consumer raises the flag, then
+   (seq_cst) reads the seq again, and (acquire) reads frames only after their seq. */
+static inline void bridge_fence_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+static inline void bridge_fence_release(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
+static inline void bridge_fence_full(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void bridge_store_release_u64(void *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE); }
+static inline uint64_t bridge_load_acquire_u64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE); }
+static inline uint32_t bridge_load_acquire_u32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE); }
+static inline void bridge_store_int(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+static inline int bridge_load_int(const int *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+static inline int bridge_cas_int(int *p, int expected, int desired) {
+    return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
 #endif

@@ -1,10 +1,12 @@
-"""Which hot path runs: the compiled ``_hotpath`` (Cython) or its pure-Python twin.
+"""The compiled core's registry: for each compiled module (every bridge/*/_*.pyx that
+setup.py builds), whether it runs or its pure-Python twin does, and why; decided once per
+process and said in one log line at a node's start.
 
-``hot`` is the module whose functions the codec, the ring and the binlog reader call
-(``hot.encode_compact(...)`` and so on: one attribute read, then a call). The
-compiled one is used when the install built it; ``RDMA_BRIDGE_PURE_PYTHON=1`` in
-the environment asks for the twin (the tests run both). ``announce`` writes the one
-log line a node's start says about it.
+A part's picker asks ``pick(module, part)`` once, at its import: the compiled module, or
+None when the twin runs because ``RDMA_BRIDGE_PURE_PYTHON=1`` asks for it (the tests run
+both) or the install did not build it. ``hot`` is the hot path's module, whose functions
+the codec, the ring and the binlog reader call (``hot.encode_compact(...)``: one attribute
+read, then a call). ``announce(log, parts)`` is the line a node logs about the parts it uses.
 """
 
 from __future__ import annotations
@@ -12,15 +14,40 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import ModuleType
 
 from bridge.wire import hotpath
 
 PURE_ENV = "RDMA_BRIDGE_PURE_PYTHON"
+# what running a part's twin costs, where it is more than CPU
+_COST = {"tcp receiver": "its answers wait for the interpreter lock"}
 
 
-def compiled_or_why(name: str):
-    """(the compiled module ``name``, "") or (None, why its twin runs instead): asked
-    for by the environment, or not built. bridge.transport.receiver picks its loop so too."""
+@dataclass(frozen=True, slots=True)
+class Choice:
+    part: str  # what the module does: "hot path", "ship lane", "apply lane", "tcp receiver"
+    module: str  # the compiled module's name
+    compiled: ModuleType | None
+    why_pure: str  # "" where the compiled module runs
+
+
+_choices: dict[str, Choice] = {}
+
+
+def pick(module: str, part: str) -> ModuleType | None:
+    """The compiled ``module`` that does ``part``, or None where its twin runs (noted with why)."""
+    if part not in _choices:
+        _choices[part] = Choice(part, module, *_compiled_or_why(module))
+    return _choices[part].compiled
+
+
+def choice(part: str) -> Choice:
+    return _choices[part]
+
+
+def _compiled_or_why(name: str) -> tuple[ModuleType | None, str]:
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None, f"{PURE_ENV} is set"
     try:
@@ -29,14 +56,19 @@ def compiled_or_why(name: str):
         return None, f"the compiled module is not built ({exc}); reinstall with a C compiler and Python headers"
 
 
-_compiled, why_pure = compiled_or_why("bridge.wire._hotpath")
-hot = _compiled or hotpath
+def announce(log: logging.Logger, parts: Iterable[str]) -> None:
+    """One line: which of ``parts`` run compiled, and which run as their twins and why."""
+    chosen = [_choices[part] for part in parts]
+    compiled = [c.part for c in chosen if c.compiled is not None]
+    pure = [c for c in chosen if c.compiled is None]
+    if not pure:
+        log.info("compiled core: %s", ", ".join(compiled))
+        return
+    costs = "".join(f", {_COST[c.part]}" for c in pure if c.part in _COST)
+    whys = "; ".join(dict.fromkeys(c.why_pure for c in pure))
+    log.warning("compiled core: %s in pure Python, slower%s (%s)%s", ", ".join(c.part for c in pure), costs, whys,
+                f"; compiled: {', '.join(compiled)}" if compiled else "")
+
+
+hot = pick("bridge.wire._hotpath", "hot path") or hotpath
 COMPILED = hot is not hotpath
-
-
-def announce(log: logging.Logger) -> None:
-    """One line: the compiled hot path, or the twin and why."""
-    if COMPILED:
-        log.info("hot path: compiled (%s)", hot.__name__)
-    else:
-        log.warning("hot path: pure Python, slower (%s)", why_pure)

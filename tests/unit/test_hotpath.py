@@ -204,12 +204,12 @@ def test_without_the_compiled_module_the_twin_runs_and_one_line_says_why(tmp_pat
               "logging.basicConfig(format='%(levelname)s %(message)s')\n"
               "from bridge.wire import native, hotpath\n"
               "assert native.hot is hotpath and not native.COMPILED\n"
-              "native.announce(logging.getLogger('t'))\n")
+              "native.announce(logging.getLogger('t'), ['hot path'])\n")
     env = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("WARNING hot path: pure Python, slower (the compiled module is "
-                                                   "not built"), out.stderr
+    assert len(lines) == 1 and lines[0].startswith("WARNING compiled core: hot path in pure Python, slower (the "
+                                                   "compiled module is not built"), out.stderr
     env[native.PURE_ENV] = "1"
     out = subprocess.run([sys.executable, "-c", script.replace("sys.modules['bridge.wire._hotpath'] = None", "")],
                          capture_output=True, text=True, env=env, check=True)

@@ -218,7 +218,7 @@ def test_a_message_bigger_than_the_buffer_goes_to_the_receiver_thread():
         setup.close()
 
 
-@pytest.mark.skipif(receiver.compiled is None, reason="the twin was asked for (RDMA_BRIDGE_PURE_PYTHON)")
+@pytest.mark.skipif(not receiver.COMPILED, reason="the twin was asked for (RDMA_BRIDGE_PURE_PYTHON)")
 def test_a_plain_tcp_connection_is_served_by_the_compiled_loop_and_lent_while_it_runs():
     region = memoryview(bytearray(region_bytes(RING)))
     init_region(region, RING)

@@ -20,7 +20,7 @@ from bridge.transport import receiver
 from bridge.transport.doorbell import Doorbell
 from bridge.wire import placement
 
-try:  # imported here, not through receiver.compiled: the twin-only run (RDMA_BRIDGE_PURE_PYTHON) compares too
+try:  # imported here, not through receiver's pick: the twin-only run (RDMA_BRIDGE_PURE_PYTHON) compares too
     from bridge.transport import _receiver as compiled
 except ImportError:
     compiled = None
@@ -148,7 +148,8 @@ def test_any_well_formed_stream_leaves_the_same_ring_and_answers(stream, waiting
 
 
 def test_pure_python_is_chosen_by_the_environment():
-    script = "from bridge.transport import receiver; print(receiver.compiled is None, receiver.why_pure)"
+    script = ("from bridge.transport import receiver; from bridge.wire import native\n"
+              "print(receiver.COMPILED, native.choice(receiver.PART).why_pure)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          env={**os.environ, "RDMA_BRIDGE_PURE_PYTHON": "1"}, check=True).stdout
-    assert out.startswith("True RDMA_BRIDGE_PURE_PYTHON is set")
+    assert out.startswith("False RDMA_BRIDGE_PURE_PYTHON is set")

@@ -306,12 +306,13 @@ def test_without_the_compiled_lane_the_twin_runs_and_one_line_says_why():
               "logging.basicConfig(format='%(levelname)s %(message)s')\n"
               "from bridge.source import lanes, ship\n"
               "assert lanes.ShipLane is ship.ShipLane and lanes.DumpReader is ship.DumpReader\n"
-              "lanes.announce(logging.getLogger('t'))\n")
+              "from bridge.wire import native\n"
+              "native.announce(logging.getLogger('t'), [lanes.PART])\n")
     env = {k: v for k, v in os.environ.items() if k != "RDMA_BRIDGE_PURE_PYTHON"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("WARNING ship lane: pure Python, slower (the compiled module "
-                                                   "is not built"), out.stderr
+    assert len(lines) == 1 and lines[0].startswith("WARNING compiled core: ship lane in pure Python, slower (the "
+                                                   "compiled module is not built"), out.stderr
 
 
 def _semi_sync_packets(txns: list[list[bytes]], asks: set[int]) -> tuple[bytes, int]:

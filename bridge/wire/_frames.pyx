@@ -1,25 +1,20 @@
-# The C both compiled binlog-to-ring paths share (included by _hotpath.pyx and
-# bridge/source/_ship.pyx): a common transaction scanned in the dump's packets into
-# spans (no Python object), its compact payload and frame written into a ring mirror.
-# Needs: uint8_t.. from libc.stdint, memcpy/memset, snprintf, clock_gettime, and
-# rd32/rd64/wr32/wr64/bridge_crc_feed from bridge.wire.native_c.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""What the compiled binlog-to-ring paths share (declared in _frames.pxd): a common
+transaction scanned in the dump's packets into spans (no Python object), its compact
+payload and frame written into a ring mirror, and a frame's crc32c. The twins of the
+scan and the placement are bridge.wire.hotpath's ``scan_transaction`` and ``place_run``.
+"""
 
-cdef enum:
-    HEADER_BYTES = 24  # bridge.wire.frame.HEADER: kind u8 flags u8 reserved u16 length u32 seq u64 crc u32 epoch u32
-    BINLOG_HEADER = 19  # bridge.wire.binlog.HEADER_BYTES
-    MARIADB_GTID = 162
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdio cimport snprintf
+from libc.string cimport memcmp, memcpy, memset
 
+from bridge.wire.layouts cimport (BINLOG_HEADER, COMPACT, HEADER_BYTES, KIND_PAD, KIND_TXN, MARIADB_GTID_EVENT,
+                                  MYSQL_GTID_EVENT, QUERY_EVENT, TABLE_MAP_EVENT, XID_EVENT)
+from bridge.wire.native_c cimport CLOCK_REALTIME, bridge_crc_feed, bridge_crc_init, now_ns, rd32, rd64, wr32, wr64
 
-cdef enum:
-    MAX_PACKET = 0xFFFFFF
-    QUERY_EVENT = 2
-    XID_EVENT = 16
-    TABLE_MAP_EVENT = 19
-    MYSQL_GTID = 33
-
-
-cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:
-    return 23 <= etype <= 25 or 30 <= etype <= 32  # WRITE/UPDATE/DELETE_ROWS v1 and v2
+bridge_crc_init()
 
 
 cdef uint32_t frame_crc(const uint8_t *head, const void *payload, size_t n) noexcept nogil:
@@ -32,27 +27,15 @@ cdef uint32_t frame_crc(const uint8_t *head, const void *payload, size_t n) noex
     return ~bridge_crc_feed(bridge_crc_feed(0xFFFFFFFFu, h, HEADER_BYTES), payload, n)
 
 
-# --- place_run: scan and frame with no Python object per transaction -----------------
-cdef enum:
-    RUN_EVENTS = 64  # bridge.wire.hotpath.RUN_EVENTS
-    TXN_KIND = 1
-    PAD_KIND = 4
-    GTID_TEXT = 64  # "domain-server-seq" of u32, u32, u64 takes at most 52, MySQL's "uuid:gno" 57
-    GTID_NONE = 0  # _gtid_text: not a GTID event it reads
-    GTID_MARIADB = 1  # a MariaDB GTID that is not standalone
-    GTID_STANDALONE = 2  # a standalone MariaDB GTID (DDL)
-    GTID_MYSQL = 3  # a MySQL GTID (not a tagged one): a BEGIN query follows it in a transaction of rows
-
-
-cdef int _gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) noexcept nogil:
+cdef int gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) noexcept nogil:
     """The text of the GTID event ``e`` into ``out`` (GTID_TEXT bytes; the twin's
     bridge.wire.binlog.parse_gtid), its length into ``out_len``: which kind it is."""
     cdef const uint8_t *u = e + BINLOG_HEADER + 1
-    if e[4] == MARIADB_GTID and size >= BINLOG_HEADER + 13:
+    if e[4] == MARIADB_GTID_EVENT and size >= BINLOG_HEADER + 13:
         out_len[0] = snprintf(out, GTID_TEXT, "%u-%u-%llu", rd32(e + BINLOG_HEADER + 8), rd32(e + 5),
                               <unsigned long long>rd64(e + BINLOG_HEADER))
         return GTID_STANDALONE if e[BINLOG_HEADER + 12] & 1 else GTID_MARIADB
-    if e[4] == MYSQL_GTID and size >= BINLOG_HEADER + 25:
+    if e[4] == MYSQL_GTID_EVENT and size >= BINLOG_HEADER + 25:
         out_len[0] = snprintf(out, GTID_TEXT,
                               "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x:%llu",
                               u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
@@ -61,37 +44,13 @@ cdef int _gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) 
     return GTID_NONE
 
 
-cdef bint _is_begin(const uint8_t *e, Py_ssize_t size) noexcept nogil:
+cdef bint is_begin_query(const uint8_t *e, Py_ssize_t size) noexcept nogil:
     """A QUERY event of the statement BEGIN (the twin's bridge.wire.hotpath.is_begin)."""
     cdef Py_ssize_t at
     if size < BINLOG_HEADER + 13 or e[4] != QUERY_EVENT:
         return False
     at = BINLOG_HEADER + 13 + (e[BINLOG_HEADER + 11] | (e[BINLOG_HEADER + 12] << 8)) + e[BINLOG_HEADER + 8] + 1
     return (size - at == 5 or size - at == 9) and memcmp(e + at, b"BEGIN", 5) == 0
-
-
-cdef enum:
-    BEGIN_NONE = 0  # whether a BEGIN query comes next: no, may, must (the twin's _BEGIN_*)
-    BEGIN_MAY = 1
-    BEGIN_MUST = 2
-
-
-cdef struct Scanned:
-    Py_ssize_t taken  # bytes of the buffer, packet headers included
-    uint8_t seq_id  # the next packet's
-    long long ack  # the ACK position asked for, or -1
-    uint32_t position  # the XID's next-event position
-    uint32_t rows
-    int gtid_len
-    char gtid[GTID_TEXT]
-    int spans  # TABLE_MAP and row events kept, in order
-    Py_ssize_t start[RUN_EVENTS]
-    Py_ssize_t size[RUN_EVENTS]
-    Py_ssize_t data_len
-    int tables
-    Py_ssize_t name_at[2 * RUN_EVENTS]  # schema, table of each TABLE_MAP: offset in the buffer, length
-    Py_ssize_t name_len[2 * RUN_EVENTS]
-    Py_ssize_t names_len  # their compact encoding: a length byte and the name each
 
 
 cdef bint _ascii_name(const uint8_t *b, Py_ssize_t at, Py_ssize_t end, Py_ssize_t *out_len) noexcept nogil:
@@ -107,17 +66,27 @@ cdef bint _ascii_name(const uint8_t *b, Py_ssize_t at, Py_ssize_t end, Py_ssize_
     return True
 
 
-cdef enum:
-    SCAN_NO = 0  # not a transaction a run takes: the per-transaction path reads it
-    SCAN_WHOLE = 1
-    SCAN_MORE = 2  # the buffer ends inside one a run would take
+cdef bint _table_names(const uint8_t *b, Py_ssize_t p, Py_ssize_t size, Scanned *s) noexcept nogil:
+    """A TABLE_MAP event's schema and table (ASCII, the twin's slices) noted in ``s``."""
+    cdef Py_ssize_t ev_end = p + size, n_at = p + BINLOG_HEADER + 8
+    cdef int k = 2 * s.tables
+    if n_at >= ev_end or not _ascii_name(b, n_at, ev_end, &s.name_len[k]):
+        return False
+    s.name_at[k] = n_at + 1
+    n_at += b[n_at] + 2
+    if n_at >= ev_end or not _ascii_name(b, n_at, ev_end, &s.name_len[k + 1]):
+        return False
+    s.name_at[k + 1] = n_at + 1
+    s.names_len += 2 + s.name_len[k] + s.name_len[k + 1]
+    s.tables += 1
+    return True
 
 
-cdef int _scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
-                   Scanned *s) noexcept nogil:
+cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
+                  Scanned *s) noexcept nogil:
     """``_scan(gtid_first=True, run_rules=True)`` of the twin: a common transaction whole
     from ``b`` into ``s`` (spans, not copies), or why not."""
-    cdef Py_ssize_t at = 0, p, stop, length, size, ev_end, n_at
+    cdef Py_ssize_t at = 0, p, stop, length, size
     cdef uint32_t next_position
     cdef uint8_t etype
     cdef bint ack_requested, gtid_first = True
@@ -151,13 +120,13 @@ cdef int _scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_s
         if ack_requested:
             s.ack, seq_id = next_position, 1
         if gtid_first:
-            kind = _gtid_text(b + p, size, s.gtid, &s.gtid_len)
+            kind = gtid_text(b + p, size, s.gtid, &s.gtid_len)
             if kind != GTID_MARIADB and kind != GTID_MYSQL:
                 return SCAN_NO  # not a GTID this reads, or a standalone one (DDL)
             gtid_first, begin = False, (BEGIN_MUST if kind == GTID_MYSQL else BEGIN_NONE)
             continue
         if begin == BEGIN_MUST:
-            if not _is_begin(b + p, size):
+            if not is_begin_query(b + p, size):
                 return SCAN_NO  # MySQL's DDL (its QUERY after the GTID), or anything else
             begin = BEGIN_NONE
             continue
@@ -169,16 +138,8 @@ cdef int _scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_s
         if s.spans >= RUN_EVENTS:
             return SCAN_NO
         if etype == TABLE_MAP_EVENT:
-            ev_end, n_at = p + size, p + BINLOG_HEADER + 8
-            if n_at >= ev_end or not _ascii_name(b, n_at, ev_end, &s.name_len[2 * s.tables]):
+            if not _table_names(b, p, size, s):
                 return SCAN_NO
-            s.name_at[2 * s.tables] = n_at + 1
-            n_at += b[n_at] + 2
-            if n_at >= ev_end or not _ascii_name(b, n_at, ev_end, &s.name_len[2 * s.tables + 1]):
-                return SCAN_NO
-            s.name_at[2 * s.tables + 1] = n_at + 1
-            s.names_len += 2 + s.name_len[2 * s.tables] + s.name_len[2 * s.tables + 1]
-            s.tables += 1
         elif scanned_row_event(etype):
             s.rows += 1
         else:
@@ -190,18 +151,12 @@ cdef int _scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_s
             return SCAN_NO
 
 
-cdef inline uint64_t _now_ns() noexcept nogil:
-    cdef timespec t
-    clock_gettime(CLOCK_REALTIME, &t)
-    return <uint64_t>t.tv_sec * 1000000000 + t.tv_nsec
-
-
-cdef Py_ssize_t _fill_scanned(uint8_t *o, const uint8_t *b, Scanned *s) noexcept nogil:
+cdef Py_ssize_t _fill_scanned(uint8_t *o, const uint8_t *b, const Scanned *s) noexcept nogil:
     """The compact payload of ``s`` (encode_compact's layout, no format event) at ``o``."""
     cdef uint8_t *start = o
-    cdef uint64_t now = _now_ns()
+    cdef uint64_t now = now_ns(CLOCK_REALTIME)
     cdef int i
-    o[0] = 69  # "E"
+    o[0] = COMPACT
     o[1] = <uint8_t>s.gtid_len
     memcpy(o + 2, s.gtid, s.gtid_len)
     o += 2 + s.gtid_len
@@ -232,35 +187,32 @@ cdef Py_ssize_t _put_frame(uint8_t *at, uint8_t kind, uint64_t seq, uint32_t epo
     return (HEADER_BYTES + n + 7) & ~7
 
 
-cdef bint _is_heartbeat(const uint8_t *b, Scanned *s, bytes schema, bytes table):
+cdef bint is_heartbeat(const uint8_t *b, const Scanned *s, bytes schema, bytes table):
+    """Whether ``s`` changes just the heartbeat table (``schema``.``table``)."""
     return s.tables == 1 and s.name_len[0] == len(schema) and s.name_len[1] == len(table) and \
         memcmp(b + s.name_at[0], PyBytes_AS_STRING(schema), s.name_len[0]) == 0 and \
         memcmp(b + s.name_at[1], PyBytes_AS_STRING(table), s.name_len[1]) == 0
 
 
-cdef inline Py_ssize_t _payload_len(Scanned *s) noexcept nogil:
-    return 2 + s.gtid_len + 26 + s.names_len + s.data_len
-
-
-cdef Py_ssize_t _place_scanned(uint8_t *o, Py_ssize_t size, Py_ssize_t *head, Py_ssize_t free, uint64_t seq,
-                               uint32_t epoch, const uint8_t *b, Scanned *s) noexcept nogil:
+cdef Py_ssize_t place_scanned(uint8_t *o, Py_ssize_t size, Py_ssize_t *head, Py_ssize_t room, uint64_t seq,
+                              uint32_t epoch, const uint8_t *b, const Scanned *s) noexcept nogil:
     """Frame ``s`` into the ring data area ``o`` of ``size`` bytes at ``*head`` (a PAD, or
     an implicit wrap, first where the ring's end comes first; ``*head`` then where the
     TXN frame starts): the bytes it took, the gap included; 0 when it does not fit the
-    ``free`` bytes or is over half the ring (nothing written). The head after it is
+    ``room`` left or is over half the ring (nothing written). The head after it is
     ``(*head as given + the bytes it took) % size``."""
-    cdef Py_ssize_t plen = _payload_len(s)
+    cdef Py_ssize_t plen = payload_len(s)
     cdef Py_ssize_t need = (HEADER_BYTES + plen + 7) & ~7
     cdef Py_ssize_t at = head[0]
     cdef Py_ssize_t gap = size - at if at + need > size else 0
-    if need > size // 2 or gap + need > free:
+    if need > size // 2 or gap + need > room:
         return 0
     if gap >= HEADER_BYTES:  # the PAD carries the seq of the frame after it
         memset(o + at + HEADER_BYTES, 0, gap - HEADER_BYTES)
-        _put_frame(o + at, PAD_KIND, seq, epoch, gap - HEADER_BYTES)
+        _put_frame(o + at, KIND_PAD, seq, epoch, gap - HEADER_BYTES)
     if gap:
         at = 0
     _fill_scanned(o + at + HEADER_BYTES, b, s)
-    _put_frame(o + at, TXN_KIND, seq, epoch, plen)
+    _put_frame(o + at, KIND_TXN, seq, epoch, plen)
     head[0] = at
     return gap + need

@@ -1,0 +1,20 @@
+# What the compiled apply lane (bridge/apply/_lane.pyx) waits on (bridge/apply/_laneio.pyx):
+# the ring's doorbell while nothing is published, and the replica server's answers to one
+# round trip on the connection's raw socket; both serve meanwhile the tcp data connection
+# the lane holds (bridge/transport/_receiver.pxd). The twin is bridge.apply.lane.
+from libc.stdint cimport uint8_t, uint64_t
+
+from bridge.transport._receiver cimport Placements
+
+
+cdef enum:
+    OK_BYTES_MIN = 11  # bridge.apply.connection.OK_BYTES_MIN: the smallest OK packet
+    ANSWERS_WAIT_MS = 10  # bridge.apply.connection.ANSWERS_WAIT_MS
+    FAILED_ANSWER = -1  # round_trip: an ERR packet came back
+    LOST_CONNECTION = -2  # round_trip: the connection broke, or answered nonsense
+
+
+cdef void sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms,
+                   Placements *pl) noexcept nogil
+cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, int answers, int *oks, uint8_t **error,
+                    Py_ssize_t *error_len, Placements *pl) noexcept nogil

@@ -1,0 +1,76 @@
+# A common transaction scanned in place in the binlog dump's packets (no Python object)
+# and framed into a ring mirror; a frame's crc32c. Compiled in bridge/wire/_frames.pyx;
+# the hot path (bridge/wire/_hotpath.pyx), the ship lane (bridge/source/_ship.pyx) and the
+# apply lane (bridge/apply/_lane.pyx) cimport it. The pure-Python twin of the scan and the
+# placement is bridge.wire.hotpath (scan_transaction, place_run).
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+from bridge.wire.native_c cimport rd32
+
+
+cdef enum:
+    RUN_EVENTS = 64  # bridge.wire.hotpath.RUN_EVENTS: TABLE_MAP and row events of one transaction, at most
+    GTID_TEXT = 64  # "domain-server-seq" of u32, u32, u64 takes at most 52, MySQL's "uuid:gno" 57
+    MAX_PACKET = 0xFFFFFF  # a protocol packet this long continues in the next one
+
+    # gtid_text: which GTID event it read
+    GTID_NONE = 0  # not a GTID event it reads
+    GTID_MARIADB = 1  # a MariaDB GTID that is not standalone
+    GTID_STANDALONE = 2  # a standalone MariaDB GTID (DDL)
+    GTID_MYSQL = 3  # a MySQL GTID (not a tagged one): a BEGIN query follows it in a transaction of rows
+
+    # whether a BEGIN query comes next: no, may, must (the twin's _BEGIN_*)
+    BEGIN_NONE = 0
+    BEGIN_MAY = 1
+    BEGIN_MUST = 2
+
+    # scan_one: what the buffer starts with
+    SCAN_NO = 0  # not a transaction a run takes: the per-transaction path reads it
+    SCAN_WHOLE = 1
+    SCAN_MORE = 2  # the buffer ends inside one a run would take
+
+
+cdef struct Scanned:
+    Py_ssize_t taken  # bytes of the buffer, packet headers included
+    uint8_t seq_id  # the next packet's
+    long long ack  # the ACK position asked for, or -1
+    uint32_t position  # the XID's next-event position
+    uint32_t rows
+    int gtid_len
+    char gtid[GTID_TEXT]
+    int spans  # TABLE_MAP and row events kept, in order
+    Py_ssize_t start[RUN_EVENTS]
+    Py_ssize_t size[RUN_EVENTS]
+    Py_ssize_t data_len
+    int tables
+    Py_ssize_t name_at[2 * RUN_EVENTS]  # schema, table of each TABLE_MAP: offset in the buffer, length
+    Py_ssize_t name_len[2 * RUN_EVENTS]
+    Py_ssize_t names_len  # their compact encoding: a length byte and the name each
+
+
+cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:
+    return 23 <= etype <= 25 or 30 <= etype <= 32  # WRITE/UPDATE/DELETE_ROWS v1 and v2
+
+
+cdef uint32_t frame_crc(const uint8_t *head, const void *payload, size_t n) noexcept nogil
+
+
+cdef inline bint frame_ok(const uint8_t *head, const void *payload, size_t n) noexcept nogil:
+    """Whether the crc32c in a frame's header is its header's and payload's."""
+    return frame_crc(head, payload, n) == rd32(head + 16)
+
+
+cdef int gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) noexcept nogil
+cdef bint is_begin_query(const uint8_t *e, Py_ssize_t size) noexcept nogil
+cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
+                  Scanned *s) noexcept nogil
+
+
+cdef inline Py_ssize_t payload_len(const Scanned *s) noexcept nogil:
+    """The compact payload's size of ``s``."""
+    return 2 + s.gtid_len + 26 + s.names_len + s.data_len
+
+
+cdef Py_ssize_t place_scanned(uint8_t *o, Py_ssize_t size, Py_ssize_t *head, Py_ssize_t room, uint64_t seq,
+                              uint32_t epoch, const uint8_t *b, const Scanned *s) noexcept nogil
+cdef bint is_heartbeat(const uint8_t *b, const Scanned *s, bytes schema, bytes table)
