@@ -122,7 +122,7 @@ test-rdma: $(STAMP)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 debootstrap e2fsprogs >/dev/null; }
 	PIP="$(PY) -m pip" bash tests/rdma/build_image.sh
 	bash tests/rdma/run_guest.sh python3 -m pytest -q -p no:cacheprovider tests/rdma \
-	  tests/integration/test_transport_conformance.py
+	  tests/conformance
 
 # Placement latency of the rdma transport next to perftest's ib_write_lat, in the guest.
 bench-rdma: $(STAMP)
@@ -143,7 +143,7 @@ lint: $(STAMP)
 test: lint deps compose chromium promtool
 	$(PY) -m pytest -q tests
 	# the same pure-layer tests once more on the hot path's pure-Python twin
-	RDMA_BRIDGE_PURE_PYTHON=1 $(PY) -m pytest -q tests/unit tests/integration/test_transport_conformance.py
+	RDMA_BRIDGE_PURE_PYTHON=1 $(PY) -m pytest -q tests/unit tests/conformance
 
 unit: $(STAMP) openssl
 	$(PY) -m pytest -q tests/unit

@@ -88,8 +88,7 @@ class ApplyLoop:
             return False
         runner = self._lane
         doorbell = self.host.doorbell_fd if self.host.doorbell_fd is not None else -1
-        lend = getattr(self.host, "lane_receiver", None)  # tcp: the lane reads the data connection itself
-        receiver = lend(session.consumer.region) if lend is not None else None
+        receiver = self.host.lane_receiver(session.consumer.region)  # tcp: the lane reads the data connection itself
         if not runner.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes, doorbell,
                           LANE_WAIT_MS, receiver):
             return False

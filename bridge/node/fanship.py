@@ -91,14 +91,14 @@ class FanShipLoop:
             return None
         key = (dump, *((m.producer, m.remote) for m in members))
         if self._fan_key != key:
-            targets = [m.remote.lane_target() if hasattr(m.remote, "lane_target") else None for m in members]
-            if any(t is None or (t.get("sock") is None) != (targets[0].get("sock") is None) for t in targets):
-                return None  # TLS, or shm and tcp mixed: the runs below
+            targets = [m.remote.lane_target() if m.remote is not None else None for m in members]
+            if any(t is None or (t.sock is None) != (targets[0].sock is None) for t in targets):
+                return None  # TLS, rdma, or shm and tcp mixed: the runs below
+            first = targets[0]
             self._fan_lane_obj = lanes.ShipLane(
-                dump, members[0].producer, targets[0].get("remote"), targets[0].get("doorbell", -1), HEARTBEAT_TABLE,
-                self.assembler.chunk_bytes, targets[0].get("sock"), self.counts,
-                [(m.producer, t.get("remote"), t.get("doorbell", -1), t.get("sock"))
-                 for m, t in zip(members[1:], targets[1:])])
+                dump, members[0].producer, first.remote, first.doorbell, HEARTBEAT_TABLE, self.assembler.chunk_bytes,
+                first.sock, self.counts,
+                [(m.producer, t.remote, t.doorbell, t.sock) for m, t in zip(members[1:], targets[1:])])
             self._fan_lane_obj.quorum = self.acks.quorum
             self._fan_key = key
             self._stall_ns = int(reader.read_timeout_s * 1e9)

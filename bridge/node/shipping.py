@@ -94,7 +94,7 @@ class ShipLoop:
         `received` too (shm: its stores are the confirmation; tcp: it asks for the replica
         side's answer), while no ACK waits, where the dump's reader is the lane's; else None."""
         remote, producer = member.remote, member.producer
-        if not hasattr(remote, "lane_target") or self.acks or self.cfg.semi_sync not in ("off", "received"):
+        if remote is None or self.acks or self.cfg.semi_sync not in ("off", "received"):
             return None
         dump = reader.dump_reader
         if dump is None:
@@ -103,11 +103,10 @@ class ShipLoop:
         if lane is None or lane.reader is not dump or lane.producer is not producer or \
                 self._lane_remote is not remote:
             target = remote.lane_target()
-            if target is None or self.cfg.semi_sync != "off" and not target.get("confirms"):
+            if target is None or self.cfg.semi_sync != "off" and not target.confirms:
                 return None
-            lane = self._lane = lanes.ShipLane(dump, producer, target.get("remote"), target.get("doorbell", -1),
-                                               HEARTBEAT_TABLE, self.assembler.chunk_bytes, target.get("sock"),
-                                               self.counts)
+            lane = self._lane = lanes.ShipLane(dump, producer, target.remote, target.doorbell, HEARTBEAT_TABLE,
+                                               self.assembler.chunk_bytes, target.sock, self.counts)
             self._lane_remote = remote
             self._stall_ns = int(reader.read_timeout_s * 1e9)
         return lane

@@ -10,11 +10,33 @@ wait for).
 Replica side, ``RingHost``: owns the registered/shared/placed region and tells the
 primary (handshake ``params``) how to reach it, and offers a ``doorbell_fd`` the
 idle consumer may sleep on (None: poll; see doorbell.py).
+
+The compiled lanes' hooks are part of the contract, on every transport: a ship lane
+(bridge.source.ship) writes a ring itself where ``lane_target`` names how (shm: the shared
+ring and its doorbell; tcp: the data socket), and an apply lane (bridge.apply.lane) reads
+the tcp data connection itself through ``lane_receiver``. A transport without them
+answers None, and the general path does the work.
 """
 
 from __future__ import annotations
 
+import socket
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class LaneTarget:
+    """Where a ship lane puts a ring's frames itself: into the replica's shared ring
+    (``remote``, a writable view of it) ringing its ``doorbell`` (-1: none), or as WRITE and
+    PUBLISH messages on the data socket (``sock``, plain TCP). ``confirms``: its placement
+    can be confirmed within the lane (shm: the stores themselves; tcp: the replica side's
+    answer), so the lane may send semi-sync `received` ACKs itself."""
+
+    remote: memoryview | None = None
+    doorbell: int = -1
+    sock: socket.socket | None = None
+    confirms: bool = False
 
 
 class RemoteRing(Protocol):
@@ -29,6 +51,15 @@ class RemoteRing(Protocol):
     def last_ack(self) -> int: ...  # the replica's ack_seq as last known, never waits on a socket
     def close(self) -> None: ...
 
+    # --- a ship lane writing this ring itself (bridge.node.shipping, fanship) ---------
+    def lane_target(self) -> LaneTarget | None: ...  # None: the general path places (TLS, rdma, messages queued)
+    def lane_published(self, write_seq: int) -> None: ...  # a lane published up to ``write_seq``
+    # the answers asked for and not read yet, handed to the lane for its run: (how many,
+    # the next one's bytes read so far, the seq published when the last was asked for)
+    def answers_to_lane(self) -> tuple[int, bytes, int]: ...
+    # ... and handed back after it (ShipLane.answers_out), with the last answer it read
+    def answers_from_lane(self, asked: int, partial: bytes, asked_seq: int, placed: int, applied: int) -> None: ...
+
 
 class RingHost(Protocol):
     region: memoryview
@@ -40,3 +71,28 @@ class RingHost(Protocol):
     # queue pair exchange); returns when it ends. shm has none and refuses one.
     def accept(self, conn, auth: str = "", msg: dict | None = None) -> None: ...
     def close(self) -> None: ...
+    # the compiled receiver of the data connection writing into ``region`` (the session's
+    # ring), which an apply lane may read the connection through while it runs; None: none
+    def lane_receiver(self, region: memoryview) -> object | None: ...
+
+
+class NoLaneReceiver:
+    """A ring host whose data arrives without a receiver (shm, rdma: the writes land by
+    themselves): no apply lane reads a connection of it."""
+
+    def lane_receiver(self, region: memoryview) -> None:
+        return None
+
+
+class NoLaneAnswers:
+    """A remote ring whose placements confirm themselves or not at all (shm, rdma): a ship
+    lane is handed no answers, and hands none back."""
+
+    def lane_published(self, write_seq: int) -> None:
+        """Nothing to note: the shared ring's header already says it (shm), or no lane ran (rdma)."""
+
+    def answers_to_lane(self) -> tuple[int, bytes, int]:
+        return 0, b"", 0
+
+    def answers_from_lane(self, asked: int, partial: bytes, asked_seq: int, placed: int, applied: int) -> None:
+        """None were asked for here."""

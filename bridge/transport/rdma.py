@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bridge.errors import TransportError
 from bridge.ring.layout import ACK_SEQ_AT, HEAD_AT, WRITE_SEQ_AT, init_region, region_bytes
+from bridge.transport.base import NoLaneAnswers, NoLaneReceiver
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control
 
@@ -152,7 +153,7 @@ def _view(mr: MR, size: int) -> memoryview:
     return memoryview((ctypes.c_ubyte * size).from_address(mr.buf)).cast("B")
 
 
-class RdmaRingHost:
+class RdmaRingHost(NoLaneReceiver):
     doorbell_fd = None  # a one-sided write wakes nobody: the consumer polls
 
     def __init__(self, ring_bytes: int, device: str | None = None) -> None:
@@ -210,7 +211,7 @@ class RdmaRingHost:
         self.dev.close()
 
 
-class RdmaRemoteRing:
+class RdmaRemoteRing(NoLaneAnswers):
     answers_fd = None  # completions are polled: nothing to wait on
 
     def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int, secret: str = "",
@@ -255,6 +256,10 @@ class RdmaRemoteRing:
         n = len(data)
         self.mirror[offset:offset + n] = data
         self._post(e.IBV_WR_RDMA_WRITE, offset, n, offset)
+
+    def lane_target(self) -> None:
+        """No ship lane writes over rdma: every placement takes the general path."""
+        return None
 
     def publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
         """Returns once the header write completed: every write is placed (its own confirmation)."""

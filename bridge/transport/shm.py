@@ -21,6 +21,7 @@ from bridge.ring.layout import (
     retire_region,
     write_publish,
 )
+from bridge.transport.base import LaneTarget, NoLaneAnswers, NoLaneReceiver
 from bridge.transport.doorbell import Doorbell
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
@@ -37,7 +38,7 @@ def remove_stale_rings() -> list[Path]:
     return removed
 
 
-class ShmRingHost:
+class ShmRingHost(NoLaneReceiver):
     def __init__(self, ring_bytes: int) -> None:
         remove_stale_rings()
         self.ring_bytes = ring_bytes
@@ -84,7 +85,7 @@ class ShmRingHost:
         self.bell_path.unlink(missing_ok=True)
 
 
-class ShmRemoteRing:
+class ShmRemoteRing(NoLaneAnswers):
     answers_fd = None  # nothing to wait for: the replica's ring header is read here directly
 
     def __init__(self, params: dict, ring_bytes: int) -> None:
@@ -121,14 +122,11 @@ class ShmRemoteRing:
         write_publish(self._view, write_seq, head)
         self._bell.ring(self._view)
 
-    def lane_target(self) -> dict:
+    def lane_target(self) -> LaneTarget:
         """What a ship lane (bridge.source.ship) writes and rings itself: the shared ring,
         and the doorbell's fd; its stores are their own confirmation (the lane may send
         semi-sync `received` ACKs itself)."""
-        return {"remote": self._view, "doorbell": self._bell.fd, "confirms": True}
-
-    def lane_published(self, write_seq: int) -> None:
-        """A ship lane published up to ``write_seq`` (in the shared ring: nothing to note)."""
+        return LaneTarget(remote=self._view, doorbell=self._bell.fd, confirms=True)
 
     def held(self, wanted: int = 0) -> int:
         """What the replica's ring holds: its header's write_seq, read in the shared mapping;

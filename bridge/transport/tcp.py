@@ -20,6 +20,7 @@ import ssl
 from bridge.errors import BridgeError, TransportError
 from bridge.ring.layout import init_region, region_bytes
 from bridge.transport import receiver
+from bridge.transport.base import LaneTarget
 from bridge.transport.doorbell import Doorbell
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control, placement
@@ -128,14 +129,14 @@ class TcpRemoteRing:
             self._asked_through = write_seq
         self._send()
 
-    def lane_target(self) -> dict | None:
+    def lane_target(self) -> LaneTarget | None:
         """What a ship lane (bridge.source.ship) sends its WRITE and PUBLISH messages on:
         the data socket; None over TLS (the lane writes the plain socket). The lane may
         ask for answers itself (semi-sync `received`); those asked for here are handed to
         it while it runs (``answers_to_lane``, ``answers_from_lane``)."""
         if isinstance(self._sock, ssl.SSLSocket) or self._out:
             return None
-        return {"sock": self._sock, "confirms": True}
+        return LaneTarget(sock=self._sock, confirms=True)
 
     def lane_published(self, write_seq: int) -> None:
         """A ship lane sent a PUBLISH of ``write_seq`` on the data socket."""

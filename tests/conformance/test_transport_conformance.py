@@ -1,5 +1,6 @@
 """One conformance suite for every one-sided transport: the replica's ring as
-remote memory. Real shared memory and real sockets; no database needed."""
+remote memory, and the hooks the compiled lanes use it through (bridge.transport.base).
+Real shared memory and real sockets; no database needed."""
 
 import select
 import socket
@@ -10,16 +11,26 @@ import pytest
 
 from bridge.config import MysqlUrl, PrimaryConfig
 from bridge.errors import RingFull, TransportError
+from bridge.model import HEARTBEAT_TABLE
 from bridge.node.link import Link
 from bridge.node.member import Member
 from bridge.ring.consumer import RingConsumer
 from bridge.ring.layout import WRITE_SEQ_AT, consumer_waiting, read_u64, set_waiting
 from bridge.ring.producer import RingProducer
-from bridge.transport import make_host, open_remote, rdma_available
+from bridge.source import ship as ship_twin
+from bridge.transport import make_host, open_remote, rdma_available, receiver
+from bridge.transport.base import LaneTarget
 from bridge.transport.doorbell import drain, wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
-from bridge.wire import control
+from bridge.wire import control, placement
+from bridge.wire.codec import decode_transaction
 from bridge.wire.frame import FrameKind
+from tests.binlog_packets import binlog_transaction, dump_packets
+
+try:
+    from bridge.source import _ship as ship_compiled
+except ImportError:
+    ship_compiled = None
 
 RING = 1 << 16
 
@@ -343,3 +354,75 @@ def test_a_doorbell_whose_replica_is_gone_is_a_transport_error():
         ship(RingProducer(RING), remote, b"nobody reads this")
     remote.close()
     ring.close()
+
+
+# --- the compiled lanes' hooks (bridge.transport.base): every transport declares them -----
+
+SHIP_MODULES = [ship_twin] + ([ship_compiled] if ship_compiled is not None else [])
+
+
+def test_each_transport_names_its_lane_target_or_none(hosted):
+    remote = hosted.remote()
+    target = remote.lane_target()
+    if hosted.transport == "rdma":
+        assert target is None  # over rdma every placement takes the general path
+    else:
+        assert isinstance(target, LaneTarget) and target.confirms
+        assert (target.remote is not None, target.sock is not None) == (hosted.transport == "shm",
+                                                                         hosted.transport == "tcp")
+        assert (target.doorbell >= 0) == (hosted.transport == "shm")
+    remote.close()
+
+
+@pytest.mark.parametrize("module", SHIP_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_a_ship_lane_writing_through_the_lane_target_places_what_the_consumer_reads(hosted, module):
+    remote, producer = hosted.remote(), RingProducer(RING)
+    target = remote.lane_target()
+    if target is None:
+        remote.close()
+        return  # declared above: nothing for a lane here
+    dump, primary = socket.socketpair()
+    packets, _ = dump_packets([binlog_transaction(seq) for seq in range(1, 31)])
+    primary.sendall(packets)
+    lane = module.ShipLane(module.DumpReader(dump), producer, target.remote, target.doorbell, HEARTBEAT_TABLE,
+                           1 << 20, target.sock)
+    placed, deadline = 0, time.monotonic() + 30
+    while placed < 30 and time.monotonic() < deadline:
+        placed += lane.run(lane.seq_id, 50)
+    remote.lane_published(producer.write_seq)
+    consumer, got = RingConsumer(hosted.host.region), []
+    while len(got) < 30 and time.monotonic() < deadline:  # tcp: the receiver thread carries the messages out
+        got += [decode_transaction(f.payload).gtid for f in iter(consumer.poll, None)]
+    assert placed == 30 and got == [f"0-1-{seq}" for seq in range(1, 31)]
+    assert wait_held(remote, 30) == 30  # the general path goes on from where the lane left the ring
+    for s in (dump, primary):
+        s.close()
+    remote.close()
+
+
+def test_answers_asked_for_are_handed_to_a_lane_and_back_whole(hosted):
+    """tcp: the answers a publish asked for travel to a ship lane for its run and back, so
+    none is lost or read twice; the others have none to hand over."""
+    remote, producer = hosted.remote(), RingProducer(RING)
+    ship(producer, remote, b"asks", confirm=True)
+    asked, partial, asked_seq = remote.answers_to_lane()
+    if hosted.transport == "tcp":
+        assert asked == 1 and asked_seq == 1 and len(partial) < placement.REPLY.size
+    else:
+        assert (asked, partial, asked_seq) == (0, b"", 0)
+    remote.answers_from_lane(asked, partial, asked_seq, 0, 0)  # the lane read none of them
+    assert wait_held(remote, 1) == 1  # read here, once
+    remote.close()
+
+
+def test_only_a_tcp_host_lends_its_data_connection_to_an_apply_lane(hosted):
+    remote, producer = hosted.remote(), RingProducer(RING)
+    ship(producer, remote, b"connected")
+    remote.flush()
+    lent = hosted.host.lane_receiver(hosted.host.region)
+    if hosted.transport == "tcp" and receiver.COMPILED:
+        assert lent is not None and lent.region is hosted.host.region and not lent.ended
+        assert hosted.host.lane_receiver(memoryview(bytearray(RING))) is None  # another session's ring
+    else:
+        assert lent is None  # shm and rdma writes land by themselves; the twin receiver lends nothing
+    remote.close()
