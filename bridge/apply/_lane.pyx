@@ -18,10 +18,9 @@ from libc.string cimport memcmp, memcpy
 from bridge.apply import lane as _twin
 from bridge.apply import lanepos as _lanepos
 
-from bridge.apply._laneio cimport (ANSWERS_WAIT_MS, FAILED_ANSWER, OK_BYTES_MIN, round_trip, sleep_on)
-from bridge.apply._position cimport (DOMAINS, POSITION_MAX, Domains, EventForm, add_gtid, mysql_gno, parse_gtid,
-                                     position_event)
-from bridge.transport._receiver cimport Placements, Receiver, give, take
+from bridge.apply._laneio cimport ANSWERS_WAIT_MS, FAILED_ANSWER, OK_BYTES_MIN, round_trip, sleep_on
+from bridge.apply._position cimport DOMAINS, POSITION_MAX, add_gtid, mysql_gno, parse_gtid, position_event
+from bridge.transport._receiver cimport Receiver, give, take
 from bridge.transport.posix_io cimport SO_RCVLOWAT, SOL_SOCKET, setsockopt
 from bridge.wire._frames cimport frame_ok
 from bridge.wire.layouts cimport (ACK_SEQ_AT, COMPACT, DATA_OFFSET, HEADER_BYTES, KIND_PAD, KIND_TXN, SIZE_AT, TAIL_AT,
@@ -32,36 +31,10 @@ from bridge.wire.native_c cimport (CLOCK_MONOTONIC, CLOCK_REALTIME, bridge_b64_e
 NOTHING, FAILED, LOST = _twin.NOTHING, _twin.FAILED, _twin.LOST
 MAX_DOMAINS = _twin.MAX_DOMAINS
 
-cdef enum:
-    MAX_QUERY = 0xFFFFFF - 1
-    MYSQL_SET_MAX = 2048
-    MYSQL_TXN_BYTES = 44
-    MYSQL_GROUP_BYTES = 42
-    # what the run keeps of each transaction of a group (``Lane.spans``, so many per transaction)
-    SPAN_DATA = 0  # its row events: offset in the region, length
-    SPAN_LEN = 1
-    SPAN_AT = 2  # the ring offset after it
-    SPAN_EVENTS = 3  # row events, heartbeats of the group up to it
-    SPAN_BEATS = 4
-    SPAN_BEAT = 5  # the group's last heartbeat up to it (its index), or -1
-    SPAN_GTID = 6  # its GTID's text: offset in the region, length
-    SPAN_GTID_LEN = 7
-    SPAN = 8
-
 _copied = (DOMAINS, OK_BYTES_MIN, ANSWERS_WAIT_MS, MYSQL_SET_MAX, MYSQL_TXN_BYTES, MYSQL_GROUP_BYTES, MAX_QUERY)
 if _copied != (_twin.MAX_DOMAINS, _twin.OK_BYTES_MIN, _twin.ANSWERS_WAIT_MS, _lanepos.MYSQL_SET_MAX,
                _twin.MYSQL_TXN_BYTES, _twin.MYSQL_GROUP_BYTES, _twin.MAX_QUERY):
     raise ImportError("bridge.apply._lane was built from constants its twin no longer has; rebuild it")
-
-
-cdef struct Group:
-    # the transactions one round trip applies, as _take found them in the ring
-    Py_ssize_t first  # their entries in the run's arrays start there
-    Py_ssize_t n
-    long events, beats
-    Py_ssize_t total  # MariaDB: their row events' bytes (one BINLOG statement)
-    Py_ssize_t sent  # MySQL: the most bytes their statements take
-    uint64_t hi  # MySQL: the carried interval's end after them
 
 
 cdef inline Py_ssize_t query_bytes(Py_ssize_t events) noexcept nogil:
@@ -69,28 +42,6 @@ cdef inline Py_ssize_t query_bytes(Py_ssize_t events) noexcept nogil:
 
 
 cdef class Lane:
-    cdef readonly bytes channel_key, position_map
-    cdef readonly int digits
-    cdef readonly bint checksum
-    cdef readonly uint32_t server_id
-    cdef readonly int update_type
-    cdef readonly object engines  # the twin's: MySQL, the applier's {(schema, table): non-transactional}
-    cdef readonly object _mysql  # the twin's MysqlPosition, or None (a MariaDB set)
-    cdef bytes my_key, my_before, my_after  # MySQL, during a group: the uuid it carries, the set's text around it
-    cdef EventForm form
-    cdef Domains domains
-    cdef public uint64_t seq
-    cdef public Py_ssize_t tail
-    cdef public uint64_t expected_seq
-    cdef readonly long txns, beats, events  # of the last run, over its groups
-    cdef readonly long groups, largest, given_back  # groups applied, the largest, frames of the one given back
-    cdef readonly object last_gtid, heartbeat, error
-    cdef readonly uint64_t picked_ns, heartbeat_ns
-    cdef readonly Py_ssize_t position_bytes_max
-    cdef uint64_t *stamps  # (picked, done, read, ship) ns of the last run's transactions
-    cdef Py_ssize_t *spans  # SPAN per transaction of a group: its row events in the region, where it ends...
-    cdef Py_ssize_t spans_room
-
     def __init__(self, channel_key, position_map, int digits, checksum, uint32_t server_id, engines=None,
                  int update_type=UPDATE_ROWS_V1):
         self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)

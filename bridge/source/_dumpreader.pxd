@@ -1,7 +1,7 @@
 # The dump connection's reader, compiled (bridge/source/_dumpreader.pyx; its twin is
 # bridge.source.dumpreader): the buffer the compiled ship lane (bridge/source/_ship.pyx)
 # scans the dump's packets in, in place.
-from libc.stdint cimport uint8_t
+from libc.stdint cimport uint8_t, uint64_t
 
 
 cdef class DumpReader:
@@ -14,3 +14,5 @@ cdef class DumpReader:
 
     cdef void make_room(self) noexcept nogil
     cpdef object fill(self)
+    cdef int receive(self) noexcept nogil
+    cdef int send_ack(self, uint64_t position, const char *log_file, Py_ssize_t n) noexcept nogil

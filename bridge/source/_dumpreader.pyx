@@ -8,14 +8,15 @@ import os
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
-from libc.errno cimport EAGAIN, EINTR, errno
+from libc.errno cimport EAGAIN, EINTR, EINVAL, errno
+from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memmove
 
 from bridge.source import dumpreader as _twin
 
-from bridge.transport.posix_io cimport recv
-from bridge.wire.native_c cimport CLOCK_MONOTONIC, now_ns
+from bridge.transport.posix_io cimport MSG_DONTWAIT, MSG_NOSIGNAL, recv, send
+from bridge.wire.native_c cimport CLOCK_MONOTONIC, now_ns, wr64
 
 DUMP_BUFFER, PEEK_BYTES = _twin.DUMP_BUFFER, _twin.PEEK_BYTES
 
@@ -68,6 +69,37 @@ cdef class DumpReader:
             if err == EAGAIN:  # EWOULDBLOCK too (the same on Linux)
                 return None
             raise OSError(err, os.strerror(err))
+
+    cdef int receive(self) noexcept nogil:
+        """What the socket holds into the free end of the buffer, without waiting: 1 when
+        bytes came, 0 when none were there, -1 at the end of the stream or on an error."""
+        cdef ssize_t got = recv(self.fd, self.buf + self.end, self.cap - self.end, MSG_DONTWAIT)
+        if got > 0:
+            self.end += got
+            self.data_ns = now_ns(CLOCK_MONOTONIC)
+            return 1
+        return 0 if got < 0 and (errno == EAGAIN or errno == EINTR) else -1
+
+    cdef int send_ack(self, uint64_t position, const char *log_file, Py_ssize_t n) noexcept nogil:
+        """The semi-sync ACK on the dump connection (bridge.source.reader.BinlogReader.send_ack):
+        0 or an errno."""
+        cdef uint8_t packet[4 + 9 + 512]
+        cdef Py_ssize_t size = 9 + n, at = 0
+        cdef ssize_t sent
+        if n > 512:
+            return EINVAL
+        packet[0], packet[1], packet[2], packet[3] = size & 0xFF, (size >> 8) & 0xFF, size >> 16, 0
+        packet[4] = 0xEF
+        wr64(packet + 5, position)
+        memcpy(packet + 13, log_file, n)
+        while at < 4 + size:
+            sent = send(self.fd, packet + at, 4 + size - at, MSG_NOSIGNAL)
+            if sent < 0:
+                if errno == EINTR:
+                    continue
+                return errno
+            at += sent
+        return 0
 
     def read(self, Py_ssize_t n):
         cdef Py_ssize_t have = 0, take

@@ -14,7 +14,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
-from libc.errno cimport EAGAIN, EINTR, EINVAL, errno
+from libc.errno cimport EAGAIN, EINTR, errno
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
@@ -27,7 +27,7 @@ from bridge.wire.frame import FrameKind
 
 from bridge.source._dumpreader cimport DumpReader as Reader
 from bridge.transport._sender cimport Link, link_error, publish, queue_span, take_answer
-from bridge.transport.posix_io cimport MSG_DONTWAIT, MSG_NOSIGNAL, POLLIN, poll, pollfd, recv, send
+from bridge.transport.posix_io cimport POLLIN, poll, pollfd
 from bridge.wire._frames cimport (GTID_TEXT, SCAN_MORE, SCAN_NO, SCAN_WHOLE, Scanned, is_heartbeat, payload_len,
                                   place_scanned, scan_one)
 from bridge.wire.layouts cimport DATA_OFFSET, HEAD_AT, WAITING_AT, WRITE_SEQ_AT
@@ -39,30 +39,8 @@ RUN_TXNS, BATCHES, IDLE, NOT_MINE, MAX_RINGS = _twin.RUN_TXNS, _twin.BATCHES, _t
 __all__ = ["BATCHES", "DUMP_BUFFER", "IDLE", "MAX_RINGS", "NOT_MINE", "PEEK_BYTES", "RUN_TXNS", "DumpReader",
            "ShipLane"]  # the twin's names
 
-cdef enum:
-    C_RUN_TXNS = 64  # bridge.source.ship.RUN_TXNS
-    C_BATCHES = 256  # bridge.source.ship.BATCHES
-    C_IDLE = 0
-    C_NOT_MINE = 1
-    C_MAX_RINGS = 7  # bridge.source.ship.MAX_RINGS
-
 if (C_RUN_TXNS, C_BATCHES, C_IDLE, C_NOT_MINE, C_MAX_RINGS) != (RUN_TXNS, BATCHES, IDLE, NOT_MINE, MAX_RINGS):
     raise ImportError("bridge.source._ship was built from constants its twin no longer has; rebuild it")
-
-
-cdef struct Ring:
-    # a ring the run feeds (0: the first; then each further one, fan-out): its producer's
-    # mirror, the replica's shared ring (shm; over tcp its link carries the frames) and
-    # where its next frame goes
-    uint8_t *mirror  # the mirror's data area
-    uint8_t *shared  # the shared ring's region (shm)
-    Py_ssize_t size, head, room
-    uint64_t seq
-    uint32_t epoch
-    int bell  # its doorbell (shm), or -1
-    int dead  # a further ring whose doorbell or connection failed: fed no more this run
-    int fail  # ... why (an errno, or a link's FAIL_*)
-    int owes  # a further ring had no space for a transaction this run (handed back in ``owed``)
 
 
 cdef inline void _keep(uint32_t *us_of, uint32_t *n_of, int *kept, uint64_t elapsed_ns, Py_ssize_t n) noexcept nogil:
@@ -112,31 +90,6 @@ cdef int _store_publish(Ring *ring) noexcept nogil:
 
 
 cdef class ShipLane:
-    cdef readonly Reader reader
-    cdef readonly object producer, remote, heartbeat, counts, rings
-    cdef public object owed, gone
-    cdef readonly int doorbell
-    cdef readonly Py_ssize_t max_bytes
-    cdef bytes hb_schema, hb_table
-    cdef readonly object sock
-    cdef int n_links, send_timeout_ms
-    cdef Link links[C_MAX_RINGS + 1]  # tcp: the first ring's connection, then each further ring's
-    cdef public int seq_id, why, ack_error
-    cdef public Py_ssize_t frames, heartbeats, commit_position, acks
-    cdef public object gtid
-    cdef public object asked  # (seq, ACK position, monotonic ns) handed back unacknowledged, or None
-    cdef public int quorum  # fan-out semi-sync: rings that must hold a transaction for its ACK
-    # over the lane's life: wakeups (the dump readable, an answer in) that waited over 1 ms for
-    # the interpreter lock before the lane could go on, and the longest such wait
-    cdef public Py_ssize_t gil_waits
-    cdef public unsigned long long gil_wait_max_ns
-    cdef uint32_t batch_us[C_BATCHES]  # per publish: its first transaction's time from placed to published
-    cdef uint32_t batch_n[C_BATCHES]  # ... and how many it published
-    cdef int batches
-    cdef uint32_t ack_us[C_BATCHES]  # per ACK sent: its transaction's time from placed to the ACK out
-    cdef uint32_t ack_n[C_BATCHES]  # ... and how many ACKs (1, the last one more where a run sent over C_BATCHES)
-    cdef int ack_kept
-
     def __init__(self, Reader reader, producer, remote, int doorbell, heartbeat, Py_ssize_t max_bytes,
                  sock=None, counts=None, rings=()):
         cdef int k
@@ -502,30 +455,10 @@ cdef class ShipLane:
         cdef int err
         if self.counts is not None:
             self.counts.acks_sent += 1
-        err = self._send_ack(position, PyBytes_AS_STRING(log_file), len(log_file))
+        err = self.reader.send_ack(position, PyBytes_AS_STRING(log_file), len(log_file))
         if err and self.counts is not None:
             self.counts.acks_sent -= 1  # it did not go
         return err
-
-    cdef int _send_ack(self, uint64_t position, const char *log_file, Py_ssize_t n) noexcept nogil:
-        """The semi-sync ACK on the dump connection (BinlogReader.send_ack): 0 or an errno."""
-        cdef uint8_t packet[4 + 9 + 512]
-        cdef Py_ssize_t size = 9 + n, at = 0
-        cdef ssize_t sent
-        if n > 512:
-            return EINVAL
-        packet[0], packet[1], packet[2], packet[3] = size & 0xFF, (size >> 8) & 0xFF, size >> 16, 0
-        packet[4] = 0xEF
-        wr64(packet + 5, position)
-        memcpy(packet + 13, log_file, n)
-        while at < 4 + size:
-            sent = send(self.reader.fd, packet + at, 4 + size - at, MSG_NOSIGNAL)
-            if sent < 0:
-                if errno == EINTR:
-                    continue
-                return errno
-            at += sent
-        return 0
 
     # --- the dump socket ----------------------------------------------------------------
 
@@ -535,7 +468,6 @@ cdef class ShipLane:
         an error, which the general path then meets."""
         cdef pollfd waiter
         cdef int got_poll, left_ms
-        cdef ssize_t got
         cdef uint64_t woke_ns, now
         rd.make_room()
         while True:
@@ -558,17 +490,12 @@ cdef class ShipLane:
                 self.why = C_NOT_MINE
                 return False
             PyErr_CheckSignals()
-        got = recv(rd.fd, rd.buf + rd.end, rd.cap - rd.end, MSG_DONTWAIT)
-        if got > 0:
-            rd.end += got
-            rd.data_ns = now_ns(CLOCK_MONOTONIC)
-            return True
-        if got == 0 or errno != EAGAIN and errno != EINTR:
+        if rd.receive() < 0:
             self.why = C_NOT_MINE  # the end of the stream or an error: the general path meets it
             return False
         return True
 
-    cdef inline void _gil_waited(self, uint64_t woke_ns) noexcept:
+    cdef void _gil_waited(self, uint64_t woke_ns) noexcept:
         cdef uint64_t waited = now_ns(CLOCK_MONOTONIC) - woke_ns
         if waited > 1000000:
             self.gil_waits += 1
