@@ -1,10 +1,9 @@
-"""The commands that run things: the sandbox servers and the two bridge ends. Options
+"""The commands that run the two bridge ends: start-replica and start-primary. Options
 are parsed into frozen configs and handed to the nodes."""
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import signal
 
@@ -18,7 +17,6 @@ from bridge.cli.options import (
     REPLICA_METRICS_PORT,
     RING_BYTES,
     SECRET_FILE,
-    STATE_DIR,
     TRANSPORT_OPTION,
     filter_options,
     hostport_param,
@@ -27,8 +25,6 @@ from bridge.cli.options import (
     tls_options,
 )
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
-from bridge.lab.images import FLAVORS, LOCAL
-from bridge.lab.sandbox import MAX_REPLICAS, Sandbox, replicas_in
 from bridge.model import GtidSet
 
 log = logging.getLogger("bridge")
@@ -39,70 +35,6 @@ def server_url_option(role: str, what: str):
     return click.option(f"--{role}", required=True, envvar=f"RDMA_BRIDGE_{role.upper()}", metavar="URL",
                         help=f"{what}, mysql://user[:password]@host:port. Password also from ${PASSWORD_ENV[role]}; "
                              f"the URL also from $RDMA_BRIDGE_{role.upper()} (keeps it out of ps).")
-
-
-@click.group()
-def sandbox() -> None:
-    """A local MariaDB primary + replica on free loopback ports."""
-
-
-
-@sandbox.command("up")
-@STATE_DIR
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the URLs.")
-@click.option("--native-replica", is_flag=True,
-              help="Also run a third server as a native MariaDB GTID replica of the primary (benchmark baseline).")
-@click.option("--tls", is_flag=True,
-              help="The servers take TCP clients only over TLS, with certificates of a CA the sandbox makes "
-                   "(STATE_DIR/tls); the URLs verify them (ssl-ca, ssl-verify-cert), and the same files serve "
-                   "the bridge's --tls-cert/--tls-key/--tls-ca. Once on, stays on for this state directory.")
-@click.option("--flavor", type=click.Choice([LOCAL, *FLAVORS]), default=None,
-              help=f"Which MariaDB runs the servers: {LOCAL} (this host's mariadbd, the default) or a version "
-                   "run with podman in a container built here, once, from Debian's packages (mariadb-11.8: "
-                   "Debian 13's; needs podman and mmdebstrap, a few minutes the first time). Chosen when the "
-                   "sandbox is made.")
-@click.option("--replica-flavor", type=click.Choice([LOCAL, *FLAVORS]), default=None,
-              help="Another flavor for the replica (e.g. --replica-flavor mariadb-11.8: the upgrade path from "
-                   "this host's 10.11 primary); default: --flavor.")
-@click.option("--replicas", type=click.IntRange(1, MAX_REPLICAS), default=1, show_default=True,
-              help="How many replica servers (replica, replica2, ...), each with the same accounts: to feed "
-                   "several replicas from one primary. Servers added earlier are kept.")
-@click.option("--standby", is_flag=True,
-              help="Also run a native replica of the primary with a binlog of its own that keeps the primary's "
-                   "GTIDs: promote it to rehearse a failover (start-primary --source STANDBY_URL then goes on "
-                   "from where the channel stopped).")
-def sandbox_up(state_dir: str, as_json: bool, native_replica: bool, tls: bool, flavor: str | None,
-               replica_flavor: str | None, replicas: int, standby: bool) -> None:
-    """Create (once) and start the servers. Idempotent."""
-    info = Sandbox(state_dir).up(native_replica=native_replica, tls=tls, flavor=flavor, replica_flavor=replica_flavor,
-                                 replicas=replicas, standby=standby)
-    if as_json:
-        click.echo(json.dumps(info))
-    else:
-        click.echo(f"primary  {info['primary']}")
-        for role in ["replica"] + [f"replica{n}" for n in range(2, replicas_in(info) + 1)]:
-            click.echo(f"{role:8} {info[role]}")
-        if "standby" in info:
-            click.echo(f"standby  {info['standby']}")
-        click.echo(f"state    {info['state_dir']}")
-        if "tls" in info:
-            click.echo(f"tls      --tls-cert {info['tls']['cert']} --tls-key {info['tls']['key']} "
-                       f"--tls-ca {info['tls']['ca']}")
-
-
-@sandbox.command("down")
-@STATE_DIR
-def sandbox_down(state_dir: str) -> None:
-    """Stop every server of the sandbox (data is kept; `up` starts them again)."""
-    stopped = Sandbox(state_dir).down()
-    click.echo("stopped: " + (", ".join(stopped) or "nothing was running"))
-
-
-@sandbox.command("status")
-@STATE_DIR
-def sandbox_status(state_dir: str) -> None:
-    """Show whether the servers exist and run (as JSON)."""
-    click.echo(json.dumps(Sandbox(state_dir).status(), indent=2))
 
 
 @click.command("start-replica")

@@ -1,93 +1,22 @@
-"""Commands to observe, operate, check and try a bridge: status, report, resume, skip,
-doctor, checksum, repair, verify, workload, demo."""
+"""Commands that check before and after: doctor (this host and the servers, before a
+start), tls-certs (the certificates doctor checks), checksum and repair (the replica's
+rows in-band), verify (both databases row by row)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from bridge.cli.options import (
-    PRIMARY_METRICS_PORT,
-    REPLICA_METRICS_PORT,
     RING_BYTES,
-    SECRET_FILE,
-    STATE_DIR,
     TRANSPORT,
-    hostport_param,
     renamed_option,
     tls_options,
 )
-from bridge.config import PASSWORD_ENV, MysqlUrl, read_secret
+from bridge.config import PASSWORD_ENV, MysqlUrl
 from bridge.errors import ConfigError
-from bridge.lab.images import FLAVORS, LOCAL
-from bridge.lab.sandbox import DEFAULT_STATE_DIR
 
-# --- status and report -------------------------------------------------------
-
-NODE_OPTIONS = [
-    renamed_option("--primary-metrics", "--primary", "primary_at", default=f"127.0.0.1:{PRIMARY_METRICS_PORT}",
-                   show_default=True, metavar="HOST:PORT", help="The primary side's --metrics address."),
-    renamed_option("--replica-metrics", "--replica", "replica_at", default=f"127.0.0.1:{REPLICA_METRICS_PORT}",
-                   show_default=True, metavar="HOST:PORT", help="The replica side's --metrics address."),
-]
-
-
-def node_options(fn):
-    for option in reversed(NODE_OPTIONS):
-        fn = option(fn)
-    return fn
-
-
-@click.command("status")
-@node_options
-@click.option("--json", "as_json", is_flag=True, help="Both nodes' status documents as one JSON object.")
-def status(primary_at: str, replica_at: str, as_json: bool) -> None:
-    """Both bridge ends at a glance: position, throughput counters, ring backlog,
-    reconnects, and each stage's latency percentiles.
-
-    
-    Exit code 1 when neither end answers.
-    """
-    from bridge.ops.report import fetch_status, status_table
-
-    snapshot = fetch_status({"primary": primary_at, "replica": replica_at})
-    click.echo(json.dumps(snapshot, indent=2) if as_json else status_table(snapshot))
-    if not any("error" not in node for node in snapshot["nodes"].values()):
-        sys.exit(1)
-
-
-@click.command("report")
-@node_options
-@click.option("--from", "source", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="A snapshot saved with `rdma-bridge status --json` instead of the running nodes.")
-@click.option("--out", default="rdma-bridge-report.html", show_default=True, type=click.Path(dir_okay=False),
-              help="Where to write the report (HTML with SVG charts; open it in a browser).")
-def report(primary_at: str, replica_at: str, source: str | None, out: str) -> None:
-    """A picture of the latency distribution of every stage (log-scaled), with its
-    P50/P99/P999/max, from the running pair or a saved snapshot."""
-    from bridge.ops.report import fetch_status, render_html
-
-    try:
-        if source:
-            with open(source, encoding="utf-8") as f:
-                snapshot = json.load(f)
-        else:
-            snapshot = fetch_status({"primary": primary_at, "replica": replica_at})
-        page = render_html(snapshot)
-    except (ValueError, UnicodeDecodeError) as exc:  # json's errors are ValueErrors too
-        raise ConfigError(f"report --from {source}: not a status snapshot (the JSON `rdma-bridge status --json` "
-                          f"prints): {exc}") from exc
-    try:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(page)
-    except OSError as exc:
-        raise ConfigError(f"report --out {out}: {exc.strerror}") from exc
-    click.echo(f"report written: {out}")
-
-
-# --- doctor ---------------------------------------------------------------------
 
 @click.command("doctor")
 @click.option("--transport", type=TRANSPORT, default="tcp", show_default=True,
@@ -170,8 +99,6 @@ def tls_certs(out: str, names: tuple[str, ...]) -> None:
     files = make_set(Path(out), list(names))
     click.echo(f"--tls-cert {files.cert} --tls-key {files.key} --tls-ca {files.ca}")
 
-
-# --- checksum and repair ------------------------------------------------------
 
 CHECK_URLS = [
     renamed_option("--source", "--primary", "primary", new_env="RDMA_BRIDGE_CHECK_SOURCE",
@@ -270,61 +197,6 @@ def repair(primary: str, replica: str, channel: str) -> None:
     sys.exit(1 if recheck.mismatches else 0)
 
 
-# --- operating a stopped replica side -----------------------------------------
-
-REPLICA_ADDRESS = click.option("--replica", "replica", required=True, callback=hostport_param, metavar="HOST:PORT",
-                               help="The replica side's --listen address.")
-
-
-@click.command("resume")
-@REPLICA_ADDRESS
-@SECRET_FILE
-@tls_options
-def resume(replica, secret_file: str | None, tls) -> None:
-    """Apply again after applying stopped on an error (once its cause is fixed).
-
-    The transaction it stopped at is retried first; the answer says whether it went
-    through or stopped again, and why. `rdma-bridge status` shows where it stopped.
-
-    \b
-    Example:
-      rdma-bridge resume --replica 127.0.0.1:7400
-    """
-    from bridge.node import admin
-
-    click.echo(admin.request(replica, read_secret(secret_file), {"type": "resume"}, tls=tls))
-
-
-@click.command("skip")
-@click.option("--gtid", required=True, help="The GTID of the transaction applying stopped at (status shows it).")
-@REPLICA_ADDRESS
-@SECRET_FILE
-@tls_options
-def skip(gtid: str, replica, secret_file: str | None, tls) -> None:
-    """Skip the one transaction applying stopped at, and apply on.
-
-    Only that transaction can be skipped. Its changes are not applied; the position
-    moves past it, and rdma_bridge.skipped on the replica records the GTID, the
-    error, the time and who skipped it. Use it when the replica already holds the
-    change (applied there by hand); otherwise the replica now differs from the
-    primary (`rdma-bridge checksum` finds where).
-
-    \b
-    Example:
-      rdma-bridge skip --gtid 0-1-4711 --replica 127.0.0.1:7400
-    """
-    import getpass
-    import socket
-
-    from bridge.node import admin
-
-    by = f"{getpass.getuser()}@{socket.gethostname()}"
-    click.echo(admin.request(replica, read_secret(secret_file), {"type": "skip", "gtid": gtid, "by": by},
-                             tls=tls))
-
-
-# --- verification and demo -------------------------------------------------
-
 @click.command("verify")
 @renamed_option("--source", "--primary", "primary", new_env="RDMA_BRIDGE_CHECK_SOURCE",
                 old_env="RDMA_BRIDGE_VERIFY_PRIMARY", required=True, metavar="URL",
@@ -360,54 +232,3 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...], channel: str) -
         click.echo(f"{mark:4} {name:40} rows {a.rows:>8} / {b.rows:<8} sha256 {a.sha256[:12]} / {b.sha256[:12]}")
     result.raise_if_different()
     click.echo(f"match: {len(result.digests)} tables identical")
-
-
-@click.command("workload")
-@renamed_option("--source", "--target", "target", new_env="RDMA_BRIDGE_WORKLOAD", required=True, metavar="URL",
-                help="The primary to write to (also $RDMA_BRIDGE_WORKLOAD; password also from "
-                     "$RDMA_BRIDGE_WORKLOAD_PASSWORD).")
-@click.option("--schema", default="demo", show_default=True, help="Created (dropped first) on the primary.")
-@click.option("--transactions", type=click.IntRange(min=1), default=10_000, show_default=True,
-              help="How many transactions to commit, then stop.")
-@click.option("--rate", type=click.FloatRange(min=0), default=0, show_default=True, metavar="TXN_PER_S",
-              help="Pace the writes; 0: as fast as the primary takes them.")
-def workload(target: str, schema: str, transactions: int, rate: float) -> None:
-    """A mixed write workload (inserts, updates, deletes, a keyless ledger, key changes,
-    occasional DDL) for trying a bridge, with a progress line every 1,000 transactions."""
-    import time
-
-    from bridge.lab.workload import MixedWorkload, connect, create_schema
-
-    conn = connect(MysqlUrl.parse(target, "RDMA_BRIDGE_WORKLOAD_PASSWORD"))
-    create_schema(conn, schema)
-    work, started, done = MixedWorkload(conn, schema), time.monotonic(), 0
-    while done < transactions:
-        work.run(1)
-        done += 1
-        if rate:
-            time.sleep(max(0.0, started + done / rate - time.monotonic()))
-        if done % 1000 == 0 or done == transactions:
-            click.echo(f"workload: {done}/{transactions} transactions", err=True)
-    conn.close()
-
-
-@click.command("demo")
-@STATE_DIR
-@click.option("--transactions", type=click.IntRange(min=1), default=5000, show_default=True,
-              help="How many transactions of the mixed workload the demo commits on the sandbox primary.")
-@click.option("--transport", type=click.Choice(["shm", "tcp"]), default="shm", show_default=True,
-              help="How the demo's bridge carries the ring: shared memory (one host) or TCP.")
-@click.option("--probes", type=int, default=300, show_default=True, help="Lag samples after the workload.")
-@click.option("--flavor", type=click.Choice([LOCAL, *FLAVORS]), default=None,
-              help="The sandbox's servers: this host's MariaDB (default), or a version run in a container built "
-                   "here from Debian's packages, e.g. --flavor mysql-9.7 (its own state directory, "
-                   ".sandbox-mysql-9.7, unless --state-dir is given).")
-def demo(state_dir: str, transactions: int, transport: str, probes: int, flavor: str | None) -> None:
-    """Sandbox up, both bridges started, a mixed workload, then a verified match."""
-    from bridge.lab.demo import run_demo
-
-    if flavor not in (None, LOCAL) and state_dir == DEFAULT_STATE_DIR:
-        state_dir = f"{DEFAULT_STATE_DIR}-{flavor}"
-    ok = run_demo(state_dir, transactions, transport, probes, echo=click.echo, progressbar=click.progressbar,
-                  flavor=flavor)
-    sys.exit(0 if ok else 1)
