@@ -2,8 +2,10 @@
 a child process (``LocalServers``), or the flavor's MariaDB or MySQL in a podman
 container (``ContainerServers``) that shares this host's network and process namespace
 and sees the sandbox's state directory at the same path. Either way the server writes
-its pid file, socket and logs where the sandbox expects them, and the pid in the pid
-file is a process of this host: the sandbox checks, stops and reaps servers the same way.
+its pid file, socket and logs where the sandbox expects them (``ServerState``), and the
+pid in the pid file is a process of this host: the sandbox checks, stops and reaps servers
+the same way (``alive``, ``read_pid``), and reaches each as root over its own socket
+(``root_connection``).
 
 ``PROGRAMS`` names each server kind's programs: MariaDB's datadir is made by
 ``mariadb-install-db``, MySQL's by ``mysqld --initialize-insecure`` (root without a
@@ -19,6 +21,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+import pymysql
 
 from bridge.errors import SandboxError
 from bridge.lab.images import LOCAL, Podman, ensure_image, server_kind
@@ -107,3 +111,58 @@ class ContainerServers(_Servers):
 
 def servers_for(flavor: str, state_dir: Path) -> LocalServers | ContainerServers:
     return LocalServers() if flavor == LOCAL else ContainerServers(flavor, state_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    role: str
+    dir: Path
+    port: int
+    flavor: str = LOCAL
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "mysqld.sock"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "mysqld.pid"
+
+
+def root_connection(server: ServerState) -> pymysql.Connection:
+    return pymysql.connect(unix_socket=str(server.socket), user="root", password="",
+                           autocommit=True, connect_timeout=2)
+
+
+def alive(pid: int) -> bool:
+    """True while the process runs; reaps it when it is our own exited child (a
+    zombie still answers kill(pid, 0))."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # started by another process (e.g. an earlier `sandbox up`)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """The process exited and waits for its parent to reap it (a server started by a
+    process that still runs, stopped from another one): its server is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return Path("/proc/self").exists()  # gone meanwhile (where there is a /proc at all)
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None

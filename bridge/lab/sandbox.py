@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pymysql
@@ -25,8 +23,17 @@ import pymysql
 from bridge.errors import SandboxError
 from bridge.lab.images import LOCAL, check_flavor, server_kind
 from bridge.lab.mycnf import ROLES, server_cnf
+from bridge.lab.native import configure_native
 from bridge.lab.ports import free_port
-from bridge.lab.runners import servers_for
+from bridge.lab.runners import (
+    ContainerServers,
+    LocalServers,
+    ServerState,
+    alive,
+    read_pid,
+    root_connection,
+    servers_for,
+)
 from bridge.ops.certs import make_set
 from bridge.server.flavor import Flavor
 from bridge.server.sqlfiles import sql_statements
@@ -59,22 +66,6 @@ def _account(role: str) -> tuple[str, str, str]:
 TLS_NAMES = ["localhost", "127.0.0.1"]
 
 
-@dataclass(frozen=True, slots=True)
-class ServerState:
-    role: str
-    dir: Path
-    port: int
-    flavor: str = LOCAL
-
-    @property
-    def socket(self) -> Path:
-        return self.dir / "mysqld.sock"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.dir / "mysqld.pid"
-
-
 class Sandbox:
     def __init__(self, state_dir: str | os.PathLike = DEFAULT_STATE_DIR) -> None:
         self.dir = Path(state_dir).resolve()
@@ -105,42 +96,42 @@ class Sandbox:
         for role, wanted in wanted_roles:
             if wanted and role not in state["ports"]:
                 state["ports"][role] = free_port()
-                self._save(state)
+                self.save(state)
         for role in self._roles(state):
-            server = self._server(state, role)
+            server = self.server(state, role)
             if not self._running(server):
                 self._start(server, tls=bool(state.get("tls")))
         if not state.get("bootstrapped"):
             self._bootstrap(state, ("primary", "replica"))
             state["bootstrapped"] = True
-            self._save(state)
+            self.save(state)
         if "primary2" in state["ports"] and not state.get("primary2_bootstrapped"):
             self._bootstrap(state, ("primary2",))
             state["primary2_bootstrapped"] = True
-            self._save(state)
+            self.save(state)
         done = state.setdefault("replicas_bootstrapped", [])
         added = [role for role in self._replicas(state)[1:] if role not in done]
         if added:
             self._bootstrap(state, tuple(added))
             state["replicas_bootstrapped"] += added
-            self._save(state)
+            self.save(state)
         if "standby" in state["ports"] and not state.get("standby_bootstrapped"):
             self._bootstrap(state, ("standby",))
             state["standby_bootstrapped"] = True
-            self._save(state)
+            self.save(state)
         for role in ("native", "standby"):
             if role in state["ports"] and not state.get(f"{role}_configured"):
-                self._configure_native(state, role)
+                configure_native(self, state, role)
         return self.info(state)
 
     def _enable_tls(self, state: dict) -> None:
-        running = [role for role in self._roles(state) if self._running(self._server(state, role))]
+        running = [role for role in self._roles(state) if self._running(self.server(state, role))]
         if running:
             raise SandboxError(f"sandbox in {self.dir}: {', '.join(running)} running without TLS; "
                                f"`rdma-bridge sandbox down --state-dir {self.dir}` first, then `sandbox up --tls`")
         make_set(self.dir / "tls", TLS_NAMES)
         state["tls"] = True
-        self._save(state)
+        self.save(state)
 
     @staticmethod
     def _roles(state: dict) -> list[str]:
@@ -158,7 +149,7 @@ class Sandbox:
         stopped, failed = [], []
         for role in self._roles(state):  # every server is asked to stop, whichever of them fails
             try:
-                if self._stop(self._server(state, role)):
+                if self._stop(self.server(state, role)):
                     stopped.append(role)
             except SandboxError as exc:
                 failed.append(str(exc))
@@ -170,7 +161,7 @@ class Sandbox:
         if not self.state_file.exists():
             return {"state_dir": str(self.dir), "created": False}
         state = json.loads(self.state_file.read_text())
-        running = {role: self._running(self._server(state, role)) for role in self._roles(state)}
+        running = {role: self._running(self.server(state, role)) for role in self._roles(state)}
         return {**self.info(state), "created": True, "running": running}
 
     def info(self, state: dict | None = None) -> dict:
@@ -183,7 +174,7 @@ class Sandbox:
             MariaDB 11.4+ offer TLS with a certificate of their own, which a client takes by
             default: CPU on every packet, and the binlog dump off the compiled ship lane)."""
             user, _, key = ACCOUNTS_BY_NAME[account]
-            query = tls or ("?ssl-mode=DISABLED" if self._server(state, role).flavor != "local" else "")
+            query = tls or ("?ssl-mode=DISABLED" if self.server(state, role).flavor != "local" else "")
             return f"mysql://{user}:{pw[key]}@127.0.0.1:{state['ports'][role]}{query}"
 
         info = {"state_dir": str(self.dir), "primary": url("primary", "reader"), "replica": url("replica", "applier"),
@@ -205,67 +196,7 @@ class Sandbox:
 
     def native_connection(self) -> pymysql.Connection:
         """Root on the native replica (its unix socket): STOP/START SLAVE, positions."""
-        return _root(self._server(json.loads(self.state_file.read_text()), "native"))
-
-    def _configure_native(self, state: dict, role: str) -> None:
-        """Copy the primary's schemas (mariadb-dump or mysqldump, one consistent snapshot)
-        and replicate from the snapshot's GTID position: a native replica started at the
-        position alone would stop at the first row event for a table it lacks (the
-        bridge's rdma_bridge.heartbeat, created on the primary by an earlier run)."""
-        primary = _root(self._server(state, "primary"))
-        flavor = Flavor.of(primary)
-        with primary.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin=0")
-            cur.execute("CREATE USER IF NOT EXISTS 'rdma_native'@'127.0.0.1' IDENTIFIED BY %s",
-                        (state["passwords"]["apply"],))
-            cur.execute("GRANT REPLICATION SLAVE ON *.* TO 'rdma_native'@'127.0.0.1'")
-            cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME NOT IN "
-                        "('mysql', 'information_schema', 'performance_schema', 'sys')")
-            schemas = [row[0] for row in cur.fetchall()]
-            cur.execute(flavor.gtid_position_sql)
-            position = cur.fetchone()[0]
-        primary.close()
-        if schemas:
-            position = self._copy_schemas(state, schemas, flavor, role)
-        native = _root(self._server(state, role))
-        with native.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin=0")
-            cur.execute("CREATE USER IF NOT EXISTS 'rdma_admin'@'127.0.0.1' IDENTIFIED BY %s",
-                        (state["passwords"]["admin"],))
-            cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
-            if not flavor.is_mysql:  # MySQL's position came with the dump (its GTID_PURGED)
-                cur.execute("SET GLOBAL gtid_slave_pos=%s", (position,))
-                if role == "standby" and position:  # its binlog starts there: a dump from it may too
-                    cur.execute("SET GLOBAL gtid_binlog_state=%s", (position,))
-            statement, params = flavor.change_source(state["ports"]["primary"], "rdma_native",
-                                                     state["passwords"]["apply"],
-                                                     str(self.dir / "tls" / "ca.pem") if state.get("tls") else None)
-            cur.execute(statement, params)
-            cur.execute(flavor.start_replica)
-        native.close()
-        state[f"{role}_configured"] = True
-        self._save(state)
-
-    def _copy_schemas(self, state: dict, schemas: list[str], flavor: Flavor, role: str) -> str:
-        """The primary's ``schemas`` into a native replica (``role``), not into its binlog;
-        the snapshot's GTID position (MariaDB's; MySQL's dump sets the replica's
-        GTID_PURGED itself)."""
-        primary, native = self._server(state, "primary"), self._server(state, role)
-        gtid_options = ("--set-gtid-purged=ON",) if flavor.is_mysql else ("--master-data=2", "--gtid")
-        dump = subprocess.run(self._servers(primary).command(
-            flavor.dump_program, f"--socket={primary.socket}", "--user=root", "--single-transaction", *gtid_options,
-            "--routines", "--events", "--triggers", "--databases", *schemas), capture_output=True)
-        found = re.search(rb"gtid_slave_pos='([^']*)'", dump.stdout)
-        if dump.returncode != 0 or not (found or flavor.is_mysql):
-            why = dump.stderr.decode(errors='replace').strip()[-500:] or 'no GTID position in the dump'
-            raise SandboxError(f"sandbox: copying the primary's schemas for the {role} server failed: {why}")
-        loaded = subprocess.run(self._servers(native).command(flavor.client_program, f"--socket={native.socket}",
-                                                              "--user=root"),
-                                input=b"SET SESSION sql_log_bin=0;\n" + dump.stdout, capture_output=True)
-        if loaded.returncode != 0:
-            raise SandboxError(f"sandbox: loading the primary's schemas into the {role} server failed: "
-                               f"{loaded.stderr.decode(errors='replace').strip()[-500:]}")
-        return found.group(1).decode() if found else ""
+        return root_connection(self.server(json.loads(self.state_file.read_text()), "native"))
 
     # --- state -----------------------------------------------------------
 
@@ -288,36 +219,36 @@ class Sandbox:
             "bootstrapped": False,
             "flavors": flavors,
         }
-        self._save(state)
+        self.save(state)
         return state
 
-    def _save(self, state: dict) -> None:
+    def save(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.chmod(0o600)
         tmp.replace(self.state_file)
 
-    def _server(self, state: dict, role: str) -> ServerState:
+    def server(self, state: dict, role: str) -> ServerState:
         flavors = state.get("flavors", {})
         flavor = flavors.get(role) or flavors.get("replica", LOCAL) if role.startswith("replica") else \
             flavors.get(role, LOCAL)
         return ServerState(role, self.dir / role, state["ports"][role], flavor)
 
-    def _servers(self, server: ServerState):
+    def runner(self, server: ServerState) -> LocalServers | ContainerServers:
         return servers_for(server.flavor, self.dir)
 
     # --- processes -------------------------------------------------------
 
     def _running(self, server: ServerState) -> bool:
-        pid = _read_pid(server.pid_file)
-        return pid is not None and _alive(pid) and server.socket.exists()
+        pid = read_pid(server.pid_file)
+        return pid is not None and alive(pid) and server.socket.exists()
 
     def _start(self, server: ServerState, tls: bool = False) -> None:
         cnf = server.dir / "my.cnf"
         server.dir.mkdir(parents=True, exist_ok=True)
         cnf.write_text(server_cnf(server_kind(server.flavor), server.role, str(server.dir), server.port,
                                   local=server.flavor == LOCAL, tls_dir=str(self.dir / "tls") if tls else None))
-        servers = self._servers(server)
+        servers = self.runner(server)
         if not (server.dir / "data").exists():
             (server.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: no clash with other servers' temp files
             self._install_db(server, servers.install_command(cnf))
@@ -335,7 +266,7 @@ class Sandbox:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
-                _root(server).close()
+                root_connection(server).close()
                 return
             except pymysql.MySQLError:
                 time.sleep(0.05)
@@ -344,20 +275,20 @@ class Sandbox:
                            f"{READY_TIMEOUT_S:.0f}s; error.log ends:\n{log}")
 
     def _stop(self, server: ServerState) -> bool:
-        pid = _read_pid(server.pid_file)
+        pid = read_pid(server.pid_file)
         if pid is None or not self._running(server):
             return False
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            if not _alive(pid):
+            if not alive(pid):
                 return True
             time.sleep(0.05)
         raise SandboxError(f"sandbox: {server.role} (pid {pid}) did not stop within {READY_TIMEOUT_S:.0f}s")
 
     def stop_server(self, role: str) -> None:
         """Stop one server (fault tests); ``up`` starts it again."""
-        self._stop(self._server(json.loads(self.state_file.read_text()), role))
+        self._stop(self.server(json.loads(self.state_file.read_text()), role))
 
     # --- users -----------------------------------------------------------
 
@@ -365,7 +296,7 @@ class Sandbox:
         pw = state["passwords"]
         for role in roles:
             user, grants, key = _account(role)
-            conn = _root(self._server(state, role))
+            conn = root_connection(self.server(state, role))
             with conn.cursor() as cur:
                 cur.execute("SET SESSION sql_log_bin=0")  # the sandbox's own accounts are not replicated
                 for stmt in sql_statements(Flavor.of(conn).grants_file(grants), user=user, password=pw[key]):
@@ -374,41 +305,3 @@ class Sandbox:
                 cur.execute("GRANT ALL ON *.* TO 'rdma_admin'@'127.0.0.1' WITH GRANT OPTION")
             conn.close()
 
-
-def _root(server: ServerState) -> pymysql.Connection:
-    return pymysql.connect(unix_socket=str(server.socket), user="root", password="",
-                           autocommit=True, connect_timeout=2)
-
-
-def _alive(pid: int) -> bool:
-    """True while the process runs; reaps it when it is our own exited child (a
-    zombie still answers kill(pid, 0))."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    except ChildProcessError:
-        pass  # started by another process (e.g. an earlier `sandbox up`)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    """The process exited and waits for its parent to reap it (a server started by a
-    process that still runs, stopped from another one): its server is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return Path("/proc/self").exists()  # gone meanwhile (where there is a /proc at all)
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from bridge.config import PrimaryConfig, backoff_s
 from bridge.errors import BridgeError, EndCode, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
-from bridge.node import realtime
+from bridge.node import reporting
 from bridge.node.acking import SemiSyncAcks
 from bridge.node.counters import PrimaryCounts
 from bridge.node.link import Link
@@ -41,7 +41,7 @@ from bridge.server import catalog
 from bridge.server.flavor import Flavor
 from bridge.source import lanes, preflight
 from bridge.source.assembler import TransactionAssembler
-from bridge.source.behind import BehindMonitor, Reading
+from bridge.source.behind import BehindMonitor
 from bridge.source.events import GtidStart
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.reader import BinlogReader
@@ -62,7 +62,7 @@ class PrimaryNode(ShipLoop):
     ``producer`` (bridge.node.member), and replaces each whole (never mutated in place
     from elsewhere). The member's ``apply_stopped`` is written only by the link's watcher
     thread, as one reference assignment. The metrics thread (``status``), the behind
-    monitor (``_reading``) and the semi-sync monitor (``_degradation_reason``) only read,
+    monitor and the semi-sync monitor (what they ask: bridge.node.reporting) only read,
     each taking a local reference first (``producer = member.producer``), so a concurrent
     replacement shows them either the old object or the new one, never a mix."""
 
@@ -95,9 +95,10 @@ class PrimaryNode(ShipLoop):
             if cfg.heartbeat_row_s > 0 else None
         self._services_started = False
         self._ack_refresh_at = 0.0
-        self.semi_sync = SemiSyncMonitor(cfg.source, self._degradation_reason) if cfg.semi_sync != "off" else None
+        self.semi_sync = SemiSyncMonitor(cfg.source, lambda: reporting.degradation_reason(self)) \
+            if cfg.semi_sync != "off" else None
         self.acks = SemiSyncAcks(cfg.semi_sync, self.counts, self._stop)  # asked for, not yet covered
-        self.behind = BehindMonitor(cfg.source, self._reading, cfg.behind_poll_s)
+        self.behind = BehindMonitor(cfg.source, lambda: reporting.reading(self), cfg.behind_poll_s)
         self._collation_names: dict[str, str] = {}  # the primary's collations by id, for the replica side's messages
 
     @property
@@ -128,14 +129,6 @@ class PrimaryNode(ShipLoop):
             if service is not None:
                 service.start()
 
-    def _reading(self) -> Reading | None:
-        """Where this side is, for the behind monitor (its thread): None without a session."""
-        reader, producer = self.reader, self.member.producer
-        if reader is None or producer is None:
-            return None
-        return Reading(self.last_gtid, reader.log_file, reader.commit_pos, producer.backlog_frames, producer.used,
-                       producer.write_seq - producer.backlog_frames)
-
     def _start_writing(self) -> None:
         """The heartbeat writer, the only thing this side writes to the primary: once the
         preflight and the replica side have accepted this primary side, so a refused
@@ -143,34 +136,8 @@ class PrimaryNode(ShipLoop):
         if self.heartbeat is not None and not self.heartbeat.started:
             self.heartbeat.start()
 
-    def _degradation_reason(self) -> str:
-        """Why semi-sync went async, as this bridge sees it at the moment of the switch."""
-        if self._stop.is_set():
-            return "bridge stopped"
-        link = self.member.link
-        if link is None or link.remote is None or link.down:
-            return "link down"
-        if self.member.waiting_for_space:
-            return "backpressure"
-        return "ack timeout"
-
     def status(self) -> PrimaryStatus:
-        member = self.member
-        producer = member.producer
-        return {"role": "primary", "source": str(self.cfg.source),
-                "replica": member.name, "transport": self.cfg.transport,
-                "apply_mode": member.apply_mode,
-                "connected": member.remote is not None, "last_gtid": self.last_gtid,
-                "apply_stopped": member.apply_stopped, "replica_delay_s": member.replica_delay_s,
-                "scheduling": realtime.scheduling(), "behind": self.behind.status(),
-                "counters": {**self.counts.status(),
-                             "ring_backlog_frames": producer.backlog_frames if producer else 0,
-                             "ring_backlog_bytes": producer.used if producer else 0},
-                "heartbeat": self.heartbeat.status() if self.heartbeat else None,
-                "semi_sync": {"mode": self.cfg.semi_sync, "acks_sent": self.counts.acks_sent,
-                              "acks_skipped": self.counts.acks_skipped, **self.semi_sync.status()}
-                if self.semi_sync else {"mode": "off"},
-                "stages": self.stages.summary()}
+        return reporting.primary_status(self)  # the metrics thread's (bridge.node.reporting)
 
     def connect(self) -> None:
         settings = self._preflight()

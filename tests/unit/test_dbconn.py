@@ -35,4 +35,4 @@ def test_every_connection_to_a_server_is_made_by_one_factory():
     root = Path(__file__).resolve().parents[2]
     makers = sorted(str(path.relative_to(root)) for path in (root / "bridge").rglob("*.py")
                     if "pymysql.connect(" in path.read_text())
-    assert makers == ["bridge/lab/sandbox.py", "bridge/server/dbconn.py"]  # the sandbox: root over its servers' own sockets
+    assert makers == ["bridge/lab/runners.py", "bridge/server/dbconn.py"]  # the sandbox: root over its servers' own sockets

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from bridge.lab.sandbox import _alive
+from bridge.lab.runners import alive as _alive
 
 # A parent that starts a child which exits at once, prints the child's pid and
 # does not reap it for a while: the child stays a zombie that is not ours.
