@@ -23,7 +23,7 @@ TRANSPORT ?= shm
 
 # setup.py builds the compiled core, every bridge/*/*.pyx (Cython, fetched by pip for the build), with the C
 # compiler and Python headers `compiler` installs.
-$(STAMP): setup.cfg setup.py pyproject.toml $(wildcard bridge/*/*.pyx bridge/*/*.pxd bridge/*/*.h) | compiler
+$(STAMP): setup.cfg setup.py pyproject.toml $(wildcard bridge/*/*.pyx bridge/*/*.pxd bridge/*/*.h bridge/*/*/*.pyx bridge/*/*/*.pxd) | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

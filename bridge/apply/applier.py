@@ -6,10 +6,10 @@ rows, so after any crash the replica says exactly what it holds.
 
 Two ways to apply rows (``mode``, chosen per session, see bridge.apply.modes):
 - ``binlog``: the row events as the primary logged them go to the replica's server
-  in ``BINLOG`` statements (bridge.apply.binlog_sql): cascades, triggers (not fired
+  in ``BINLOG`` statements (bridge.apply.binlog.build): cascades, triggers (not fired
   for replicated rows), generated columns and types behave as in native replication.
   BINLOG and COMMIT travel in one round trip, the position as one more row event in
-  the BINLOG statement (bridge.apply.binlog_rows).
+  the BINLOG statement (bridge.apply.binlog.rows).
 - ``sql``: decoded rows become INSERT/UPDATE/DELETE (bridge.apply.sql), every
   UPDATE/DELETE must match exactly one row (anything else is divergence and raises).
 
@@ -30,7 +30,7 @@ import pymysql
 
 from bridge.apply import modes, sql
 from bridge.apply.barriers import Barriers
-from bridge.apply.binlog_rows import PACKET_MARGIN, BinlogRows
+from bridge.apply.binlog.rows import PACKET_MARGIN, BinlogRows
 from bridge.apply.channel import (
     Position,
     init_position,
@@ -51,8 +51,8 @@ from bridge.apply.connection import (
     session_setup,
     trigger_names,
 )
+from bridge.apply.contents import heartbeat_rows
 from bridge.apply.gtids import GtidKeeping
-from bridge.apply.payload import heartbeat_rows
 from bridge.apply.sql_rows import SqlRows
 from bridge.apply.statements import StatementReplayer
 from bridge.config import MysqlUrl

@@ -3,7 +3,7 @@
 A script is a list of statements sent as ONE multi-statement round trip; one result
 is read per statement, whatever the server's "more results" flag says (MariaDB's
 ``BINLOG`` clears it although the statements after it run: see
-``bridge.apply.binlog_sql``). The server stops at the first error, so a failed
+``bridge.apply.binlog.build``). The server stops at the first error, so a failed
 script leaves its transaction open with the earlier statements' work: callers roll
 back. Server errors become our ApplyError family here, named by the statement.
 """

@@ -1,6 +1,6 @@
 """The replica side's apply loop: ``step`` applies the next unit of work (a group of
 row-only transactions, a DDL, a chunk), through the apply lane where it can
-(bridge.apply.lanes: the common case in compiled calls), else through the general
+(bridge.apply.lane: the common case in compiled calls), else through the general
 path here: take and decode frames, group them (bridge.node.grouping), apply them,
 record stages and counters, and on failure retry, reconnect or stop applying at the
 transaction at fault. ReplicaNode (bridge.node.replica) owns the state it works on:
@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import time
 
-from bridge.apply.payload import check_payload, heartbeat_written_us, rows_and_events
+from bridge.apply.contents import check_payload, heartbeat_written_us, rows_and_events
 from bridge.config import backoff_s
 from bridge.errors import ApplyError, CorruptFrame, RemoteProtocolError, TargetConnectionLost
 from bridge.model import HEARTBEAT_TABLE, RowEvents
 from bridge.node.grouping import GroupBounds, joins
 from bridge.node.halt import Halt
-from bridge.node.replicated import Picked
+from bridge.node.scope import Picked
 from bridge.wire.codec import decode_chunk, decode_transaction
 from bridge.wire.frame import FrameKind
 
@@ -81,10 +81,10 @@ class ApplyLoop:
             return True
 
     def _lane_step(self) -> bool:
-        """The common case in compiled calls (bridge.apply.lanes), for up to LANE_WAIT_MS,
+        """The common case in compiled calls (bridge.apply.lane), for up to LANE_WAIT_MS,
         sleeping on the doorbell while the ring is empty: True when it applied anything."""
         cfg, session = self.cfg, self.current
-        if session.apply_mode != "binlog" or self._until is not None or not self.replicated.everything:
+        if session.apply_mode != "binlog" or self._until is not None or not self.scope.everything:
             return False
         runner = self._lane
         doorbell = self.host.doorbell_fd if self.host.doorbell_fd is not None else -1
@@ -226,8 +226,8 @@ class ApplyLoop:
             raise ApplyError(str(exc)) from exc
 
     def _apply_work(self, work: list[Picked]) -> None:
-        if not self.replicated.as_it_came(work):
-            work = self.replicated.work(work, self.applier)
+        if not self.scope.as_it_came(work):
+            work = self.scope.work(work, self.applier)
         frame, item, _ = work[0]
         if frame.kind == FrameKind.CHUNK:
             self.applier.apply_chunk(frame.seq, item)

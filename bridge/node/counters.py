@@ -16,7 +16,7 @@ class ReplicaCounts:
     corrupt_frames: int = 0
     reconnects: int = 0  # to the replica server
     largest_group: int = 0  # the most ring transactions one replica transaction took (not in the document)
-    lane_groups: int = 0  # groups the apply lane applied (bridge.apply.lanes; not in the document)
+    lane_groups: int = 0  # groups the apply lane applied (bridge.apply.lane; not in the document)
 
     def lane_groups_applied(self, groups: int, txns: int, beats: int, events: int, largest: int) -> None:
         self.transactions_applied += txns - beats

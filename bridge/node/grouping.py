@@ -26,6 +26,6 @@ class GroupBounds:
 
 def joins(entry, work: list) -> bool:
     """``entry`` may join the group ``work`` (empty: it may start one); both hold
-    bridge.node.replicated's Picked (frame, decoded item, picked ns)."""
+    bridge.node.scope's Picked (frame, decoded item, picked ns)."""
     return entry.frame.kind == FrameKind.TXN and not entry.item.is_barrier and \
         not (work and entry.item.format_event)

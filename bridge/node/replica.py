@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 
-from bridge.apply import lanes, modes
+from bridge.apply import lane, modes
 from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.protocol import ApplierLike
@@ -27,7 +27,7 @@ from bridge.node.fencing import WriterSeat
 from bridge.node.halt import Halt
 from bridge.node.listener import Listener
 from bridge.node.progress import Progress
-from bridge.node.replicated import Picked, Replicated
+from bridge.node.scope import Picked, Scope
 from bridge.node.session import Session
 from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.ops.statusdoc import ReplicaStatus
@@ -75,8 +75,8 @@ class ReplicaNode(ApplyLoop):
                 log.warning("a %s primary will be refused until this is fixed: %s", self.applier.server.flavor.kind,
                             exc)
         try:  # what the channel replicates (bridge.filter): recorded on the replica, or given and recorded now
-            self.replicated = Replicated.load(self.applier, cfg.channel, cfg.target, cfg.channel_filter)
-            self.applier.rules = self.replicated.rules
+            self.scope = Scope.load(self.applier, cfg.channel, cfg.target, cfg.channel_filter)
+            self.applier.rules = self.scope.rules
             self.accounts_replayed = self.applier.use_account_statements(cfg.account_statements)
         except BridgeError:
             self.applier.close()
@@ -104,8 +104,8 @@ class ReplicaNode(ApplyLoop):
         self._until = GtidSet.parse(cfg.until_gtid) if cfg.until_gtid else None  # --until-gtid, until reached
         self._not_before = 0.0  # --delay: the next transaction is due then (wall clock, s)
         self.last_gtid_applied = ""
-        # the common case in one call per group (bridge.apply.lanes): one connection, applied as it comes
-        self._lane = lanes.LaneRunner(self.applier) if cfg.workers <= 1 and not cfg.delay_s else None
+        # the common case in one call per group (bridge.apply.lane): one connection, applied as it comes
+        self._lane = lane.LaneRunner(self.applier) if cfg.workers <= 1 and not cfg.delay_s else None
 
     # --- lifecycle -------------------------------------------------------
 
@@ -114,7 +114,7 @@ class ReplicaNode(ApplyLoop):
         if self.metrics is not None:
             self.metrics.start()
         self._listener.start(self)
-        native.announce(log, ("hot path", *((lanes.PART,) if self._lane is not None else ()),
+        native.announce(log, ("hot path", *((lane.PART,) if self._lane is not None else ()),
                               *((receiver.PART,) if self.cfg.transport == "tcp" else ())))
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
@@ -129,7 +129,7 @@ class ReplicaNode(ApplyLoop):
         log.info("replica listening on %s:%d%s, transport %s, ring %d bytes, channel %r at seq %d (%s), "
                  "replicating %s", *self.address, " (TLS, peers verified)" if self.cfg.tls else "",
                  self.cfg.transport, self.cfg.ring_bytes, self.cfg.channel, self.applier.position.applied_seq,
-                 self.applier.position.gtid_set or "no gtid yet", self.replicated.describe())
+                 self.applier.position.gtid_set or "no gtid yet", self.scope.describe())
 
     def run(self) -> None:
         """Apply loop until ``stop``: finishes the transaction in flight."""
@@ -196,7 +196,7 @@ class ReplicaNode(ApplyLoop):
         return {"role": "replica", "target": str(self.cfg.target), "channel": self.cfg.channel,
                 "listen": f"{self.address[0]}:{self.address[1]}", "transport": self.cfg.transport,
                 "workers": self.cfg.workers, "apply_mode": session.apply_mode if session else self.cfg.apply_mode,
-                "replicates": self.replicated.describe(),
+                "replicates": self.scope.describe(),
                 "session": session is not None, "gtid_set": str(pos.gtid_set),
                 "apply_stopped": self.halt.status() if self.halt else None, "delay_s": self.cfg.delay_s,
                 "scheduling": realtime.scheduling(),

@@ -39,7 +39,7 @@ SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata
             "log_bin_compress", "binlog_row_value_options")
 # MariaDB's compressed events (log_bin_compress) cannot be applied by the replica's BINLOG
 # statement, nor decoded by the reader. (MySQL's compressed transactions are read: the
-# stream gives their events back uncompressed, bridge.wire.payload.)
+# stream gives their events back uncompressed, bridge.wire.compressed.)
 UNSUPPORTED = (("log_bin_compress", "set log_bin_compress=OFF (compressed binlog events cannot be replicated by "
                                     "the bridge)"),)
 

@@ -24,7 +24,7 @@ import pymysql
 from bridge.errors import SourceConnectionLost
 from bridge.server import dbconn
 from bridge.source import lanes
-from bridge.wire import binlog, payload
+from bridge.wire import binlog, compressed
 from bridge.wire.hotpath import MAX_PACKET, SEMI_SYNC_ACK_REQUESTED, SEMI_SYNC_MAGIC
 from bridge.wire.native import hot
 
@@ -120,7 +120,7 @@ class StreamConnection(pymysql.connections.Connection):
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
         if len(data) > 5 and data[5] == binlog.TRANSACTION_PAYLOAD:
             # MySQL's compressed transaction: its events handed on one by one
-            first, *rest = (b"\0" + event for event in payload.expand(bytes(data[1:])))
+            first, *rest = (b"\0" + event for event in compressed.expand(bytes(data[1:])))
             self._inner = deque(rest)
             return first
         return data

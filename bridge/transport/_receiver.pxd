@@ -1,6 +1,6 @@
 # The tcp transport's compiled receiver (bridge/transport/_receiver.pyx): the state of one
 # data connection's placements on the replica's ring, and what the compiled apply lane
-# (bridge/apply/_lane.pyx) cimports to hold the connection and carry the placements out
+# (bridge/apply/lane/_lane.pyx) cimports to hold the connection and carry the placements out
 # itself while it runs. Who reads the connection: the receiver thread, but while an apply
 # lane holds it (``take`` .. ``give``), the lane; the thread is parked meanwhile (waiting on
 # ``give_fd``), and hands over only between messages with its buffer empty. ``owner``

@@ -1,7 +1,7 @@
 # A common transaction scanned in place in the binlog dump's packets (no Python object)
 # and framed into a ring mirror; a frame's crc32c. Compiled in bridge/wire/_frames.pyx;
 # the hot path (bridge/wire/_hotpath.pyx), the ship lane (bridge/source/_ship.pyx) and the
-# apply lane (bridge/apply/_lane.pyx) cimport it. The pure-Python twin of the scan and the
+# apply lane (bridge/apply/lane/_lane.pyx) cimport it. The pure-Python twin of the scan and the
 # placement is bridge.wire.hotpath (scan_transaction, place_run).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 

@@ -144,7 +144,7 @@ def parse_gtid(event) -> tuple[str, bool]:
 
 # --- BINLOG statements ---------------------------------------------------------
 # ``BINLOG '<base64 of events>'``: how events reach a server as a statement (what
-# ``mariadb-binlog`` prints); the replica side's apply (bridge.apply.binlog_sql) and
+# ``mariadb-binlog`` prints); the replica side's apply (bridge.apply.binlog.build) and
 # its one-call round trip (bridge.wire.hotpath.one_trip) both build them here.
 BINLOG_PREFIX, BINLOG_SUFFIX = b"BINLOG '", b"'"
 

@@ -197,7 +197,7 @@ def _clone_state(pair):
 
 
 def test_clone_killed_midway_is_resumed_and_streams_equal(urls, fresh_schema, caplog):
-    caplog.set_level(logging.INFO, logger="bridge.node.replicated")
+    caplog.set_level(logging.INFO, logger="bridge.node.scope")
     s = fresh_schema("clone_kill")
     pair = BridgePair(urls, "tcp")
     create_schema(pair.primary, s)

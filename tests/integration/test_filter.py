@@ -122,7 +122,7 @@ def test_filter_given_to_start_replica_is_recorded_and_may_only_narrow(urls, fre
         ReplicaNode(dataclasses.replace(base, channel_filter=narrower.to_json())).close()
         assert channel_filter(pair.replica, pair.channel) == narrower
         node = ReplicaNode(dataclasses.replace(base, channel_filter=""))  # not given: the recorded one holds
-        assert node.replicated.rules == narrower
+        assert node.scope.rules == narrower
         node.close()
     finally:
         pair.stop()

@@ -8,19 +8,19 @@ import threading
 
 import pytest
 
-from bridge.apply import lane as twin_lane
-from bridge.apply import lanes
+from bridge.apply import lane as apply_lane
+from bridge.apply.lane import lane as twin_lane
 from bridge.lab.workload import connect
 from tests.conftest import BridgePair
 from tests.helpers import wait_for
 
-KINDS = ["twin"] + (["compiled"] if lanes.COMPILED else [])
+KINDS = ["twin"] + (["compiled"] if apply_lane.COMPILED else [])
 
 
 @pytest.fixture(params=KINDS)
 def lane_kind(request, monkeypatch):
     if request.param == "twin":
-        monkeypatch.setattr(lanes, "Lane", twin_lane.Lane)
+        monkeypatch.setattr(apply_lane, "Lane", twin_lane.Lane)
     return request.param
 
 

@@ -2,7 +2,7 @@
 
 from bridge.model import RowEvents, Statement, Transaction
 from bridge.node.grouping import GroupBounds, joins
-from bridge.node.replicated import Picked
+from bridge.node.scope import Picked
 from bridge.wire.frame import Frame, FrameKind
 
 ROWS = RowEvents(b"\x01" * 10, (("app", "t"),), 1)

@@ -1,6 +1,6 @@
-"""The apply lane's bytes: the compiled lane (bridge.apply._lane) writes what its
+"""The apply lane's bytes: the compiled lane (bridge.apply.lane._lane) writes what its
 pure-Python twin (bridge.apply.lane) writes, byte for byte, and both write the
-position events bridge.apply.binlog_sql makes for the general path. And what the
+position events bridge.apply.binlog.build makes for the general path. And what the
 lane leaves to the general path, it leaves untouched: no byte sent, no frame taken."""
 
 import base64
@@ -10,8 +10,10 @@ import time
 
 import pytest
 
-from bridge.apply import binlog_sql, lanepos, lanes
-from bridge.apply import lane as twin_lane
+from bridge.apply import lane as apply_lane
+from bridge.apply.binlog import build
+from bridge.apply.lane import lane as twin_lane
+from bridge.apply.lane import mysqlpos
 from bridge.model import GtidSet, RowEvents, Statement, Transaction
 from bridge.ring.layout import ACK_SEQ_AT, HEADER, RING_MAGIC, read_u64, write_publish
 from bridge.ring.producer import RingProducer
@@ -19,7 +21,7 @@ from bridge.wire import binlog, hotpath
 from bridge.wire.codec import encode_transaction
 from bridge.wire.frame import FrameKind
 
-CLASSES = [twin_lane.Lane] + ([lanes.Lane] if lanes.COMPILED else [])
+CLASSES = [twin_lane.Lane] + ([apply_lane.Lane] if apply_lane.COMPILED else [])
 
 
 def fmt(checksum: bool, server_id: int = 7) -> binlog.FormatDescription:
@@ -28,8 +30,8 @@ def fmt(checksum: bool, server_id: int = 7) -> binlog.FormatDescription:
     return binlog.FormatDescription(bytes(event), "10.11.6-MariaDB", 4 if checksum else 0)
 
 
-def make(cls, table: binlog_sql.PositionTable, f: binlog.FormatDescription, channel=b"chan", engines=None):
-    return cls(binlog_sql.position_key(channel, table.channel_bytes), table.table_map(f), table.updated_at_digits,
+def make(cls, table: build.PositionTable, f: binlog.FormatDescription, channel=b"chan", engines=None):
+    return cls(build.position_key(channel, table.channel_bytes), table.table_map(f), table.updated_at_digits,
                f.checksum_bytes == 4, f.server_id, engines)
 
 
@@ -37,7 +39,7 @@ def make(cls, table: binlog_sql.PositionTable, f: binlog.FormatDescription, chan
 @pytest.mark.parametrize("checksum", [False, True])
 @pytest.mark.parametrize("gtids", ["", "0-1-5", "0-1-5,1-4-99,7-3-18446744073709551615"])
 def test_position_events_are_the_general_paths(digits, checksum, gtids):
-    table, f = binlog_sql.PositionTable(255 if digits % 2 else 1024, digits), fmt(checksum)
+    table, f = build.PositionTable(255 if digits % 2 else 1024, digits), fmt(checksum)
     now_us = 1_764_000_000_123_456
     expected = table.table_map(f) + table.update(b"chan", 42, gtids.encode(), now_us, f)
     for cls in CLASSES:
@@ -48,7 +50,7 @@ def test_position_events_are_the_general_paths(digits, checksum, gtids):
 
 
 def test_query_is_one_binlog_statement_and_commit_byte_for_byte():
-    table, f = binlog_sql.PositionTable(255, 6), fmt(True)
+    table, f = build.PositionTable(255, 6), fmt(True)
     datas = [bytes(range(256)) * 3, b"x", b"yz", b""]
     queries = set()
     for cls in CLASSES:
@@ -63,10 +65,10 @@ def test_query_is_one_binlog_statement_and_commit_byte_for_byte():
 
 def test_a_mysql_gtid_set_is_the_lanes_only_where_it_keeps_mysql_gtids():
     for cls in CLASSES:
-        lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+        lane = make(cls, build.PositionTable(255, 6), fmt(False))
         assert not lane.set_position(3, GtidSet.parse(f"{UUID}:1-5"))  # GTIDs not kept: the general path
         assert lane.set_position(3, GtidSet.parse("0-1-3")) and not lane.mysql
-        lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False), engines={})
+        lane = make(cls, build.PositionTable(255, 6), fmt(False), engines={})
         assert lane.set_position(3, GtidSet.parse(f"{UUID}:1-5")) and lane.mysql and lane.gtids == f"{UUID}:1-5"
         long_set = ",".join(f"{i:08x}-71ca-11e1-9e33-c80aa9429562:1-{i}" for i in range(1, 60))
         assert not lane.set_position(3, GtidSet.parse(long_set))  # over MYSQL_SET_MAX bytes
@@ -82,7 +84,7 @@ UUID, OTHER = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "00000000-0000-0000-0000-0
     (f"{UUID}:1-5:tag_a:1-3:tag_b:4", UUID), (f"{OTHER}:2-4:tag_a:9,{UUID}:1", f"{OTHER}:tag_a")])
 def test_the_carried_mysql_set_reads_as_the_general_paths_set_at_each_step(text, key):
     gtids = GtidSet.parse(text)
-    carried = lanepos.MysqlPosition(gtids)
+    carried = mysqlpos.MysqlPosition(gtids)
     assert carried.text() == str(gtids).encode() and carried.follow(key)
     hi = carried.hi
     assert carried.text() == str(gtids).encode()
@@ -91,7 +93,7 @@ def test_the_carried_mysql_set_reads_as_the_general_paths_set_at_each_step(text,
         assert carried.text(hi + step) == str(gtids).encode()
     assert carried.next_of(f"{key}:{hi + 1}") and not carried.next_of(f"{key}:{hi + 2}")
     assert not carried.next_of(f"{key}x:{hi + 1}") and not carried.next_of(f"{key}:{hi + 1}0" + "0" * 19)
-    assert not lanepos.MysqlPosition(gtids).follow("ffffffff-71ca-11e1-9e33-c80aa9429562")
+    assert not mysqlpos.MysqlPosition(gtids).follow("ffffffff-71ca-11e1-9e33-c80aa9429562")
 
 
 def ring(frames):
@@ -150,7 +152,7 @@ def test_run_sends_one_query_acks_the_ring_and_counts(cls):
     txns = [Transaction(f"0-1-{n}", (ROWS,), (1000 + n, 2000 + n)) for n in (6, 7, 8)]
     txns.append(Transaction("0-1-9", (RowEvents(b"\x02" * 30, (("rdma_bridge", "heartbeat"),), 1),), (5, 6)))
     region = ring(txns)
-    table, f = binlog_sql.PositionTable(255, 6), fmt(True)
+    table, f = build.PositionTable(255, 6), fmt(True)
     lane = make(cls, table, f)
     lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = socket.socketpair()
@@ -176,7 +178,7 @@ def test_run_sends_one_query_acks_the_ring_and_counts(cls):
                                           ([b"\x05weird"], twin_lane.LOST)])
 def test_error_and_nonsense_answers_leave_the_ring_and_position_as_they_were(cls, answers, code):
     region = ring([Transaction("0-1-6", (ROWS,), (1, 2))])
-    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane = make(cls, build.PositionTable(255, 6), fmt(False))
     lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = socket.socketpair()
     with client, server:
@@ -202,7 +204,7 @@ def test_answers_split_or_long_are_read_whole_and_the_socket_is_left_for_pymysql
     buffer a round trip starts with, over a Unix socket and over TCP: the same result,
     and a TCP socket's low-water mark back at one byte (PyMySQL reads it next)."""
     region = ring([Transaction("0-1-6", (ROWS,), (1, 2))])
-    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane = make(cls, build.PositionTable(255, 6), fmt(False))
     lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = pair()
     with client, server:
@@ -231,7 +233,7 @@ def test_answers_split_or_long_are_read_whole_and_the_socket_is_left_for_pymysql
 ])
 def test_what_is_not_the_common_case_is_left_untouched(cls, first):
     region = ring([first, Transaction("0-1-7", (ROWS,), (1, 2))])
-    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane = make(cls, build.PositionTable(255, 6), fmt(False))
     lane.set_position(0, GtidSet.parse("0-1-5"))
     assert_untouched(lane, region, "0-1-5")
 
@@ -249,18 +251,18 @@ def assert_untouched(lane, region, gtids: str) -> None:
 
 @pytest.mark.parametrize("cls", CLASSES)
 def test_an_empty_ring_is_nothing(cls):
-    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(False))
+    lane = make(cls, build.PositionTable(255, 6), fmt(False))
     lane.set_position(0, GtidSet.parse("0-1-5"))
     client, server = socket.socketpair()
     with client, server:
         assert lane.run(ring([]), 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == twin_lane.NOTHING
 
 
-@pytest.mark.skipif(not lanes.COMPILED, reason="the compiled lane is not built")
+@pytest.mark.skipif(not apply_lane.COMPILED, reason="the compiled lane is not built")
 def test_the_compiled_lane_is_the_one_that_runs_and_has_the_twins_names():
-    compiled, twin = make(lanes.Lane, binlog_sql.PositionTable(255, 6), fmt(False)), \
-        make(twin_lane.Lane, binlog_sql.PositionTable(255, 6), fmt(False))
-    assert type(compiled).__module__ == "bridge.apply._lane"
+    compiled, twin = make(apply_lane.Lane, build.PositionTable(255, 6), fmt(False)), \
+        make(twin_lane.Lane, build.PositionTable(255, 6), fmt(False))
+    assert type(compiled).__module__ == "bridge.apply.lane._lane"
     public = lambda obj: {n for n in dir(obj) if not n.startswith("_")}  # noqa: E731
     assert public(compiled) == public(twin)
 
@@ -277,7 +279,7 @@ def mysql_ring(first: int, count: int, beat_at: int = -1, table=("app", "t")):
 
 
 def mysql_lane(cls, engines=None, gtids=f"{UUID}:1-5"):
-    lane = make(cls, binlog_sql.PositionTable(255, 6), fmt(True), engines={("app", "t"): False} if engines is None
+    lane = make(cls, build.PositionTable(255, 6), fmt(True), engines={("app", "t"): False} if engines is None
                 else engines)
     assert lane.set_position(0, GtidSet.parse(gtids)) and lane.mysql
     return lane

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from bridge.apply import binlog_sql
+from bridge.apply.binlog import build
 from bridge.model import GtidSet, RowEvents, Transaction
 from bridge.ring.layout import ACK_SEQ_AT, WAITING_AT, WRITE_SEQ_AT, init_region, read_u64, region_bytes
 from bridge.ring.producer import RingProducer
@@ -26,7 +26,7 @@ from bridge.wire.frame import FrameKind
 from tests.unit.test_lane import OK, fmt, make, tcp_pair
 
 try:
-    from bridge.apply import _lane
+    from bridge.apply.lane import _lane
     from bridge.transport import _receiver
 except ImportError:
     _lane = _receiver = None
@@ -52,7 +52,7 @@ class Setup:
         self.thread = threading.Thread(target=lambda: self.ended.append(self.receiver.serve()), daemon=True)
         self.thread.start()
         self.producer = RingProducer(ring, epoch=3)
-        self.lane = make(_lane.Lane, binlog_sql.PositionTable(255, 6), fmt(False))
+        self.lane = make(_lane.Lane, build.PositionTable(255, 6), fmt(False))
         self.lane.set_position(0, GtidSet.parse("0-1-5"))
         self.client, self.server = tcp_pair()
         self.queries = 0

@@ -1,8 +1,8 @@
-"""Why a row event does not fit the replica's table (bridge.apply.mismatch), from a
+"""Why a row event does not fit the replica's table (bridge.apply.binlog.mismatch), from a
 TABLE_MAP's columns and the replica's information_schema rows: what a BINLOG statement's
 "Unknown error" leaves unsaid."""
 
-from bridge.apply import mismatch
+from bridge.apply.binlog import mismatch
 from bridge.wire import tablemap as tm
 
 CHARSETS = {8: "latin1", 45: "utf8mb4", 46: "utf8mb4", 63: "binary"}

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bridge.apply import lanes as apply_lanes
+from bridge.apply import lane as apply_lanes
 from bridge.source import lanes as ship_lanes
 from bridge.transport import receiver
 from bridge.wire import native
@@ -20,7 +20,7 @@ def _announce(script: str, pure: bool = False) -> list[str]:
     if pure:
         env[native.PURE_ENV] = "1"
     script = ("import logging, sys\n" + script + "\nlogging.basicConfig(format='%(levelname)s %(message)s', level=logging.INFO)\n"
-              "from bridge.wire import native\nfrom bridge.apply import lanes\nfrom bridge.source import lanes as s\n"
+              "from bridge.wire import native\nfrom bridge.apply import lane as lanes\nfrom bridge.source import lanes as s\n"
               "from bridge.transport import receiver\n"
               "native.announce(logging.getLogger('t'), ['hot path', s.PART, lanes.PART, receiver.PART])\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
@@ -29,7 +29,7 @@ def _announce(script: str, pure: bool = False) -> list[str]:
 
 def test_every_picker_asks_the_registry_once_and_each_part_has_its_module():
     assert {native.choice(part).module for part in PARTS} == {"bridge.wire._hotpath", "bridge.source._ship",
-                                                              "bridge.apply._lane", "bridge.transport._receiver"}
+                                                              "bridge.apply.lane._lane", "bridge.transport._receiver"}
     assert [native.choice(part).compiled is not None for part in PARTS] == \
         [native.COMPILED, ship_lanes.COMPILED, apply_lanes.COMPILED, receiver.COMPILED]
 

@@ -4,7 +4,8 @@ import base64
 
 import pytest
 
-from bridge.apply import binlog_sql, replay
+from bridge.apply import replay
+from bridge.apply.binlog import build
 from bridge.errors import ApplyError
 from bridge.wire import binlog, tablemap
 from tests.unit.test_binlog_events import FDE, QUERY, TABLE_MAP, UPDATE, USER_VAR_INT, USER_VAR_STR, WRITE
@@ -69,22 +70,22 @@ def test_binlog_statements_cut_inside_a_statement_repeat_its_table_map():
     write = _without_statement_end(WRITE)
     big = TABLE_MAP + write + write + UPDATE  # one statement's row events, STMT_END_F on the last
     limit = binlog.statement_bytes(len(TABLE_MAP) + 2 * len(write))
-    parts = binlog_sql.batches([big], limit)
+    parts = build.batches([big], limit)
     assert parts == [TABLE_MAP + write + write, TABLE_MAP + UPDATE]
     assert all(binlog.statement_bytes(len(p)) <= limit for p in parts)
-    assert binlog_sql.batches([TABLE_MAP + WRITE, TABLE_MAP + UPDATE], 10 ** 6) == [TABLE_MAP + WRITE + TABLE_MAP + UPDATE]
+    assert build.batches([TABLE_MAP + WRITE, TABLE_MAP + UPDATE], 10 ** 6) == [TABLE_MAP + WRITE + TABLE_MAP + UPDATE]
 
 
 def test_binlog_statement_and_fragments_carry_the_events_exactly():
     assert base64.b64decode(binlog.binlog_statement(WRITE)[8:-1]) == WRITE
-    set0, set1, use = binlog_sql.fragment_statements(TABLE_MAP + WRITE)
+    set0, set1, use = build.fragment_statements(TABLE_MAP + WRITE)
     assert base64.b64decode(set0.split(b"'")[1] + set1.split(b"'")[1]) == TABLE_MAP + WRITE
     assert use == b"BINLOG @binlog_fragment_0, @binlog_fragment_1"
 
 
 def test_the_probe_events_read_back_as_one_row_into_the_probe_table():
     fmt = binlog.parse_format_description(FDE)
-    [(table, kind, before, after)] = list(tablemap.rows_of(binlog_sql.probe_events(fmt), fmt.checksum_bytes))
+    [(table, kind, before, after)] = list(tablemap.rows_of(build.probe_events(fmt), fmt.checksum_bytes))
     assert (table.schema, table.table, kind, before) == ("rdma_bridge", "bridge_probe", "insert", None)
     assert tablemap.as_int(after[0]) == 1
 
@@ -95,20 +96,20 @@ BRIDGE_META = [("channel", "varchar", 256, None, "utf8mb4"), ("applied_seq", "bi
 
 
 def test_the_position_table_is_taken_only_as_the_bridge_creates_it():
-    assert binlog_sql.position_table(BRIDGE_META) == binlog_sql.PositionTable(256, 6)
+    assert build.position_table(BRIDGE_META) == build.PositionTable(256, 6)
     latin1 = [("channel", "varchar", 64, None, "latin1")] + BRIDGE_META[1:]
-    assert binlog_sql.position_table(latin1) == binlog_sql.PositionTable(64, 6)
-    assert binlog_sql.position_table(BRIDGE_META[:1] + [("note", "int", None, None, None)] + BRIDGE_META[1:]) is None
-    assert binlog_sql.position_table(BRIDGE_META[:2] + [("gtid_set", "mediumtext", 1 << 24, None, "utf8mb4")]
+    assert build.position_table(latin1) == build.PositionTable(64, 6)
+    assert build.position_table(BRIDGE_META[:1] + [("note", "int", None, None, None)] + BRIDGE_META[1:]) is None
+    assert build.position_table(BRIDGE_META[:2] + [("gtid_set", "mediumtext", 1 << 24, None, "utf8mb4")]
                                      + BRIDGE_META[3:]) is None
-    assert binlog_sql.position_table([("channel", "varchar", 256, None, "ucs2")] + BRIDGE_META[1:]) is None
-    assert binlog_sql.position_table(BRIDGE_META[:4]) is None
+    assert build.position_table([("channel", "varchar", 256, None, "ucs2")] + BRIDGE_META[1:]) is None
+    assert build.position_table(BRIDGE_META[:4]) is None
 
 
 @pytest.mark.parametrize("channel_bytes,prefix", [(256, 2), (64, 1)])
 def test_the_position_event_names_the_row_by_its_channel_and_sets_the_position(channel_bytes, prefix):
     fmt = binlog.parse_format_description(FDE)
-    table = binlog_sql.PositionTable(channel_bytes, 6)
+    table = build.PositionTable(channel_bytes, 6)
     tm, update = binlog.split_events(table.table_map(fmt) + table.update(b"main", 42, b"0-1-42", 1_700_000_000_123_456,
                                                                           fmt))
     parsed = tablemap.parse_table_map(tm, fmt.checksum_bytes)
@@ -128,7 +129,7 @@ def test_the_position_event_names_the_row_by_its_channel_and_sets_the_position(c
                                              (6, (123456).to_bytes(3, "big"))])
 def test_updated_at_is_stored_as_the_server_stores_a_timestamp_of_its_precision(digits, fraction):
     fmt = binlog.parse_format_description(FDE)
-    event = binlog_sql.PositionTable(64, digits).update(b"c", 1, b"", 1_700_000_000_123_456, fmt)
+    event = build.PositionTable(64, digits).update(b"c", 1, b"", 1_700_000_000_123_456, fmt)
     end = len(event) - fmt.checksum_bytes
     assert event[end - 4 - len(fraction):end] == (1_700_000_000).to_bytes(4, "big") + fraction
 

@@ -8,7 +8,7 @@ import pytest
 import zstandard
 
 from bridge.errors import RemoteProtocolError
-from bridge.wire import binlog, payload
+from bridge.wire import binlog, compressed
 
 # Written by MySQL 9.7.4 (binlog_checksum CRC32) for BEGIN; two single-row INSERTs; COMMIT
 # with binlog_transaction_compression=ON, ending at binlog position 496
@@ -19,7 +19,7 @@ PAYLOAD_EVENT = bytes.fromhex(
 
 
 def test_a_compressed_transaction_gives_back_its_events_with_position_and_checksum():
-    events = payload.expand(PAYLOAD_EVENT)
+    events = compressed.expand(PAYLOAD_EVENT)
     kinds = [binlog.event_type(e) for e in events]
     assert kinds == [binlog.QUERY, binlog.TABLE_MAP, binlog.WRITE_ROWS_V2, binlog.TABLE_MAP, binlog.WRITE_ROWS_V2,
                      binlog.XID]
@@ -30,13 +30,13 @@ def test_a_compressed_transaction_gives_back_its_events_with_position_and_checks
     assert binlog.parse_query(events[0], 4).sql == b"BEGIN"
     assert binlog.table_map_names(events[1]) == ("tg", "t")
     unchecked = PAYLOAD_EVENT[:-4]  # a stream without checksums: neither the event nor those inside carry one
-    assert [len(e) for e in payload.expand(unchecked)] == [len(e) - 4 for e in events]
+    assert [len(e) for e in compressed.expand(unchecked)] == [len(e) - 4 for e in events]
 
 
 def _payload_event(inner: bytes, compression: int, stored: bytes) -> bytes:
-    fields = bytes([payload._COMPRESSION, 1, compression]) if compression < 251 else \
-        bytes([payload._COMPRESSION, 3, 0xFC]) + compression.to_bytes(2, "little")
-    fields += bytes([payload._UNCOMPRESSED_SIZE, 1, len(inner), payload._PAYLOAD_SIZE, 1, len(stored), payload._END])
+    fields = bytes([compressed._COMPRESSION, 1, compression]) if compression < 251 else \
+        bytes([compressed._COMPRESSION, 3, 0xFC]) + compression.to_bytes(2, "little")
+    fields += bytes([compressed._UNCOMPRESSED_SIZE, 1, len(inner), compressed._PAYLOAD_SIZE, 1, len(stored), compressed._END])
     body = fields + stored
     size = binlog.HEADER_BYTES + len(body)
     return bytes(4) + bytes([binlog.TRANSACTION_PAYLOAD]) + (1).to_bytes(4, "little") + \
@@ -45,12 +45,12 @@ def _payload_event(inner: bytes, compression: int, stored: bytes) -> bytes:
 
 def test_an_uncompressed_payload_and_the_errors():
     xid = bytes(4) + bytes([binlog.XID]) + (1).to_bytes(4, "little") + struct.pack("<II", 27, 0) + bytes(2) + bytes(8)
-    assert payload.expand(_payload_event(xid, payload.NONE, xid)) == [xid[:13] + struct.pack("<I", 1000) + xid[17:]]
+    assert compressed.expand(_payload_event(xid, compressed.NONE, xid)) == [xid[:13] + struct.pack("<I", 1000) + xid[17:]]
     zstd = zstandard.ZstdCompressor().compress(xid)
-    assert payload.expand(_payload_event(xid, payload.ZSTD, zstd))[0][19:] == bytes(8)
+    assert compressed.expand(_payload_event(xid, compressed.ZSTD, zstd))[0][19:] == bytes(8)
     with pytest.raises(RemoteProtocolError, match="compression type 7 is not known"):
-        payload.expand(_payload_event(xid, 7, xid))
+        compressed.expand(_payload_event(xid, 7, xid))
     with pytest.raises(RemoteProtocolError, match="zstd"):
-        payload.expand(_payload_event(xid, payload.ZSTD, zstd[:-3]))
+        compressed.expand(_payload_event(xid, compressed.ZSTD, zstd[:-3]))
     with pytest.raises(RemoteProtocolError, match="an event of 27 bytes at 0 of 20"):
-        payload.expand(_payload_event(xid, payload.NONE, xid[:20]))
+        compressed.expand(_payload_event(xid, compressed.NONE, xid[:20]))

@@ -26,13 +26,16 @@ class Picked(NamedTuple):
     picked_ns: int
 
 
-class Replicated:
+class Scope:
+    """What this channel applies: ``rules`` (its filter) and ``catch_up`` (the tables a clone
+    left catching up, with the position each copy is of)."""
+
     def __init__(self, rules: Filter, catch_up: dict[tuple[str, str], GtidSet]) -> None:
         self.rules = rules
         self.catch_up = catch_up  # (replica schema, table) -> the position its copy is of
 
     @classmethod
-    def load(cls, applier, channel: str, target, given: str) -> Replicated:
+    def load(cls, applier, channel: str, target, given: str) -> Scope:
         """The channel's filter (``given``: --include/... as JSON, or ""), settled against
         the one recorded, and what a clone left catching up; another channel's checksum
         and repair tables are never this channel's (bridge.server.sqlnames.owned)."""

@@ -4,7 +4,7 @@ The connection must have run the stream's FORMAT_DESCRIPTION through BINLOG befo
 any row event (once per connection, again when it changes); then the row events go
 in as few round trips as the replica's max_allowed_packet allows, followed by the
 caller's tail (COMMIT) in the same round trip where the server goes on after a
-BINLOG. Whether it does is probed once per server (bridge.apply.binlog_sql). The
+BINLOG. Whether it does is probed once per server (bridge.apply.binlog.build). The
 channel's position rides in the last BINLOG statement as one more row event where
 the replica takes it (MariaDB, bridge_meta as the bridge created it; probed once),
 else as an SQL statement before the tail.
@@ -17,7 +17,8 @@ import time
 
 import pymysql
 
-from bridge.apply import binlog_sql, mismatch, sql
+from bridge.apply import sql
+from bridge.apply.binlog import build, mismatch
 from bridge.apply.connection import GTID_AUTOMATIC, ServerInfo, apply_error, rollback, run_query, run_script
 from bridge.config import MysqlUrl
 from bridge.errors import ApplyError, RemoteProtocolError, TargetConnectionLost
@@ -60,7 +61,7 @@ class BinlogRows:
     def __init__(self, url: MysqlUrl, channel: str) -> None:
         self.url, self.channel = url, channel
         self.goes_on: bool | None = None  # the server runs statements after a BINLOG (probed once)
-        self.position_table: binlog_sql.PositionTable | None = None  # the position as a row event (probed once)
+        self.position_table: build.PositionTable | None = None  # the position as a row event (probed once)
         self.conn: pymysql.Connection | None = None
         self.server: ServerInfo | None = None
         self._format = b""  # the FORMAT_DESCRIPTION this connection's BINLOG statements use
@@ -101,7 +102,7 @@ class BinlogRows:
             raise ApplyError(f"{exc}{self._unknown_error(rows)}", exc.code) from exc
 
     def _unknown_error(self, rows: list[RowEvents]) -> str:
-        """What makes the replica's tables refuse these row events (bridge.apply.mismatch),
+        """What makes the replica's tables refuse these row events (bridge.apply.binlog.mismatch),
         for a BINLOG that failed as 1105 "Unknown error"; '' when nothing is found."""
         found: list[str] = []
         try:
@@ -141,12 +142,12 @@ class BinlogRows:
 
     def _statements(self, context: str, datas: list[bytes], limit: int) -> list[bytes]:
         out = []
-        for batch in binlog_sql.batches(datas, limit):
+        for batch in build.batches(datas, limit):
             size = binlog.statement_bytes(len(batch))
             if size <= limit:
                 out.append(binlog.binlog_statement(batch))
             elif size // 2 <= limit:
-                out += binlog_sql.fragment_statements(batch)
+                out += build.fragment_statements(batch)
             else:
                 raise ApplyError(f"{context}: a binlog event of {len(batch)} bytes does not fit the replica's "
                                  f"max_allowed_packet ({self.server.max_allowed_packet}); raise it to at least "
@@ -203,7 +204,7 @@ class BinlogRows:
         BINLOG ends every round trip from then on."""
         dbconn.raw_socket(self.conn).settimeout(PROBE_TIMEOUT_S)
         try:
-            run_script(self.conn, "probe BINLOG", [binlog.binlog_statement(binlog_sql.probe_events(fmt)),
+            run_script(self.conn, "probe BINLOG", [binlog.binlog_statement(build.probe_events(fmt)),
                                                    b"DO 1"])
         except TargetConnectionLost:
             log.warning("replica %s stops after a BINLOG statement: COMMIT takes a round trip of its own", self.url)
@@ -216,7 +217,7 @@ class BinlogRows:
         rollback(self.conn, self.url)
         return True
 
-    def _probe_position(self, fmt: binlog.FormatDescription) -> binlog_sql.PositionTable | None:
+    def _probe_position(self, fmt: binlog.FormatDescription) -> build.PositionTable | None:
         """Does this replica take the channel's position as a row event? MariaDB only
         (the event is MariaDB's v1 UPDATE_ROWS), and rdma_bridge.bridge_meta's leading
         columns as the bridge creates them: the update is tried, and rolled back."""
@@ -225,7 +226,7 @@ class BinlogRows:
         try:
             with self.conn.cursor() as cur:
                 cur.execute(POSITION_COLUMNS_SELECT)
-                table = binlog_sql.position_table(list(cur.fetchall()))
+                table = build.position_table(list(cur.fetchall()))
         except pymysql.MySQLError as exc:
             raise apply_error(f"read the columns of rdma_bridge.bridge_meta on replica {self.url}", exc) from exc
         if table is None:

@@ -1,9 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Compiled twin of ``bridge.apply.lane`` (read its docstring): the same class, the
 same results, the same bytes on the wire. The scan of the ring and the BINLOG text are C
-here; the position it writes is bridge/apply/_position.pyx, the waits (the doorbell, the
-replica's answers, both without the GIL) bridge/apply/_laneio.pyx. Built by the normal
-install (setup.py, Cython); when it is missing bridge.apply.lanes uses the twin.
+here; the position it writes is bridge/apply/lane/_position.pyx, the waits (the doorbell, the
+replica's answers, both without the GIL) bridge/apply/lane/_io.pyx. Built by the normal
+install (setup.py, Cython); when it is missing bridge.apply.lane uses the twin.
 """
 
 import socket as _socket
@@ -15,11 +15,11 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
-from bridge.apply import lane as _twin
-from bridge.apply import lanepos as _lanepos
+from bridge.apply.lane import lane as _twin
+from bridge.apply.lane import mysqlpos as _mysqlpos
 
-from bridge.apply._laneio cimport ANSWERS_WAIT_MS, FAILED_ANSWER, OK_BYTES_MIN, round_trip, sleep_on
-from bridge.apply._position cimport DOMAINS, POSITION_MAX, add_gtid, mysql_gno, parse_gtid, position_event
+from bridge.apply.lane._io cimport ANSWERS_WAIT_MS, FAILED_ANSWER, OK_BYTES_MIN, round_trip, sleep_on
+from bridge.apply.lane._position cimport DOMAINS, POSITION_MAX, add_gtid, mysql_gno, parse_gtid, position_event
 from bridge.transport._receiver cimport Receiver, give, take
 from bridge.transport.posix_io cimport SO_RCVLOWAT, SOL_SOCKET, setsockopt
 from bridge.wire._frames cimport frame_ok
@@ -32,9 +32,9 @@ NOTHING, FAILED, LOST = _twin.NOTHING, _twin.FAILED, _twin.LOST
 MAX_DOMAINS = _twin.MAX_DOMAINS
 
 _copied = (DOMAINS, OK_BYTES_MIN, ANSWERS_WAIT_MS, MYSQL_SET_MAX, MYSQL_TXN_BYTES, MYSQL_GROUP_BYTES, MAX_QUERY)
-if _copied != (_twin.MAX_DOMAINS, _twin.OK_BYTES_MIN, _twin.ANSWERS_WAIT_MS, _lanepos.MYSQL_SET_MAX,
+if _copied != (_twin.MAX_DOMAINS, _twin.OK_BYTES_MIN, _twin.ANSWERS_WAIT_MS, _mysqlpos.MYSQL_SET_MAX,
                _twin.MYSQL_TXN_BYTES, _twin.MYSQL_GROUP_BYTES, _twin.MAX_QUERY):
-    raise ImportError("bridge.apply._lane was built from constants its twin no longer has; rebuild it")
+    raise ImportError("bridge.apply.lane._lane was built from constants its twin no longer has; rebuild it")
 
 
 cdef inline Py_ssize_t query_bytes(Py_ssize_t events) noexcept nogil:
@@ -63,7 +63,7 @@ cdef class Lane:
     # --- the position the lane carries ----------------------------------------
 
     def set_position(self, seq, gtids):
-        self._mysql = _lanepos.mysql_position(gtids, self.engines is not None)
+        self._mysql = _mysqlpos.mysql_position(gtids, self.engines is not None)
         parts = [] if self._mysql is not None else _twin.mariadb_parts(gtids)
         if parts is None:
             self.domains.n = 0
@@ -91,7 +91,7 @@ cdef class Lane:
     # --- the round trip -------------------------------------------------------------
 
     def position_events(self, seq, now_us, gtids=None):
-        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable),
+        """The position's TABLE_MAP and UPDATE_ROWS events (as bridge.apply.binlog.build.PositionTable),
         with ``gtids`` (bytes; default: the set the lane carries)."""
         cdef uint8_t event[POSITION_MAX]
         cdef Py_ssize_t n

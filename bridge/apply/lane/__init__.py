@@ -1,5 +1,7 @@
-"""When the replica side's common case runs in one call per group (bridge.apply.lane,
-compiled as bridge.apply._lane), and what the applier and the ring learn from it.
+"""The apply lane: the replica side's common case in one call per group. Here: which
+``Lane`` runs (compiled, bridge.apply.lane._lane, with its position in ``_position`` and
+its waits in ``_io``; or its twin, bridge.apply.lane.lane, with ``mysqlpos``), when the
+lane runs (``LaneRunner``), and what the applier and the ring learn from it.
 
 The lane runs for one replica connection in binlog mode once the general path has
 set that connection up (the primary's FORMAT_DESCRIPTION run, the BINLOG probes
@@ -15,16 +17,16 @@ from __future__ import annotations
 import logging
 import ssl
 
-from bridge.apply import binlog_sql
-from bridge.apply import lane as twin
+from bridge.apply.binlog import build
 from bridge.apply.channel import Position
+from bridge.apply.lane import lane as twin
 from bridge.model import Gtid, GtidSet
 from bridge.server import dbconn
 from bridge.wire import native
 
 log = logging.getLogger(__name__)
 PART = "apply lane"
-_compiled = native.pick("bridge.apply._lane", PART)
+_compiled = native.pick("bridge.apply.lane._lane", PART)
 Lane = _compiled.Lane if _compiled is not None else twin.Lane
 COMPILED = _compiled is not None
 NOTHING, FAILED, LOST = twin.NOTHING, twin.FAILED, twin.LOST
@@ -81,10 +83,10 @@ class LaneRunner:
             table = rows.position_table
             # a MySQL replica keeping the primary's GTIDs: each transaction with its own (bridge.apply.gtids)
             engines = applier.engines_known if applier.keeps_gtids else None
-            self.lane = Lane(binlog_sql.position_key(applier.channel.encode(), table.channel_bytes,
+            self.lane = Lane(build.position_key(applier.channel.encode(), table.channel_bytes,
                                                      fmt.flavor.binlog_rows_v2),
                              rows.position_map, table.updated_at_digits, fmt.checksum_bytes == 4, fmt.server_id,
-                             engines, binlog_sql.update_type(fmt))
+                             engines, build.update_type(fmt))
             self._key, self._position = key, None
         if position is not self._position:  # the general path moved it
             if not self.lane.set_position(position.applied_seq, position.gtid_set):

@@ -1,4 +1,4 @@
-# What the compiled apply lane (bridge/apply/_lane.pyx) waits on (bridge/apply/_laneio.pyx):
+# What the compiled apply lane (bridge/apply/lane/_lane.pyx) waits on (bridge/apply/lane/_io.pyx):
 # the ring's doorbell while nothing is published, and the replica server's answers to one
 # round trip on the connection's raw socket; both serve meanwhile the tcp data connection
 # the lane holds (bridge/transport/_receiver.pxd). The twin is bridge.apply.lane.

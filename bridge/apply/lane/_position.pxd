@@ -1,4 +1,4 @@
-# The channel's position as the compiled apply lane writes it (bridge/apply/_position.pyx):
+# The channel's position as the compiled apply lane writes it (bridge/apply/lane/_position.pyx):
 # the MariaDB GTID set it carries, one (domain, server, seq) per domain, and the
 # UPDATE_ROWS event of rdma_bridge.bridge_meta that records it with the applied seq.
 # The twin is bridge.apply.lane (its GTID parts and position_events).

@@ -1,5 +1,5 @@
 """The replica side's common case in one call per group (pure-Python twin of
-bridge/apply/_lane.pyx; bridge.apply.lanes picks which runs).
+bridge/apply/lane/_lane.pyx; bridge.apply.lane picks which runs).
 
 The common case is a run of row-only transactions in the compact form (raw row
 events, no FORMAT_DESCRIPTION of their own, no rdma_bridge table but the heartbeat)
@@ -31,9 +31,9 @@ import socket
 import struct
 import time
 
-from bridge.apply import binlog_sql
+from bridge.apply.binlog import build
 from bridge.apply.connection import ANSWERS_WAIT_MS, GTID_AUTOMATIC, OK_BYTES_MIN
-from bridge.apply.lanepos import MysqlPosition, mysql_position
+from bridge.apply.lane.mysqlpos import MysqlPosition, mysql_position
 from bridge.model import HEARTBEAT_TABLE
 from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
 from bridge.server import sqlnames
@@ -58,7 +58,7 @@ _U64, _U32 = struct.Struct("<Q"), struct.Struct("<I")
 
 class Lane:
     """One per replica connection and format: ``channel_key`` is the position event's
-    fixed part (bridge.apply.binlog_sql: table id, flags, columns, bitmaps, the
+    fixed part (bridge.apply.binlog.build: table id, flags, columns, bitmaps, the
     channel), ``position_map`` its TABLE_MAP event, ``digits`` updated_at's fractional
     digits, ``checksum`` whether events carry a CRC32, ``server_id`` the primary's,
     ``engines`` and ``update_type`` as below."""
@@ -67,7 +67,7 @@ class Lane:
                  engines: dict | None = None, update_type: int = UPDATE_ROWS_V1) -> None:
         self.channel_key, self.position_map = bytes(channel_key), bytes(position_map)
         self.digits, self.checksum, self.server_id = digits, checksum, server_id
-        self.update_type = update_type  # the position event's (binlog_sql.update_type; its key made for it)
+        self.update_type = update_type  # the position event's (build.update_type; its key made for it)
         # a MySQL replica keeping its MySQL primary's GTIDs: the applier's {(schema, table): non-transactional}
         # (what the general path learnt; the lane takes only tables known transactional); None elsewhere
         self.engines = engines
@@ -134,11 +134,11 @@ class Lane:
     # --- the round trip -------------------------------------------------------------
 
     def position_events(self, seq: int, now_us: int, gtids: bytes | None = None) -> bytes:
-        """The position's TABLE_MAP and UPDATE_ROWS events (as binlog_sql.PositionTable),
+        """The position's TABLE_MAP and UPDATE_ROWS events (as build.PositionTable),
         with ``gtids`` (default: the set the lane carries)."""
         text = self.gtids.encode() if gtids is None else gtids
-        body = binlog_sql.position_update_body(self.channel_key, self.digits, seq, text, now_us)
-        return self.position_map + binlog_sql.event_bytes(self.update_type, body, self.server_id, self.checksum)
+        body = build.position_update_body(self.channel_key, self.digits, seq, text, now_us)
+        return self.position_map + build.event_bytes(self.update_type, body, self.server_id, self.checksum)
 
     def query(self, datas: list, seq: int, now_us: int) -> bytes:
         """``BINLOG '<the row events, then the position's>';COMMIT``."""

@@ -1,8 +1,8 @@
-# The compiled apply lane (bridge/apply/_lane.pyx; its twin is bridge.apply.lane): one
+# The compiled apply lane (bridge/apply/lane/_lane.pyx; its twin is bridge.apply.lane): one
 # group's bookkeeping and the lane's state, declared for Cython.
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
-from bridge.apply._position cimport Domains, EventForm
+from bridge.apply.lane._position cimport Domains, EventForm
 from bridge.transport._receiver cimport Placements
 
 

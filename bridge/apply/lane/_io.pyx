@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled apply lane's waits (_laneio.pxd): the sleep on the ring's doorbell, and
+"""The compiled apply lane's waits (_io.pxd): the sleep on the ring's doorbell, and
 one round trip on the replica connection's raw socket (a COM_QUERY, then its answers, read
 with at most one wakeup over TCP: the lane keeps the socket's SO_RCVLOWAT at two answers'
 size), each serving the tcp data connection the lane holds meanwhile so that an ANSWER a

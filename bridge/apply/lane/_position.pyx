@@ -2,7 +2,7 @@
 """The position the compiled apply lane carries and writes (_position.pxd): GTID text read
 from a frame (MariaDB's domain-server-seq, MySQL's number after the uuid), the MariaDB
 set grown transaction by transaction, and the position's UPDATE_ROWS event, byte for
-byte the twin's (bridge.apply.lane, bridge.apply.binlog_sql.PositionTable.update).
+byte the twin's (bridge.apply.lane, bridge.apply.binlog.build.PositionTable.update).
 """
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
