@@ -293,6 +293,7 @@ cdef class ShipLane:
         or queued on its link (tcp); False, nothing written anywhere, when it has no space.
         Then (fan-out) into each further ring the same way: one that has no space for it
         owes it (handed back in ``owed``), one found dead is left out."""
+        cdef int k
         if not self._place_in(&rings[0], 0, b, s, entries[0]):
             return False
         for k in range(1, n_rings):

@@ -64,7 +64,8 @@ cdef class Lane:
                                uint32_t epoch, Py_ssize_t *framed) noexcept nogil
     cdef bint _follows(self, const uint8_t *text, Py_ssize_t n, Group *g) except -1
     cdef Py_ssize_t _tables(self, const uint8_t *p, Py_ssize_t pos, uint32_t length, bint *beat) except -2
-    cdef char *_mariadb_query(self, char *o, const uint8_t *b, const Group *g, uint64_t seq, uint64_t picked)
+    cdef char *_mariadb_query(self, char *o, const uint8_t *b, const Group *g, const uint8_t *position,
+                              Py_ssize_t n)
     cdef char *_mysql_query(self, char *o, const uint8_t *b, const Group *g, uint64_t saved_seq, uint64_t saved_hi,
                             uint64_t picked)
     cdef int _settle(self, uint8_t *b, const Group *g, int status, int oks, uint64_t saved_seq,

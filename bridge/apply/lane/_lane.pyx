@@ -193,6 +193,8 @@ cdef class Lane:
         cdef Py_ssize_t n_max, room, error_len = 0
         cdef uint8_t *error = NULL
         cdef char *packet
+        cdef uint8_t position[POSITION_MAX]
+        cdef Py_ssize_t position_len = 0
         cdef object my = self._mysql  # MySQL: each transaction on its own, with its GTID
         self.my_key, self.my_before, self.my_after = None, b"", b""
         g.first, g.n, g.events, g.beats, g.total, g.sent, g.hi = self.txns, 0, 0, 0, 0, 0, 0
@@ -208,14 +210,18 @@ cdef class Lane:
         saved_hi = g.hi - g.n  # the carried interval's end before the group (the group may have named it)
         picked = now_ns(CLOCK_REALTIME)
         self.picked_ns = picked
-        n_max = g.sent + MYSQL_GROUP_BYTES if my is not None else \
-            query_bytes(g.total + len(self.position_map) + POSITION_MAX)  # each position at its longest
+        if my is None:  # the position first: the packet is allocated to size (small ones come from malloc's cache)
+            position_len = position_event(position, &self.form, &self.domains, saved_seq + g.n, picked // 1000, NULL,
+                                          0, 0, NULL, 0)
+            n_max = query_bytes(g.total + len(self.position_map) + position_len)
+        else:
+            n_max = g.sent + MYSQL_GROUP_BYTES  # each position at its longest
         packet = <char *>malloc(5 + n_max)
         if packet == NULL:
             raise MemoryError()
         try:
             if my is None:
-                n_max = self._mariadb_query(packet + 5, b, &g, saved_seq + g.n, picked) - (packet + 5)
+                n_max = self._mariadb_query(packet + 5, b, &g, position, position_len) - (packet + 5)
             else:
                 n_max = self._mysql_query(packet + 5, b, &g, saved_seq, saved_hi, picked) - (packet + 5)
                 answers = 3 * g.n + 2
@@ -359,11 +365,10 @@ cdef class Lane:
             k -= 1
         return -1 if i >= length else i
 
-    cdef char *_mariadb_query(self, char *o, const uint8_t *b, const Group *g, uint64_t seq, uint64_t picked):
-        """``BINLOG '<the group's row events, the position's events>';COMMIT`` at ``o``: its end."""
-        cdef uint8_t position[POSITION_MAX]
-        cdef Py_ssize_t n = position_event(position, &self.form, &self.domains, seq, picked // 1000, NULL, 0, 0,
-                                           NULL, 0)
+    cdef char *_mariadb_query(self, char *o, const uint8_t *b, const Group *g, const uint8_t *position,
+                              Py_ssize_t n):
+        """``BINLOG '<the group's row events, the position's events>';COMMIT`` at ``o`` (``position``:
+        its ``n`` bytes): its end."""
         cdef uint32_t carry = 0
         cdef int held = 0, i
         cdef Py_ssize_t *span

@@ -115,13 +115,13 @@ cdef char *_write_domains(char *g, const Domains *d) noexcept nogil:
 cdef Py_ssize_t _write_timestamp(uint8_t *o, int digits, uint64_t now_us) noexcept nogil:
     """TIMESTAMP2 of ``digits`` fractional digits (my_timestamp_to_binary): its bytes."""
     cdef uint64_t seconds = now_us // 1000000, micros = now_us % 1000000, fraction, scale = 1
-    cdef int width = (digits + 1) // 2, k
+    cdef int width = (digits + 1) // 2, k, _step
     o[0], o[1], o[2], o[3] = seconds >> 24, seconds >> 16, seconds >> 8, seconds
-    for _ in range(6 - digits):
+    for _step in range(6 - digits):
         scale *= 10
     fraction = micros - micros % scale
     scale = 1
-    for _ in range(6 - 2 * width):
+    for _step in range(6 - 2 * width):
         scale *= 10
     fraction //= scale
     for k in range(width):
