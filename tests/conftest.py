@@ -152,8 +152,11 @@ class BridgePair:
                 cur.execute(s)
 
     def sync(self, timeout_s=60.0):
+        """Until the replica holds the primary's position now. Fails once the replica's
+        position stops moving for ``timeout_s`` (a long backlog on a slow machine is
+        progress, not a hang)."""
         target = GtidSet.parse(primary_position(self.primary))
-        deadline = time.monotonic() + timeout_s
+        deadline, held = time.monotonic() + timeout_s, None
         with self.replica.cursor() as cur:
             while time.monotonic() < deadline:
                 assert not self.errors, f"bridge failed: {self.errors}"
@@ -163,8 +166,11 @@ class BridgePair:
                 row = cur.fetchone()
                 if row and GtidSet.parse(row[0]).contains_all(target):  # heartbeats may run past it
                     return
+                if row and row[0] != held:
+                    deadline, held = time.monotonic() + timeout_s, row[0]
                 time.sleep(0.02)
-        raise AssertionError(f"replica did not reach {target} in {timeout_s}s (errors: {self.errors})")
+        raise AssertionError(f"replica did not reach {target}: no progress past {held} in {timeout_s}s "
+                             f"(errors: {self.errors})")
 
     def assert_same(self, *schemas):
         self.sync()
