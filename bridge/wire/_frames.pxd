@@ -5,6 +5,7 @@
 # placement is bridge.wire.hotpath (scan_transaction, place_run).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
+from bridge.wire.layouts cimport BINLOG_HEADER
 from bridge.wire.native_c cimport rd32
 
 
@@ -28,6 +29,7 @@ cdef enum:
     SCAN_NO = 0  # not a transaction a run takes: the per-transaction path reads it
     SCAN_WHOLE = 1
     SCAN_MORE = 2  # the buffer ends inside one a run would take
+    SCAN_EVENT = 3  # next_event: one event read
 
 
 cdef struct Scanned:
@@ -46,6 +48,49 @@ cdef struct Scanned:
     Py_ssize_t name_at[2 * RUN_EVENTS]  # schema, table of each TABLE_MAP: offset in the buffer, length
     Py_ssize_t name_len[2 * RUN_EVENTS]
     Py_ssize_t names_len  # their compact encoding: a length byte and the name each
+
+
+cdef struct DumpPacket:  # next_event's place in the binlog dump's packets
+    Py_ssize_t at  # where the next packet starts
+    uint8_t seq_id  # the next packet's number
+    long long ack  # the ACK position a semi-sync packet asked for, or -1
+    Py_ssize_t event  # the event read: its start in the buffer, its size, type and next-event position
+    Py_ssize_t size
+    uint8_t etype
+    uint32_t position
+
+
+cdef inline int next_event(const uint8_t *b, Py_ssize_t end, bint semi_sync, DumpPacket *k) noexcept nogil:
+    """The binlog event of the packet at ``k.at``, that packet passed (SCAN_EVENT). A
+    semi-sync ACK asked for sets ``k.ack`` and restarts the packet numbers. SCAN_MORE: the
+    buffer ends inside the packet; SCAN_NO: not one whole event in one packet."""
+    cdef Py_ssize_t at = k.at, length, p, stop, size
+    cdef bint ack_requested = False
+    if end - at < 4:
+        return SCAN_MORE
+    length = b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)
+    if length >= MAX_PACKET or b[at + 3] != k.seq_id:
+        return SCAN_NO
+    if end - at - 4 < length:
+        return SCAN_MORE
+    p, stop = at + 4, at + 4 + length
+    k.at = stop
+    k.seq_id = <uint8_t>(k.seq_id + 1)
+    if length < 1 or b[p] != 0:
+        return SCAN_NO
+    p += 1
+    if semi_sync and stop - p >= 2 and b[p] == 0xEF:
+        ack_requested = (b[p + 1] & 1) != 0
+        p += 2
+    if stop - p < BINLOG_HEADER:
+        return SCAN_NO
+    size = rd32(b + p + 9)
+    if size < BINLOG_HEADER or p + size > stop:
+        return SCAN_NO
+    k.event, k.size, k.etype, k.position = p, size, b[p + 4], rd32(b + p + 13)
+    if ack_requested:
+        k.ack, k.seq_id = k.position, 1
+    return SCAN_EVENT
 
 
 cdef inline bint scanned_row_event(uint8_t etype) noexcept nogil:

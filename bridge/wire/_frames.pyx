@@ -86,39 +86,18 @@ cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
                   Scanned *s) noexcept nogil:
     """``_scan(gtid_first=True, run_rules=True)`` of the twin: a common transaction whole
     from ``b`` into ``s`` (spans, not copies), or why not."""
-    cdef Py_ssize_t at = 0, p, stop, length, size
-    cdef uint32_t next_position
-    cdef uint8_t etype
-    cdef bint ack_requested, gtid_first = True
-    cdef int kind, begin = BEGIN_NONE
-    s.ack, s.rows, s.spans, s.data_len, s.tables, s.names_len = -1, 0, 0, 0, 0, 0
+    cdef DumpPacket k
+    cdef Py_ssize_t p, size
+    cdef bint gtid_first = True
+    cdef int got, kind, begin = BEGIN_NONE
+    k.at, k.seq_id, k.ack = 0, seq_id, -1
+    s.rows, s.spans, s.data_len, s.tables, s.names_len = 0, 0, 0, 0, 0
     while True:
-        if end - at < 4:
-            return SCAN_MORE
-        length = b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)
-        if length >= MAX_PACKET or b[at + 3] != seq_id:
-            return SCAN_NO
-        if end - at - 4 < length:
-            return SCAN_MORE
-        p, stop = at + 4, at + 4 + length
-        at = stop
-        seq_id = <uint8_t>(seq_id + 1)
-        if length < 1 or b[p] != 0:
-            return SCAN_NO
-        p += 1
-        ack_requested = False
-        if semi_sync and stop - p >= 2 and b[p] == 0xEF:
-            ack_requested = (b[p + 1] & 1) != 0
-            p += 2
-        if stop - p < BINLOG_HEADER:
-            return SCAN_NO
-        size = rd32(b + p + 9)
-        if size < BINLOG_HEADER or p + size > stop:
-            return SCAN_NO
-        etype = b[p + 4]
-        next_position = rd32(b + p + 13)
-        if ack_requested:
-            s.ack, seq_id = next_position, 1
+        got = next_event(b, end, semi_sync, &k)
+        s.ack = k.ack
+        if got != SCAN_EVENT:
+            return got
+        p, size = k.event, k.size
         if gtid_first:
             kind = gtid_text(b + p, size, s.gtid, &s.gtid_len)
             if kind != GTID_MARIADB and kind != GTID_MYSQL:
@@ -130,17 +109,17 @@ cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
                 return SCAN_NO  # MySQL's DDL (its QUERY after the GTID), or anything else
             begin = BEGIN_NONE
             continue
-        if etype == XID_EVENT:
+        if k.etype == XID_EVENT:
             if not s.rows:
                 return SCAN_NO
-            s.taken, s.seq_id, s.position = at, seq_id, next_position
+            s.taken, s.seq_id, s.position = k.at, k.seq_id, k.position
             return SCAN_WHOLE
         if s.spans >= RUN_EVENTS:
             return SCAN_NO
-        if etype == TABLE_MAP_EVENT:
+        if k.etype == TABLE_MAP_EVENT:
             if not _table_names(b, p, size, s):
                 return SCAN_NO
-        elif scanned_row_event(etype):
+        elif scanned_row_event(k.etype):
             s.rows += 1
         else:
             return SCAN_NO

@@ -18,8 +18,9 @@ from bridge.wire import hotpath as _twin
 from bridge.wire.frame import FrameKind
 
 from bridge.wire._frames cimport (BEGIN_MAY, BEGIN_MUST, BEGIN_NONE, GTID_NONE, GTID_STANDALONE, GTID_TEXT,
-                                  MAX_PACKET, SCAN_MORE, SCAN_WHOLE, Scanned, frame_crc, gtid_text, is_begin_query,
-                                  is_heartbeat, payload_len, place_scanned, scan_one, scanned_row_event)
+                                  SCAN_EVENT, SCAN_MORE, SCAN_WHOLE, DumpPacket, Scanned, frame_crc, gtid_text,
+                                  is_begin_query, is_heartbeat, next_event, payload_len, place_scanned, scan_one,
+                                  scanned_row_event)
 from bridge.wire.layouts cimport BINLOG_HEADER, HEADER_BYTES, MYSQL_GTID_EVENT, TABLE_MAP_EVENT, XID_EVENT
 from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc_feed, bridge_crc_init, rd32, rd64, wr32,
                                    wr64)
@@ -268,41 +269,19 @@ def scan_transaction(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, bint gti
 
 cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
                   bint gtid_first):
-    cdef Py_ssize_t at = 0, p, stop, length, size, data_len = 0
-    cdef long long ack = -1
-    cdef uint32_t next_position
+    cdef DumpPacket k
+    cdef Py_ssize_t p, size, data_len = 0
     cdef uint8_t etype
-    cdef bint ack_requested
     cdef Py_ssize_t rows = 0
     cdef int begin = BEGIN_NONE if gtid_first else BEGIN_MAY
     spans = []  # (start, size) of each kept event in b
     tables = []
     gtid = None
+    k.at, k.seq_id, k.ack = 0, seq_id, -1
     while True:
-        if end - at < 4:
+        if next_event(b, end, semi_sync, &k) != SCAN_EVENT:
             return None
-        length = b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)
-        if length >= MAX_PACKET or b[at + 3] != seq_id or end - at - 4 < length:
-            return None
-        p, stop = at + 4, at + 4 + length
-        at = stop
-        seq_id = <uint8_t>(seq_id + 1)
-        if length < 1 or b[p] != 0:
-            return None
-        p += 1
-        ack_requested = False
-        if semi_sync and stop - p >= 2 and b[p] == 0xEF:
-            ack_requested = (b[p + 1] & 1) != 0
-            p += 2
-        if stop - p < BINLOG_HEADER:
-            return None
-        size = rd32(b + p + 9)
-        if size < BINLOG_HEADER or p + size > stop:
-            return None
-        etype = b[p + 4]
-        next_position = rd32(b + p + 13)
-        if ack_requested:
-            ack, seq_id = next_position, 1
+        p, size, etype = k.event, k.size, k.etype
         if gtid_first:
             got = _gtid(b + p, size)
             if got is None or got[1]:
@@ -320,7 +299,7 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
         if etype == XID_EVENT:
             if not rows:
                 return None
-            return at, seq_id, gtid, _joined(b, spans, data_len), tuple(tables), rows, next_position, ack
+            return k.at, k.seq_id, gtid, _joined(b, spans, data_len), tuple(tables), rows, k.position, k.ack
         if etype == TABLE_MAP_EVENT:
             names = _names(b + p, size)
             if names is None:  # what the twin does with it (a cut table name, or an error)

@@ -390,7 +390,8 @@ cdef class Lane:
         events and the position's in one BINLOG, ``COMMIT``), then GTID_NEXT back to
         AUTOMATIC, at ``o``: its end."""
         cdef uint8_t position[POSITION_MAX]
-        cdef Py_ssize_t n, *span
+        cdef Py_ssize_t n
+        cdef Py_ssize_t *span
         cdef uint32_t carry
         cdef int held, i
         cdef const char *before = PyBytes_AS_STRING(self.my_before)
