@@ -121,10 +121,15 @@ def test_ack_is_read_back_from_the_replica(hosted):
         ship(producer, remote, b"x")
     remote.flush()
     assert remote.read_ack() == 0
-    while (f := consumer.poll()) is not None:
-        consumer.acknowledge(f.seq)
+    acknowledge_all(consumer)
     assert remote.read_ack() == 3
     remote.close()
+
+
+def acknowledge_all(consumer) -> None:
+    """Every frame in the replica's ring read and acknowledged."""
+    while (f := consumer.poll()) is not None:
+        consumer.acknowledge(f.seq)
 
 
 def wait_held(remote, seq, timeout_s=30.0):
@@ -147,8 +152,7 @@ def test_held_never_claims_more_than_the_replica_ring_holds(hosted):
         assert remote.held(i) <= read_u64(hosted.host.region, WRITE_SEQ_AT)
         if i % 4 == 0:
             assert wait_held(remote, i) == i
-        while (f := consumer.poll()) is not None:
-            consumer.acknowledge(f.seq)
+        acknowledge_all(consumer)
     assert wait_held(remote, 40) == 40
     remote.close()
 
@@ -159,8 +163,7 @@ def test_last_ack_never_waits_and_catches_up(hosted):
     for _ in range(5):
         ship(producer, remote, b"x")
     remote.flush()
-    while (f := consumer.poll()) is not None:
-        consumer.acknowledge(f.seq)
+    acknowledge_all(consumer)
     deadline = time.monotonic() + 30
     while remote.last_ack() < 5:  # tcp: asks, and sees the answer on a later call
         assert time.monotonic() < deadline
