@@ -19,10 +19,11 @@ RATE ?= 2000
 SEMI_SYNC ?= received
 TRANSPORT ?= shm
 
-.PHONY: demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
+.PHONY: wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
 
 # setup.py builds the compiled core, every bridge/*/*.pyx (Cython, fetched by pip for the build), with the C
-# compiler and Python headers `compiler` installs.
+# compiler, Python headers and verbs.h (libibverbs-dev: the rdma transport's compiled queue pair) `compiler`
+# installs.
 $(STAMP): setup.cfg setup.py pyproject.toml $(wildcard bridge/*/*.pyx bridge/*/*.pxd bridge/*/*.h bridge/*/*/*.pyx bridge/*/*/*.pxd) | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -33,7 +34,9 @@ deps: $(STAMP) mariadb openssl
 
 compiler:
 	command -v cc >/dev/null && test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" \
-	  || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential python3-dev >/dev/null; }
+	  && test -f /usr/include/infiniband/verbs.h \
+	  || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential python3-dev \
+	       libibverbs-dev >/dev/null; }
 
 mariadb:
 ifeq ($(MARIADBD),)
@@ -100,7 +103,7 @@ MATRIX_TESTS ?= tests/integration/test_dml_ddl.py tests/integration/test_semanti
   tests/integration/test_types.py tests/integration/test_clone.py tests/integration/test_checksum.py \
   tests/integration/test_filter.py tests/integration/test_semisync.py tests/integration/test_apply_stop.py \
   tests/integration/test_doctor.py tests/integration/test_channels.py tests/integration/test_mysql.py \
-  tests/integration/test_realtime.py tests/faults
+  tests/integration/test_realtime.py tests/integration/test_read_only.py tests/faults
 MATRIX ?= local,mariadb-11.8 mariadb-11.8 mysql-9.7 mysql-9.7,local local,mysql-9.7
 test-matrix: deps containers
 	status=0; for servers in $(MATRIX); do echo "== servers $$servers"; \
@@ -112,22 +115,47 @@ rdma-deps: $(STAMP)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rdma-core ibverbs-providers ibverbs-utils python3-pyverbs >/dev/null; }
 	ln -sfn /usr/lib/python3/dist-packages/pyverbs $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pyverbs
 
-# The rdma transport for real: a cached Debian guest under QEMU with Soft-RoCE (rdma_rxe)
-# runs the transport conformance suite over rdma (tests/rdma/).
-# Inside: the transport conformance suite (shm, tcp and rdma) and end-to-end replication
-# over rdma with MariaDB in the guest (tests/rdma/). The image is cached in
-# /var/cache/rdma-bridge-vm (~2 min to build, ~1 min per run under software emulation).
+# A wheel with the compiled extensions (dist/): installed where the servers run, it needs no
+# compiler. test-wheel installs it into a fresh venv outside the checkout and, from there,
+# answers --version, runs doctor and the demo (a sandbox, both bridges, a verified match).
+wheel: $(STAMP)
+	rm -rf dist build
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
+WHEEL_DIR := /tmp/rdma-bridge-wheel-check
+test-wheel: wheel deps
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/python -m pip install -q dist/*.whl
+	cd $(WHEEL_DIR) && venv/bin/rdma-bridge --version | tee version.txt && grep -q "^compiled: hot path" version.txt
+	cd $(WHEEL_DIR) && venv/bin/rdma-bridge doctor --transport tcp
+	cd $(WHEEL_DIR) && venv/bin/rdma-bridge demo --state-dir $(WHEEL_DIR)/state --transactions 300 | tee demo.txt
+	cd $(WHEEL_DIR) && venv/bin/rdma-bridge sandbox down --state-dir $(WHEEL_DIR)/state
+	grep -q "verified: both databases hold the same rows" $(WHEEL_DIR)/demo.txt
+
+# The rdma transport for real: a cached Debian guest under QEMU with Soft-RoCE (rdma_rxe).
+# Inside: the transport conformance suite (shm, tcp and rdma), end-to-end replication and
+# its faults over rdma with MariaDB in the guest (tests/rdma/), fan-out with rdma members,
+# then the conformance suite and the queue pairs' byte-for-byte test again on the
+# pure-Python twins. The image is cached in /var/cache/rdma-bridge-vm (~2 min to build,
+# ~10 min per run under software emulation; the guest is given 30).
 test-rdma: $(STAMP)
 	command -v qemu-system-x86_64 >/dev/null && command -v debootstrap >/dev/null || { apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 debootstrap e2fsprogs >/dev/null; }
 	PIP="$(PY) -m pip" bash tests/rdma/build_image.sh
-	bash tests/rdma/run_guest.sh python3 -m pytest -q -p no:cacheprovider tests/rdma \
-	  tests/conformance
+	GUEST_TIMEOUT_S=1800 bash tests/rdma/run_guest.sh 'python3 -m pytest -q -p no:cacheprovider tests/rdma tests/conformance && \
+	  python3 -m pytest -q -p no:cacheprovider tests/faults/test_fanout.py -k rdma && \
+	  RDMA_BRIDGE_PURE_PYTHON=1 python3 -m pytest -q -p no:cacheprovider tests/conformance tests/rdma/test_verbs_twins.py'
 
-# Placement latency of the rdma transport next to perftest's ib_write_lat, in the guest.
+# The rdma transport in the guest, in one run: placement latency next to perftest's ib_write_lat
+# (bench.rdma_lat), then end to end over rdma, tcp and shm (bench.rdma_e2e: CPU per transaction,
+# lag, an idle replica side's CPU); both reports kept in bench/results (one file per run).
+RDMA_LOG = bench/results/$(shell date +%F-%H%M)-rdma.log
 bench-rdma: $(STAMP)
 	PIP="$(PY) -m pip" bash tests/rdma/build_image.sh
-	bash tests/rdma/run_guest.sh python3 -m bench.rdma_lat
+	GUEST_TIMEOUT_S=1500 bash tests/rdma/run_guest.sh 'python3 -m bench.rdma_lat >/tmp/lat.json && \
+	  python3 -m bench.rdma_e2e --placement /tmp/lat.json' | tee $(RDMA_LOG)
+	grep -q '"ratios"' $(RDMA_LOG)
 
 # FLAVOR=mysql-9.7 (or mariadb-11.8): the same demo on servers in containers built here.
 demo: deps $(if $(FLAVOR),containers)

@@ -12,7 +12,6 @@ import click
 from bridge.cli.options import (
     PIN_NEAR_NIC,
     PRIMARY_METRICS_PORT,
-    RDMA_SPIN_US,
     REALTIME,
     REPLICA_METRICS_PORT,
     RING_BYTES,
@@ -56,13 +55,13 @@ def server_url_option(role: str, what: str):
                    "flavor on both sides and BINLOG REPLAY. sql: rows replayed as INSERT/UPDATE/DELETE, for a "
                    "MySQL primary into MariaDB or the reverse; refused while the replica has triggers. auto: "
                    "binlog when both servers are of one flavor, else sql.")
-@click.option("--spin-us", type=click.IntRange(min=0), default=None, metavar="MICROSECONDS",
+@click.option("--spin-us", type=click.IntRange(min=0), default=0, show_default=True, metavar="MICROSECONDS",
               help="After a frame, keep polling the ring this long with zero sleeps (~70 µs apart: "
-                   "Linux's timer slack; about a quarter of a core meanwhile). Then shm and tcp sleep until "
-                   f"the primary rings the ring's doorbell, rdma polls every 200 µs. Default: 0 for shm and "
-                   "tcp (polling takes CPU from the servers on the same host, and the doorbell wakes the "
-                   f"replica side within tens of microseconds), {RDMA_SPIN_US} for rdma "
-                   "(a one-sided write wakes nobody).")
+                   "Linux's timer slack; about a quarter of a core meanwhile), for a core given to the replica "
+                   "side alone. Then it sleeps until the primary side wakes it: the ring's doorbell (shm, tcp), "
+                   "a write with immediate data on its queue pair's completion channel (rdma; with the "
+                   "pure-Python queue pair it polls every 200 µs). 0: sleep at once (polling takes CPU from the "
+                   "servers on the same host, and a wakeup costs tens of microseconds).")
 @PIN_NEAR_NIC
 @REALTIME
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
@@ -104,11 +103,9 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
     """
     from bridge.node.replica import ReplicaNode
 
-    spin_us = spin_us if spin_us is not None else RDMA_SPIN_US * (transport == "rdma")
     if realtime_priority and spin_us:
-        raise click.BadParameter(f"with --spin-us {spin_us}{' (the rdma default)' if transport == 'rdma' else ''}: "
-                                 "a SCHED_FIFO thread that polls keeps its CPU from every normal process, the "
-                                 "servers too; give --spin-us 0 (rdma then polls every 200 µs)",
+        raise click.BadParameter(f"with --spin-us {spin_us}: a SCHED_FIFO thread that polls keeps its CPU from "
+                                 "every normal process, the servers too; give --spin-us 0",
                                  param_hint="--realtime-priority")
     _schedule(pin_near_nic, realtime_priority)
     cfg = ReplicaConfig(target=MysqlUrl.parse(target, PASSWORD_ENV["target"]), listen=listen,
@@ -158,7 +155,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
               help="Write a heartbeat row (rdma_bridge.heartbeat) on the primary this often; the replica side "
                    "reports primary-write -> replica-commit as the lag stage. 0: off.")
 @click.option("--semi-sync", type=click.Choice(["off", "received", "applied"]), default="off", show_default=True,
-              help="Act as a semi-sync replica of the primary (rpl_semi_sync_master_enabled=ON there). "
+              help="Act as a semi-sync replica of the primary (rpl_semi_sync_master_enabled=ON there; MySQL "
+                   "8.0.26+: rpl_semi_sync_source_enabled=ON). "
                    "received: ACK once the transaction is placed in the replica's ring; applied: ACK once "
                    "the replica committed it, so a client whose commit returned reads its write on the "
                    "replica. The form (sync/async), degradations and their reasons show in `status`.")

@@ -72,7 +72,13 @@ def primary_process(source_url: str, port: int, transport: str, start_gtid: str,
     return BridgeProcess("primary", args, {"RDMA_BRIDGE_SOURCE": source_url}, log_dir)
 
 
-def wait_port(port: int, timeout_s: float = 20.0, alive=lambda: None) -> None:
+# A replica side's start: under a second here, but tens of seconds for one over rdma in
+# the test guest (software emulation, a busy host); a dead process fails at once (``alive``).
+START_TIMEOUT_S = 90.0
+
+
+def wait_port(port: int, timeout_s: float = START_TIMEOUT_S, alive=lambda: None) -> None:
+    """Until the replica side listens on ``port``; ``alive`` fails as soon as its process died."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         alive()

@@ -89,8 +89,9 @@ class ApplyLoop:
         runner = self._lane
         doorbell = self.host.doorbell_fd if self.host.doorbell_fd is not None else -1
         receiver = self.host.lane_receiver(session.consumer.region)  # tcp: the lane reads the data connection itself
+        sleeper = self.host.lane_sleeper()  # rdma: the lane sleeps on the session's queue pair
         if not runner.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes, doorbell,
-                          LANE_WAIT_MS, receiver):
+                          LANE_WAIT_MS, receiver, sleeper):
             return False
         done = runner.last
         self.counts.lane_groups_applied(done.groups, done.txns, done.beats, done.events, done.largest)

@@ -92,13 +92,15 @@ class FanShipLoop:
         key = (dump, *((m.producer, m.remote) for m in members))
         if self._fan_key != key:
             targets = [m.remote.lane_target() if m.remote is not None else None for m in members]
-            if any(t is None or (t.sock is None) != (targets[0].sock is None) for t in targets):
-                return None  # TLS, rdma, or shm and tcp mixed: the runs below
+            if any(not lanes.takes(t) or (t.sock is None) != (targets[0].sock is None) or
+                   (t.verbs is None) != (targets[0].verbs is None) for t in targets):
+                return None  # TLS, pyverbs' queue pair, or rings of two kinds: the runs below
             first = targets[0]
             self._fan_lane_obj = lanes.ShipLane(
                 dump, members[0].producer, first.remote, first.doorbell, HEARTBEAT_TABLE, self.assembler.chunk_bytes,
                 first.sock, self.counts,
-                [(m.producer, t.remote, t.doorbell, t.sock) for m, t in zip(members[1:], targets[1:])])
+                [(m.producer, t.remote, t.doorbell, t.sock, t.verbs) for m, t in zip(members[1:], targets[1:])],
+                verbs=first.verbs)
             self._fan_lane_obj.quorum = self.acks.quorum
             self._fan_key = key
             self._stall_ns = int(reader.read_timeout_s * 1e9)

@@ -21,7 +21,6 @@ from bridge.wire import control
 
 log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0
-ACCEPT_WAKE_S = 0.2  # how often the accept loop looks at its stop flag
 
 
 class Roles(Protocol):
@@ -47,6 +46,10 @@ class Listener:
 
     def close(self) -> None:
         self._stop.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept loop (accept fails): an idle one never polls
+        except OSError:
+            pass  # not listening any more
         self._sock.close()
         if self._thread is not None:
             self._thread.join(timeout=2)
@@ -55,10 +58,8 @@ class Listener:
         while not self._stop.is_set():
             try:
                 sock, _ = self._sock.accept()
-            except TimeoutError:
-                continue
             except OSError:
-                return
+                return  # closed
             threading.Thread(target=self._handle, args=(sock, roles), name="replica-conn", daemon=True).start()
 
     def _handle(self, sock: socket.socket, roles: Roles) -> None:
@@ -115,7 +116,6 @@ def listen(address: tuple[str, int]) -> socket.socket:
             raise ConfigError(f"listen on {where}: the address is in use (another replica side, or another "
                               "program, listens there): stop it or choose another --listen") from exc
         raise ConfigError(f"listen on {where}: {exc.strerror}") from exc
-    sock.settimeout(ACCEPT_WAKE_S)
     return sock
 
 

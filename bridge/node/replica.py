@@ -32,8 +32,7 @@ from bridge.node.session import Session
 from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.ops.statusdoc import ReplicaStatus
 from bridge.ring.consumer import RingConsumer
-from bridge.transport import make_host, receiver, tls
-from bridge.transport.doorbell import wait_for_doorbell
+from bridge.transport import make_host, native_parts, receiver, tls
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control, native
 
@@ -115,7 +114,8 @@ class ReplicaNode(ApplyLoop):
             self.metrics.start()
         self._listener.start(self)
         native.announce(log, ("hot path", *((lane.PART,) if self._lane is not None else ()),
-                              *((receiver.PART,) if self.cfg.transport == "tcp" else ())))
+                              *((receiver.PART,) if self.cfg.transport == "tcp" else ()),
+                              *native_parts(self.cfg.transport)))
         if self.cfg.tls is None and not is_loopback(self.address[0]):
             log.warning("--insecure-transport: the control and data connections on %s:%d carry every replicated row "
                         "in clear text", *self.address)
@@ -159,15 +159,17 @@ class ReplicaNode(ApplyLoop):
                     raise  # else close() took the doorbell away while this thread waited on it
 
     def _idle_wait(self) -> None:
-        """Sleep until the primary rings the ring's doorbell (shm, tcp), or poll (rdma)."""
-        session, fd = self.current, self.host.doorbell_fd
-        if session is None or fd is None:
-            time.sleep(self.cfg.poll_idle_s)
-            return
-        consumer = session.consumer
-        wait_for_doorbell(self.host.region, fd, lambda: consumer.published or bool(self._pending or self._stash))
+        """Sleep until the primary side wakes this side (the ring's doorbell; rdma: a write
+        with immediate data), or poll where the host cannot be woken (pyverbs' queue pair)."""
+        session = self.current
+        if session is not None:
+            consumer = session.consumer
+            if self.host.sleep(lambda: consumer.published or bool(self._pending or self._stash) or self._stop.is_set()):
+                return
+        time.sleep(self.cfg.poll_idle_s)
 
     def _report_progress(self) -> None:
+        self.stages.tick()  # the last minute's latency windows
         report = self._progress.due(self.counts.transactions_applied)
         if report and report[0]:
             applied, elapsed = report
@@ -254,6 +256,7 @@ class ReplicaNode(ApplyLoop):
 
     def stop(self) -> None:
         self._stop.set()
+        self.host.interrupt()  # an idle apply loop asleep on the host looks at the stop now
 
     def close(self) -> None:
         self._stop.set()
@@ -330,14 +333,13 @@ class ReplicaNode(ApplyLoop):
                 id=secrets.token_hex(8), epoch=epoch, control=conn, apply_mode=mode,
                 consumer=RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1, epoch=epoch),
                 has_format=self.applier.format is not None)
-            return {"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
-                    "auth": proof,
+            return control.welcome(auth=proof, **{
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
                     "params": {**self.host.params(), "session": self.current.id},
                     "applied_seq": pos.applied_seq, "gtid_set": str(pos.gtid_set), "channel": self.cfg.channel,
                     "apply_mode": mode, "format": self.applier.format.id if self.applier.format else "",
                     "epoch": epoch, "apply_stopped": self.halt.message() if self.halt else None,
-                    "delay_s": self.cfg.delay_s, "server": self.applier.server.identity}
+                    "delay_s": self.cfg.delay_s, "server": self.applier.server.identity})
 
     def _end_session(self, reason: str, code: EndCode = EndCode.BAD_FRAME) -> None:
         log.error("session %s ended: %s", self.session, reason)

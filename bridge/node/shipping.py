@@ -90,9 +90,10 @@ class ShipLoop:
                      lane.gil_waits, lane.gil_wait_max_ns / 1e6)
 
     def _lane_for(self, reader: BinlogReader, member: Member):
-        """The ship lane of this reader, producer and ring: over shm or plain tcp, semi-sync
+        """The ship lane of this reader, producer and ring: over shm, plain tcp or rdma, semi-sync
         `received` too (shm: its stores are the confirmation; tcp: it asks for the replica
-        side's answer), while no ACK waits, where the dump's reader is the lane's; else None."""
+        side's answer; rdma: the completion of its header write), while no ACK waits, where
+        the dump's reader is the lane's; else None."""
         remote, producer = member.remote, member.producer
         if remote is None or self.acks or self.cfg.semi_sync not in ("off", "received"):
             return None
@@ -103,10 +104,10 @@ class ShipLoop:
         if lane is None or lane.reader is not dump or lane.producer is not producer or \
                 self._lane_remote is not remote:
             target = remote.lane_target()
-            if target is None or self.cfg.semi_sync != "off" and not target.confirms:
+            if not lanes.takes(target) or self.cfg.semi_sync != "off" and not target.confirms:
                 return None
             lane = self._lane = lanes.ShipLane(dump, producer, target.remote, target.doorbell, HEARTBEAT_TABLE,
-                                               self.assembler.chunk_bytes, target.sock, self.counts)
+                                               self.assembler.chunk_bytes, target.sock, self.counts, verbs=target.verbs)
             self._lane_remote = remote
             self._stall_ns = int(reader.read_timeout_s * 1e9)
         return lane

@@ -1,8 +1,9 @@
 """Ring header layout (both ends must agree; docs/architecture.md, "The ring").
 
-Offset 0, little-endian: magic u64 | write_seq u64 | ack_seq u64 | head u32 |
-tail u32 | size u32 | waiting u32. The data area starts at DATA_OFFSET and is
-``size`` bytes, a power of two.
+Offset 0, little-endian: magic u64 | write_seq u64 | head u32 | tail u32 | ack_seq u64 |
+size u32 | waiting u32. The data area starts at DATA_OFFSET and is ``size`` bytes, a
+power of two. write_seq and head are side by side, so that a publish over rdma is one
+write of both (layout version 2).
 
 ``waiting``: the consumer sets it to 1 while it sleeps on its transport's doorbell; a
 producer that sees it after publishing rings the doorbell (transport/doorbell.py).
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 
 from bridge.errors import ConfigError, VersionSkew
 
-RING_LAYOUT_VERSION = 1
+RING_LAYOUT_VERSION = 2
 RING_MAGIC = int.from_bytes(b"RDMABRG", "little") << 8 | RING_LAYOUT_VERSION
-HEADER = struct.Struct("<QQQIIII")
+HEADER = struct.Struct("<QQIIQII")
 DATA_OFFSET = 64
-WRITE_SEQ_AT, ACK_SEQ_AT, HEAD_AT, TAIL_AT, SIZE_AT, WAITING_AT = 8, 16, 24, 28, 32, 36
+WRITE_SEQ_AT, HEAD_AT, TAIL_AT, ACK_SEQ_AT, SIZE_AT, WAITING_AT = 8, 16, 20, 24, 32, 36
+PUBLISH_AT, PUBLISH_BYTES = WRITE_SEQ_AT, 12  # write_seq and head: what a publish writes
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 MIN_RING_BYTES = 4096
@@ -49,11 +51,11 @@ def region_bytes(size: int) -> int:
 def init_region(region, size: int) -> None:
     """Zero the region and write a fresh header (replica side, once per session)."""
     region[:DATA_OFFSET + size] = bytes(DATA_OFFSET + size)
-    HEADER.pack_into(region, 0, RING_MAGIC, 0, 0, 0, 0, size, 0)
+    HEADER.pack_into(region, 0, RING_MAGIC, 0, 0, 0, 0, size, 0)  # magic, write_seq, head, tail, ack_seq, ...
 
 
 def read_ring_header(region) -> RingHeader:
-    magic, write_seq, ack_seq, head, tail, size, _ = HEADER.unpack_from(region, 0)
+    magic, write_seq, head, tail, ack_seq, size, _ = HEADER.unpack_from(region, 0)
     if magic != RING_MAGIC:
         raise VersionSkew(f"ring header: magic {magic:#x}, expected {RING_MAGIC:#x} "
                           f"(layout version {RING_LAYOUT_VERSION})")

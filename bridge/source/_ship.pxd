@@ -5,6 +5,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from bridge.source._dumpreader cimport DumpReader as Reader
 from bridge.transport._sender cimport Link
+from bridge.source.rings_c cimport Ring
 from bridge.wire._frames cimport Scanned
 
 
@@ -16,24 +17,10 @@ cdef enum:
     C_MAX_RINGS = 7  # bridge.source.ship.MAX_RINGS
 
 
-cdef struct Ring:
-    # a ring the run feeds (0: the first; then each further one, fan-out): its producer's
-    # mirror, the replica's shared ring (shm; over tcp its link carries the frames) and
-    # where its next frame goes
-    uint8_t *mirror  # the mirror's data area
-    uint8_t *shared  # the shared ring's region (shm)
-    Py_ssize_t size, head, room
-    uint64_t seq
-    uint32_t epoch
-    int bell  # its doorbell (shm), or -1
-    int dead  # a further ring whose doorbell or connection failed: fed no more this run
-    int fail  # ... why (an errno, or a link's FAIL_*)
-    int owes  # a further ring had no space for a transaction this run (handed back in ``owed``)
-
-
 cdef class ShipLane:
     cdef readonly Reader reader
     cdef readonly object producer, remote, heartbeat, counts, rings
+    cdef readonly object verbs  # rdma: the first ring's queue pair (bridge.transport._verbs), else None
     cdef public object owed, gone
     cdef readonly int doorbell
     cdef readonly Py_ssize_t max_bytes
@@ -62,7 +49,7 @@ cdef class ShipLane:
     cdef bint _place(self, Ring *rings, int n_rings, const uint8_t *b, Scanned *s, uint8_t sid, list entries) except -1
     cdef bint _place_in(self, Ring *ring, int k, const uint8_t *b, Scanned *s, list placed) except -1
     cdef int _send_publish(self, Ring *rings, int n_rings, bint answer) except? -3
-    cdef int _store_publishes(self, Ring *rings, int n_rings)
+    cdef int _store_publishes(self, Ring *rings, int n_rings, int need)
     cdef void _count(self, Py_ssize_t n, Py_ssize_t heartbeats)
     cdef void _note_gone(self, Ring *rings, int n_rings)
     cdef bint _settle_ack(self, Ring *rings, int n_rings, long long ack_pos, uint64_t ack_ns, uint64_t deadline,

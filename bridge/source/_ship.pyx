@@ -14,26 +14,27 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
-from libc.errno cimport EAGAIN, EINTR, errno
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.errno cimport EINTR, ETIMEDOUT, errno
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
-from posix.unistd cimport write
 
-from bridge.errors import TransportError
+from bridge.errors import RdmaError, TransportError
 from bridge.source import ship as _twin
 from bridge.source._dumpreader import DumpReader
 from bridge.wire.frame import FrameKind
 
 from bridge.source._dumpreader cimport DumpReader as Reader
+from bridge.source.rings_c cimport ring_advance, ring_copy, rings_publish
 from bridge.transport._sender cimport Link, link_error, publish, queue_span, take_answer
 from bridge.transport.posix_io cimport POLLIN, poll, pollfd
+from bridge.transport.verbs_c cimport BV_FAILED, bv_path
 from bridge.wire._frames cimport (GTID_TEXT, SCAN_MORE, SCAN_NO, SCAN_WHOLE, Scanned, is_heartbeat, payload_len,
                                   place_scanned, scan_one)
-from bridge.wire.layouts cimport DATA_OFFSET, HEAD_AT, WAITING_AT, WRITE_SEQ_AT
-from bridge.wire.native_c cimport CLOCK_MONOTONIC, fence_full, fence_release, now_ns, rd32, wr32, wr64
+from bridge.wire.layouts cimport DATA_OFFSET
+from bridge.wire.native_c cimport CLOCK_MONOTONIC, now_ns
 
-DUMP_BUFFER, PEEK_BYTES = _twin.DUMP_BUFFER, _twin.PEEK_BYTES
+DUMP_BUFFER, PEEK_BYTES, PLACE_TIMEOUT_S = _twin.DUMP_BUFFER, _twin.PEEK_BYTES, _twin.PLACE_TIMEOUT_S
 RUN_TXNS, BATCHES, IDLE, NOT_MINE, MAX_RINGS = _twin.RUN_TXNS, _twin.BATCHES, _twin.IDLE, _twin.NOT_MINE, \
     _twin.MAX_RINGS
 __all__ = ["BATCHES", "DUMP_BUFFER", "IDLE", "MAX_RINGS", "NOT_MINE", "PEEK_BYTES", "RUN_TXNS", "DumpReader",
@@ -58,46 +59,28 @@ cdef inline void _keep(uint32_t *us_of, uint32_t *n_of, int *kept, uint64_t elap
     kept[0] += 1
 
 
-cdef void _copy(Ring *ring, Py_ssize_t used, bint wrapped) noexcept nogil:
-    """shm: the ``used`` bytes a placement took from the ring's head, from the mirror into
-    the shared ring (the ring's end first where it ``wrapped``)."""
-    cdef Py_ssize_t head = ring.head
-    if wrapped:
-        memcpy(ring.shared + DATA_OFFSET + head, ring.mirror + head, ring.size - head)
-        memcpy(ring.shared + DATA_OFFSET, ring.mirror, used - (ring.size - head))
-    else:
-        memcpy(ring.shared + DATA_OFFSET + head, ring.mirror + head, used)
-
-
-cdef inline void _advance(Ring *ring, Py_ssize_t used) noexcept nogil:
-    ring.head = (ring.head + used) % ring.size  # past the gap too, if it wrapped
-    ring.room -= used
-    ring.seq += 1
-
-
-cdef int _store_publish(Ring *ring) noexcept nogil:
-    """shm: the ring's head, then (release) the write_seq that publishes its frames, then
-    (the seq out before the waiting flag is read; the consumer: the other way round) the
-    doorbell when the replica side sleeps on it: 0, or the errno of the doorbell's write."""
-    wr32(ring.shared + HEAD_AT, <uint32_t>ring.head)
-    fence_release()
-    wr64(ring.shared + WRITE_SEQ_AT, ring.seq - 1)
-    fence_full()
-    if ring.bell >= 0 and rd32(ring.shared + WAITING_AT):
-        if write(ring.bell, b"\x01", 1) < 0 and errno != EAGAIN:
-            return errno
-    return 0
+cdef object _verbs_error(bv_path *path, int err):
+    """What a failed rdma placement raises (the first ring's)."""
+    if err == BV_FAILED:
+        return RdmaError.completion(path.status, path.opcode)
+    if err == ETIMEDOUT:
+        return RdmaError.timed_out(PLACE_TIMEOUT_S)
+    return RdmaError.call("post_send", err)
 
 
 cdef class ShipLane:
     def __init__(self, Reader reader, producer, remote, int doorbell, heartbeat, Py_ssize_t max_bytes,
-                 sock=None, counts=None, rings=()):
+                 sock=None, counts=None, rings=(), verbs=None):
         cdef int k
-        self.reader, self.producer, self.remote, self.doorbell = reader, producer, remote, doorbell
+        self.reader, self.producer, self.remote, self.doorbell, self.verbs = reader, producer, remote, doorbell, verbs
         self.rings = tuple(rings)
-        if len(self.rings) > C_MAX_RINGS or \
-                any(len(ring) != 4 or (ring[3] is None) != (sock is None) for ring in self.rings):
-            raise ValueError(f"ship lane: further rings of the first one's kind (shm or tcp), {C_MAX_RINGS} at most")
+        if len(self.rings) > C_MAX_RINGS or any(len(ring) != 5 or (ring[3] is None) != (sock is None) or
+                                                (ring[4] is None) != (verbs is None) for ring in self.rings):
+            raise ValueError(f"ship lane: further rings of the first one's kind (shm, tcp or rdma), {C_MAX_RINGS} "
+                             "at most")
+        if verbs is not None and any(qp.lane_path is None for qp in (verbs, *(ring[4] for ring in self.rings))):
+            raise ValueError("ship lane: an rdma ring's queue pair is pyverbs' (the compiled lane posts on the "
+                             "compiled queue pair only)")
         self.owed, self.gone = [], []
         self.counts = counts
         self.sock = sock
@@ -221,7 +204,7 @@ cdef class ShipLane:
                         if send_err:
                             break
                     else:
-                        bell_err = self._store_publishes(rings, n_rings)
+                        bell_err = self._store_publishes(rings, n_rings, self.quorum if ack_pos >= 0 else 1)
                     _keep(self.batch_us, self.batch_n, &self.batches, now_ns(CLOCK_MONOTONIC) - whole_ns, batch_n)
                     if self.counts is not None:  # live: status and metrics see them as they happen
                         self._count(batch_n, batch_hb)
@@ -258,6 +241,8 @@ cdef class ShipLane:
             self.seq_id = sid
             for k in range(self.n_links):
                 self.links[k].out_len = 0  # what a failure left unsent: the ring's resend covers it
+        if bell_err and rings[0].verbs != NULL:
+            raise _verbs_error(rings[0].verbs, bell_err)
         if bell_err:
             raise TransportError(f"ring the replica's doorbell: {os.strerror(bell_err)}")
         if send_err:
@@ -268,6 +253,7 @@ cdef class ShipLane:
         """Ring ``k`` (0: the first) as its producer stands: both its buffers taken (over tcp
         the mirror stands in for the shared ring, which the link carries the frames to)."""
         producer, remote, bell = (self.producer, self.remote, self.doorbell) if k == 0 else self.rings[k - 1][:3]
+        qp = self.verbs if k == 0 else self.rings[k - 1][4]
         PyObject_GetBuffer(producer.region, mirror, PyBUF_WRITABLE)
         try:
             PyObject_GetBuffer(remote if self.n_links == 0 else producer.region, shared, PyBUF_WRITABLE)
@@ -286,6 +272,7 @@ cdef class ShipLane:
             PyBuffer_Release(mirror)
             raise
         ring.mirror, ring.shared = <uint8_t *>mirror.buf + DATA_OFFSET, <uint8_t *>shared.buf
+        ring.verbs = <bv_path *><uintptr_t>qp.lane_path if qp is not None else NULL
         return 0
 
     cdef bint _place(self, Ring *rings, int n_rings, const uint8_t *b, Scanned *s, uint8_t sid, list entries) except -1:
@@ -307,14 +294,19 @@ cdef class ShipLane:
     cdef bint _place_in(self, Ring *ring, int k, const uint8_t *b, Scanned *s, list placed) except -1:
         cdef Py_ssize_t frame_at = ring.head
         cdef Py_ssize_t used = place_scanned(ring.mirror, ring.size, &frame_at, ring.room, ring.seq, ring.epoch, b, s)
+        cdef int err
         if not used:
             return False
         if self.n_links:
             queue_span(&self.links[k], ring.mirror, ring.size, ring.head, used, frame_at < ring.head)
         else:
-            _copy(ring, used, frame_at < ring.head)
+            err = ring_copy(ring, used, frame_at < ring.head)
+            if err and k == 0:
+                raise _verbs_error(ring.verbs, err)
+            if err:
+                ring.dead, ring.fail = 1, err
         placed.append((ring.seq, used, DATA_OFFSET + frame_at, payload_len(s), FrameKind.TXN, 0))
-        _advance(ring, used)
+        ring_advance(ring, used)
         return True
 
     cdef int _send_publish(self, Ring *rings, int n_rings, bint answer) except? -3:
@@ -333,18 +325,13 @@ cdef class ShipLane:
         self._note_gone(rings, n_rings)
         return first
 
-    cdef int _store_publishes(self, Ring *rings, int n_rings):
-        """shm: every live ring published in its shared header: 0, or the errno of the first
-        ring's doorbell (a further ring whose doorbell fails is dead)."""
-        cdef int k, err, first = 0
-        for k in range(n_rings):
-            if rings[k].dead:
-                continue
-            err = _store_publish(&rings[k])
-            if err and k == 0:
-                first = err
-            elif err:
-                rings[k].dead = 1
+    cdef int _store_publishes(self, Ring *rings, int n_rings, int need):
+        """shm and rdma: ``rings_publish`` (bridge/source/rings_c.pxd), the GIL released; the
+        further rings it found dead named in ``gone``."""
+        cdef int first
+        cdef uint64_t timeout_ns = <uint64_t>(PLACE_TIMEOUT_S * 1e9)
+        with nogil:
+            first = rings_publish(rings, n_rings, need, timeout_ns)
         self._note_gone(rings, n_rings)
         return first
 
@@ -376,7 +363,7 @@ cdef class ShipLane:
         cdef uint64_t asked_ns, until_ns, woke_ns
         for k in range(n_rings):
             want[k] = rings[k].seq - 1
-            if k == 0 or not rings[k].dead and not rings[k].owes:
+            if k == 0 or not rings[k].dead and not rings[k].owes and not rings[k].pending:
                 holding[n_holding] = k
                 n_holding += 1
         asked_ns = now_ns(CLOCK_MONOTONIC)

@@ -15,8 +15,14 @@ kind (the general path reads them: DDL, a statement, a transaction to chunk, the
 server's heartbeat or rotate events, a full ring, the end of the stream or an error,
 which the general path meets and names), having published what it placed.
 
+Over rdma (``verbs``: the transport's queue pair, bridge.transport.verbs) the frames go into
+the transport's registered mirror (``remote``), as over shm into the shared ring, their
+RDMA WRITEs queued; a publish posts them with the header's and waits for its completion
+(the replica's memory holds them then: its own confirmation, as shm's stores are), and
+wakes the replica side where it sleeps.
+
 Fan-out (bridge.node.fanout): ``rings`` names further rings of the first one's kind
-(shm rings, or tcp data connections), each with its own producer, fed the same
+(shm rings, tcp data connections, or rdma queue pairs), each with its own producer, fed the same
 transactions in the same call (each framed into its own mirror with its own seqs,
 published with the first). A transaction one of them has no space for is placed in the
 others, handed back in ``owed`` (which ring, its packets, their first packet number) and
@@ -38,7 +44,7 @@ gone, one is slow) it is handed back the same way. Over tcp each connection's an
 asked for and not read yet are the caller's between runs: ``answers_in`` gives the lane
 those its transport asked for, ``answers_out`` takes back those the lane asked for.
 
-It runs over shm and tcp (not TLS), in binlog apply mode, over a dump connection without
+It runs over shm, tcp (not TLS) and rdma, in binlog apply mode, over a dump connection without
 TLS (``bridge.node.primary`` decides). Both twins keep the
 producer's bookkeeping (head, used, next seq, the entries ``unacked`` resends) as
 ``RingProducer.place_run`` does, so a lost link resends from the ring as always.
@@ -52,13 +58,14 @@ import select
 import socket
 import time
 
-from bridge.errors import TransportError
+from bridge.errors import RdmaError, TransportError
 from bridge.ring.layout import consumer_waiting, write_publish
 from bridge.source.dumpreader import BLOCKED, DUMP_BUFFER, PEEK_BYTES, DumpReader
 from bridge.wire import binlog, hotpath, placement
 
 BATCHES = 256  # publishes (ACKs) a run keeps apart for the "place" ("ack") stage (the last one takes the rest)
 RUN_TXNS = 64  # transactions placed between two publishes at most
+PLACE_TIMEOUT_S = 10.0  # rdma: how long a publish waits for the completion of its header write
 MAX_RINGS = 7  # further rings one lane feeds at most (fan-out)
 # why run() returned: nothing to read for wait_ms; bytes that are not the lane's (the general path reads them)
 IDLE, NOT_MINE = 0, 1
@@ -83,18 +90,20 @@ class ShipLane:
     """The common case of one session: the dump's reader, the ring producer, and where
     the frames go: the replica's shared-memory ring (``remote``, a writable view) and its
     doorbell (-1: none), or the tcp transport's data socket (``sock``, each send bounded by
-    its timeout as ``sendall``'s). ``rings``: further rings of the same kind, each
-    (producer, shared ring or None, doorbell fd or -1, data socket or None). ``counts``
+    its timeout as ``sendall``'s), or the rdma transport's mirror and queue pair (``verbs``).
+    ``rings``: further rings of the same kind, each (producer, shared ring or mirror or None,
+    doorbell fd or -1, data socket or None, queue pair or None). ``counts``
     (the node's PrimaryCounts) learns each publish as it happens: transactions and
     heartbeats shipped, taken whole, ACKs sent."""
 
     def __init__(self, reader: DumpReader, producer, remote, doorbell: int, heartbeat: tuple[str, str],
-                 max_bytes: int, sock: socket.socket | None = None, counts=None, rings=()) -> None:
-        self.reader, self.producer, self.remote, self.doorbell = reader, producer, remote, doorbell
+                 max_bytes: int, sock: socket.socket | None = None, counts=None, rings=(), verbs=None) -> None:
+        self.reader, self.producer, self.remote, self.doorbell, self.verbs = reader, producer, remote, doorbell, verbs
         self.rings = tuple(rings)
-        if len(self.rings) > MAX_RINGS or \
-                any(len(ring) != 4 or (ring[3] is None) != (sock is None) for ring in self.rings):
-            raise ValueError(f"ship lane: further rings of the first one's kind (shm or tcp), {MAX_RINGS} at most")
+        if len(self.rings) > MAX_RINGS or any(len(ring) != 5 or (ring[3] is None) != (sock is None) or
+                                              (ring[4] is None) != (verbs is None) for ring in self.rings):
+            raise ValueError(f"ship lane: further rings of the first one's kind (shm, tcp or rdma), {MAX_RINGS} "
+                             "at most")
         self.owed: list[tuple[int, bytes, int]] = []  # (ring, packets, first packet number) it had no space for
         self.gone: list[int] = []  # further rings whose doorbell or connection failed (the replica side is gone)
         self.sock, self.counts = sock, counts
@@ -110,6 +119,7 @@ class ShipLane:
         self.gil_waits = self.gil_wait_max_ns = 0  # the compiled lane's waits for the interpreter lock (none here)
         self._batches: list[list[int]] = []  # per publish: [µs from its first transaction placed, transactions]
         self._acks_us: list[list[int]] = []  # per ACK sent: [µs from its transaction placed, ACKs]
+        self._pending: dict[int, int] = {}  # rdma: rings (0: the first) whose last publish (seq) has not completed
         self.why = IDLE
 
     @property
@@ -162,7 +172,7 @@ class ShipLane:
                     if run is None:
                         more = hotpath.scan_wants_more(buffered, seq_id, semi_sync, self.max_bytes)
                     else:
-                        for i, (other, ring, _, _) in enumerate(self.rings):
+                        for i, (other, ring, _, _, qp) in enumerate(self.rings):
                             if i in self.gone:
                                 continue
                             placed = other.place_run(buffered[:run.taken], seq_id, semi_sync, self.max_bytes,
@@ -170,11 +180,14 @@ class ShipLane:
                             if placed is None:
                                 self.owed.append((i, bytes(buffered[:run.taken]), seq_id))
                                 continue
-                            self._copy(placed.placements, other, ring, links[i + 1] if links else None)
+                            try:
+                                self._copy(placed.placements, other, ring, links[i + 1] if links else None, qp)
+                            except TransportError:  # rdma: posting a full chain failed
+                                self._lose(i)
                     del buffered
                 if run is not None:
                     whole_ns = whole_ns or time.monotonic_ns()
-                    self._copy(run.placements, producer, self.remote, links[0] if links else None)
+                    self._copy(run.placements, producer, self.remote, links[0] if links else None, self.verbs)
                     reader.start += run.taken
                     seq_id = run.seq_id
                     self.frames += 1
@@ -234,15 +247,18 @@ class ShipLane:
         return self.frames
 
     @staticmethod
-    def _copy(placements, producer, ring, link: _Link | None) -> None:
-        """Framed spans from ``producer``'s mirror: into the shared ring, or as WRITE messages
-        queued on the link."""
+    def _copy(placements, producer, ring, link: _Link | None, qp=None) -> None:
+        """Framed spans from ``producer``'s mirror: into the shared ring, as WRITE messages
+        queued on the link, or into the registered mirror with their RDMA WRITEs queued
+        (a TransportError where posting a full chain failed)."""
         for p in placements:
             span = producer.region[p.offset:p.offset + p.length]
-            if link is None:
-                ring[p.offset:p.offset + p.length] = span
-            else:
+            if link is not None:
                 link.out += placement.encode_write(p.offset, span)
+                continue
+            ring[p.offset:p.offset + p.length] = span
+            if qp is not None:
+                qp.place(p.offset, p.length)
 
     def _count(self, n: int, heartbeats: int) -> None:
         counts = self.counts
@@ -286,7 +302,7 @@ class ShipLane:
     def _holding(self) -> list[int]:
         """The rings (0: the first) that hold the transaction just published: not a further
         ring that had no space for it, or whose replica side is gone."""
-        missing = {i for i, _, _ in self.owed} | set(self.gone)
+        missing = {i for i, _, _ in self.owed} | set(self.gone) | {k - 1 for k in self._pending}
         return [0] + [i + 1 for i in range(len(self.rings)) if i not in missing]
 
     def _answered(self, until_ns: int, holding: list[int]) -> bool:
@@ -351,19 +367,60 @@ class ShipLane:
         """Every ring published: the first ring's failure raises once the others are (a
         further one's makes it gone)."""
         first = None
-        targets = ((self.remote, write_seq, head, self.doorbell),
-                   *((r, p.write_seq, p.head, b) for p, r, b, _ in self.rings))
-        for i, (ring, seq, at, bell) in enumerate(targets):
+        targets = ((self.remote, write_seq, head, self.doorbell, self.verbs),
+                   *((r, p.write_seq, p.head, b, qp) for p, r, b, _, qp in self.rings))
+        for i, (ring, seq, at, bell, qp) in enumerate(targets):
             if i and i - 1 in self.gone:
                 continue
-            failure = self._send_publish(self.links[i], seq, at, confirm) if self.links else \
-                self._store_publish(ring, seq, at, bell)
+            if self.links:
+                failure = self._send_publish(self.links[i], seq, at, confirm)
+            elif qp is not None:
+                failure = self._post_publish(qp, seq, at)
+                self._pending[i] = seq
+            else:
+                failure = self._store_publish(ring, seq, at, bell)
             if failure is not None and i:
                 self._lose(i - 1)
             elif failure is not None:
                 first = failure
+        if first is None and self.verbs is not None:
+            first = self._settle_writes(self.quorum if confirm else 1)
         if first is not None:
             raise first
+
+    def _settle_writes(self, need: int) -> TransportError | None:
+        """rdma: the rings' completions polled in turn until the first ring and ``need`` rings
+        in all hold what they published (a semi-sync ACK's quorum; else the first alone),
+        each woken as its completion arrives where its replica side sleeps: the first ring's
+        failure, or None; a further ring that fails is gone, one that is slow stays pending."""
+        qps = (self.verbs, *(qp for *_, qp in self.rings))
+        deadline = time.monotonic() + PLACE_TIMEOUT_S
+        while True:
+            for i, seq in list(self._pending.items()):
+                try:
+                    if qps[i].reap():
+                        del self._pending[i]
+                        qps[i].wake(seq)
+                except TransportError as failure:
+                    if i == 0:
+                        return failure
+                    self._pending.pop(i, None)
+                    self._lose(i - 1)
+            live = 1 + len(self.rings) - len(self.gone)
+            if 0 not in self._pending and (live - len(self._pending) >= need or live < need):
+                return None  # held, or a quorum no longer possible (the ACK is handed back)
+            if time.monotonic() >= deadline:
+                return RdmaError.timed_out(PLACE_TIMEOUT_S) if 0 in self._pending else None
+            time.sleep(0)
+
+    @staticmethod
+    def _post_publish(qp, write_seq: int, head: int) -> TransportError | None:
+        """rdma: the header's write posted after the frames' (RdmaRemoteRing.publish's first half)."""
+        try:
+            qp.post_publish(write_seq, head)
+        except TransportError as exc:
+            return exc
+        return None
 
     @staticmethod
     def _send_publish(link: _Link, write_seq: int, head: int, confirm: bool) -> TransportError | None:

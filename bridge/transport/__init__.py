@@ -1,6 +1,6 @@
 """One-sided-write transports: the replica's ring presented to the primary as
 remote memory (``RemoteRing``), and the replica side that owns that memory
-(``RingHost``). ``rdma`` (pyverbs) is imported lazily, only in rdma.py."""
+(``RingHost``). ``rdma`` (pyverbs) is imported lazily, only by rdma.py (and its verbs.py)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,11 @@ def _rdma():
         raise ConfigError(f"transport 'rdma': pyverbs is not importable ({exc}); `make rdma-deps` installs "
                           "Debian's python3-pyverbs into the venv, or use --transport tcp/shm") from exc
     return rdma
+
+
+def native_parts(transport: str) -> tuple[str, ...]:
+    """The compiled parts (bridge.wire.native) a transport brings to a node's "compiled core" line."""
+    return (_rdma().PART,) if transport == "rdma" else ()
 
 
 def check_available(transport: str) -> None:

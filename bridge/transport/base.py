@@ -13,8 +13,8 @@ idle consumer may sleep on (None: poll; see doorbell.py).
 
 The compiled lanes' hooks are part of the contract, on every transport: a ship lane
 (bridge.source.ship) writes a ring itself where ``lane_target`` names how (shm: the shared
-ring and its doorbell; tcp: the data socket), and an apply lane (bridge.apply.lane) reads
-the tcp data connection itself through ``lane_receiver``. A transport without them
+ring and its doorbell; tcp: the data socket; rdma: the mirror and its queue pair), and an
+apply lane (bridge.apply.lane) reads the tcp data connection itself through ``lane_receiver``. A transport without them
 answers None, and the general path does the work.
 """
 
@@ -24,18 +24,23 @@ import socket
 from dataclasses import dataclass
 from typing import Protocol
 
+from bridge.transport.doorbell import DOORBELL_WAIT_S, wait_for_doorbell
+
 
 @dataclass(frozen=True, slots=True)
 class LaneTarget:
     """Where a ship lane puts a ring's frames itself: into the replica's shared ring
-    (``remote``, a writable view of it) ringing its ``doorbell`` (-1: none), or as WRITE and
-    PUBLISH messages on the data socket (``sock``, plain TCP). ``confirms``: its placement
-    can be confirmed within the lane (shm: the stores themselves; tcp: the replica side's
-    answer), so the lane may send semi-sync `received` ACKs itself."""
+    (``remote``, a writable view of it) ringing its ``doorbell`` (-1: none), as WRITE and
+    PUBLISH messages on the data socket (``sock``, plain TCP), or into the registered mirror
+    (``remote``) whose ranges its queue pair (``verbs``, bridge.transport.verbs) writes into
+    the replica's ring. ``confirms``: its placement can be confirmed within the lane (shm:
+    the stores themselves; tcp: the replica side's answer; rdma: the completion of its
+    header write), so the lane may send semi-sync `received` ACKs itself."""
 
     remote: memoryview | None = None
     doorbell: int = -1
     sock: socket.socket | None = None
+    verbs: object | None = None
     confirms: bool = False
 
 
@@ -52,7 +57,7 @@ class RemoteRing(Protocol):
     def close(self) -> None: ...
 
     # --- a ship lane writing this ring itself (bridge.node.shipping, fanship) ---------
-    def lane_target(self) -> LaneTarget | None: ...  # None: the general path places (TLS, rdma, messages queued)
+    def lane_target(self) -> LaneTarget | None: ...  # None: the general path places (TLS, messages queued)
     def lane_published(self, write_seq: int) -> None: ...  # a lane published up to ``write_seq``
     # the answers asked for and not read yet, handed to the lane for its run: (how many,
     # the next one's bytes read so far, the seq published when the last was asked for)
@@ -74,6 +79,13 @@ class RingHost(Protocol):
     # the compiled receiver of the data connection writing into ``region`` (the session's
     # ring), which an apply lane may read the connection through while it runs; None: none
     def lane_receiver(self, region: memoryview) -> object | None: ...
+    # an idle consumer's wait until the primary side wakes it (bounded: DOORBELL_WAIT_S), where
+    # the host wakes it otherwise than by ``doorbell_fd``; False: it cannot (the consumer polls)
+    def sleep(self, has_work, timeout_s: float = ...) -> bool: ...
+    def interrupt(self) -> None: ...  # a ``sleep`` cut short (the node stops)
+    # rdma: the queue pair an idle apply lane sleeps through (its ``lane_sleeper``); None: the
+    # doorbell (shm, tcp), or nothing to sleep on
+    def lane_sleeper(self) -> object | None: ...
 
 
 class NoLaneReceiver:
@@ -82,6 +94,20 @@ class NoLaneReceiver:
 
     def lane_receiver(self, region: memoryview) -> None:
         return None
+
+
+class DoorbellSleep:
+    """A ring host whose idle consumer sleeps on ``doorbell_fd`` (shm, tcp)."""
+
+    def sleep(self, has_work, timeout_s: float = DOORBELL_WAIT_S) -> bool:
+        wait_for_doorbell(self.region, self.doorbell_fd, has_work, timeout_s)
+        return True
+
+    def interrupt(self) -> None:
+        """Nothing to cut short: a sleep on the doorbell lasts DOORBELL_WAIT_S at most."""
+
+    def lane_sleeper(self) -> None:
+        return None  # the lane sleeps on ``doorbell_fd``
 
 
 class NoLaneAnswers:

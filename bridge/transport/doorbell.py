@@ -4,8 +4,8 @@ The consumer sets the ring header's ``waiting`` word, looks at the ring once mor
 then blocks on the host's doorbell fd; a producer that finds ``waiting`` set right
 after it published rings the doorbell (one byte). shm: a FIFO next to the ring
 file, written by the primary process. tcp: an eventfd, written by the replica's
-own receiver thread. rdma: none (a one-sided write wakes nobody), the consumer
-polls as before.
+own receiver thread. rdma: none (a one-sided write wakes nobody): the host's own
+``sleep`` (bridge.transport.rdma) has the primary side write with immediate data.
 
 The flag and the published seq are plain stores on two sides (x86 may let each
 side's load pass its own store), so a wakeup can be missed: the wait is bounded
@@ -34,6 +34,24 @@ def wait_for_doorbell(region, fd: int, has_work: Callable[[], bool], timeout_s: 
         drain(fd)
     finally:
         set_waiting(region, False)
+
+
+def sleep_on_queue_pair(qp, has_work: Callable[[], bool], timeout_s: float, interrupt_fd: int | None = None) -> bool:
+    """rdma: until the primary side wakes this side through the queue pair ``qp`` (a write
+    with immediate data on its completion channel), ``interrupt_fd`` or ``timeout_s``.
+    ``qp.sleep_prepare`` takes the wakeups that came and announces this side where it has
+    not since the last one (its write completed); then ``has_work`` looks at the ring once
+    more. False where the queue pair cannot sleep (pyverbs', closed, broken): the caller polls."""
+    fd = qp.sleep_prepare()
+    if fd is None:
+        return False
+    try:
+        if not has_work():
+            select.select([fd] if interrupt_fd is None else [fd, interrupt_fd], [], [], timeout_s)
+    except (OSError, ValueError):
+        pass  # the session ended meanwhile (its channel closed)
+    qp.sleep_done()
+    return True
 
 
 def drain(fd: int) -> None:

@@ -1,4 +1,4 @@
-"""RDMA transport over pyverbs (the only importer of pyverbs; imported lazily).
+"""RDMA transport over pyverbs (it and its verbs.py alone import pyverbs, lazily).
 
 Replica side (``RdmaRingHost``): the ring lives in a memory region registered with
 LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ; its address and rkey go to the primary in
@@ -8,53 +8,69 @@ it, moves it to RTS, and answers ``ready`` with its own. Nothing else crosses th
 connection: it stays open only to tell the replica when the session ends.
 
 Primary side (``RdmaRemoteRing``): a local mirror MR; each placement is copied into
-the mirror and written with IBV_WR_RDMA_WRITE (one write per contiguous range), then
-the header (head, then write_seq: RC executes writes in order), and ``publish``
-returns once the signaled header write completed: the responder acknowledged every
-write before it, so the frames are in the replica's memory (``held``, the semi-sync
-``received`` confirmation). ``read_ack`` is an IBV_WR_RDMA_READ of ack_seq.
-Completions are polled with a bounded spin, then short sleeps; an error completion
-is a TransportError, which the primary node turns into a reconnect through the
-same resume path as tcp. ``close`` releases QP, MRs, CQ, PD and the device context
-in that order.
+the mirror and queued as an RDMA WRITE (contiguous ones merged), then the header
+(head, then write_seq: RC executes writes in order), all posted as one chain, and
+``publish`` returns once its signaled last write completed: the responder acknowledged
+every write before it, so the frames are in the replica's memory (``held``, the
+semi-sync ``received`` confirmation). ``read_ack`` is an RDMA READ of ack_seq.
+Completions are polled (a spin); an error completion is a TransportError, which the
+primary node turns into a reconnect through the same resume path as tcp. A ship lane
+(``lane_target``) does the same in compiled code on the same queue pair.
+
+Work requests go through ``QueuePair`` (bridge.transport.verbs; compiled:
+bridge/transport/_verbs.pyx, picked by bridge.wire.native). pyverbs opens the device,
+the protection domain and the memory regions in both.
+
+An idle replica side sleeps (``sleep``, compiled queue pair only): it writes the ring
+header's waiting word into the primary side's mirror (the data hello names it), looks at
+its ring once more and waits on its queue pair's completion channel; a primary side that
+finds the word set after a publish clears it and adds an RDMA WRITE with immediate data,
+which consumes a posted receive and wakes it. A busy replica side sees plain writes only.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import logging
 import mmap
+import os
 import random
 import ssl
-import time
+import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from bridge.errors import TransportError
-from bridge.ring.layout import ACK_SEQ_AT, HEAD_AT, WRITE_SEQ_AT, init_region, region_bytes
-from bridge.transport.base import NoLaneAnswers, NoLaneReceiver
+from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes
+from bridge.transport import verbs
+from bridge.transport.base import LaneTarget, NoLaneAnswers, NoLaneReceiver
+from bridge.transport.doorbell import drain, sleep_on_queue_pair
 from bridge.transport.sockets import ControlConnection, connect
-from bridge.wire import control
+from bridge.wire import control, native
 
 try:  # pyverbs names its enums module differently from rdma-core 59 on
     import pyverbs.enums as e
 except ImportError:  # pragma: no cover - newer rdma-core
     import pyverbs.libibverbs_enums as e
-from pyverbs.addr import AHAttr, GlobalRoute
-from pyverbs.cq import CQ
 from pyverbs.device import Context, get_device_list
-from pyverbs.mr import MR
-from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsError
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-from pyverbs.wr import SGE, SendWR
 
 log = logging.getLogger(__name__)
+PART = "rdma queue pair"
+_compiled = native.pick(PART)
+COMPILED = _compiled is not None
+VERBS = _compiled if _compiled is not None else verbs  # its Domain, memory regions and QueuePair
 PORT = 1
 SEND_DEPTH = 512
-SPIN_POLLS = 2000
-POLL_SLEEP_S = 0.0001
+WAKE_RECVS = 64  # receives the replica side keeps posted for the primary side's wakeups
+INLINE_BYTES = 256  # asked for; the device may give less (QueuePair.max_inline)
 COMPLETION_TIMEOUT_S = 10.0
+# an idle replica side's longest sleep in one call: no wakeup is missed (the primary side
+# looks at the word after its header write completed, this side at the ring after its
+# word's write completed), and a new session, a stop or a close interrupt it
+SLEEP_S = 1.0
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 
 
@@ -73,7 +89,8 @@ def devices_present() -> bool:
 
 
 class _Device:
-    """Context, PD, CQ and the port facts of the first (or named) RDMA device."""
+    """The port facts of the first (or named) RDMA device (pyverbs), and its protection
+    domain (``VERBS.Domain``), where memory is registered and queue pairs are opened."""
 
     def __init__(self, name: str | None = None) -> None:
         try:
@@ -85,8 +102,6 @@ class _Device:
             raise TransportError("rdma transport: no RDMA device; use --transport tcp or shm")
         self.name = name or names[0]
         self.ctx = Context(name=self.name)
-        self.pd = PD(self.ctx)
-        self.cq = CQ(self.ctx, SEND_DEPTH, None, None, 0)
         port = self.ctx.query_port(PORT)
         if port.state != e.IBV_PORT_ACTIVE:
             raise TransportError(f"rdma transport: {self.name} port {PORT} is not ACTIVE")
@@ -94,6 +109,7 @@ class _Device:
         self.fw = _firmware(self.name)
         self.gid_index = self._roce_v2_gid(port.gid_tbl_len)
         self.gid = str(self.ctx.query_gid(PORT, self.gid_index))
+        self.domain = VERBS.Domain(self.name)
 
     def _roce_v2_gid(self, count: int) -> int:
         """The first RoCE v2 GID with an address (pitfall 3: a v1 GID cannot route)."""
@@ -113,11 +129,16 @@ class _Device:
             raise TransportError(f"rdma transport: {self.name} has no usable GID")
         return fallback
 
-    def rc_qp(self) -> QP:
-        cap = QPCap(max_send_wr=SEND_DEPTH, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
-        return QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+    def rc_qp(self, wake_recvs: int = 0):
+        return VERBS.QueuePair(self.domain, SEND_DEPTH, INLINE_BYTES, wake_recvs)
 
-    def to_rts(self, qp: QP, psn: int, peer: dict) -> None:
+    def register(self, memory: mmap.mmap):
+        """``memory`` registered for local and remote writes and remote reads; the caller
+        keeps it (and the returned anchor) alive while the region lives."""
+        anchor = ctypes.c_char.from_buffer(memory)
+        return self.domain.register(ctypes.addressof(anchor), len(memory), ACCESS), anchor
+
+    def to_rts(self, qp, psn: int, peer: dict) -> None:
         """Connect ``qp`` to the peer's; differences of MTU and firmware (pitfalls 2 and 6)
         are said in the log: the path uses the smaller MTU."""
         if int(peer["mtu"]) != self.mtu:
@@ -126,41 +147,42 @@ class _Device:
         if peer.get("fw") not in (None, self.fw):
             log.warning("rdma transport: firmware differs (%s here, %s at the peer): run the same driver and "
                         "firmware on both ends", self.fw, peer.get("fw"))
-        attr = QPAttr(port_num=PORT)
-        attr.qp_access_flags = ACCESS
-        attr.path_mtu = min(self.mtu, int(peer["mtu"]))
-        attr.dest_qp_num = int(peer["qpn"])
-        attr.rq_psn = int(peer["psn"])
-        attr.sq_psn = psn
-        attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
-        attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = 14, 7, 7, 12
-        from pyverbs.addr import GID
+        try:
+            dgid = ipaddress.IPv6Address(str(peer["gid"])).packed
+        except ValueError as exc:
+            raise TransportError(f"rdma transport: the peer's GID {peer['gid']!r}: {exc}") from exc
+        qp.connect(PORT, ACCESS, min(self.mtu, int(peer["mtu"])), int(peer["qpn"]), int(peer["psn"]), psn, dgid,
+                   self.gid_index, 14, 7, 7, 12)  # timeout, retry_cnt, rnr_retry (7: for ever), min_rnr_timer
 
-        route = GlobalRoute(dgid=GID(peer["gid"]), sgid_index=self.gid_index)
-        route.hop_limit = 64
-        attr.ah_attr = AHAttr(port_num=PORT, is_global=1, gr=route)
-        qp.to_rts(attr)
-
-    def facts(self, qp: QP, psn: int) -> dict:
-        return {"qpn": qp.qp_num, "psn": psn, "gid": self.gid, "mtu": self.mtu, "fw": self.fw, "device": self.name}
+    def facts(self, qp, psn: int, mirror=None) -> dict:
+        """What the peer needs to connect its queue pair to ``qp`` (the primary side: and
+        where its mirror is, for the replica side's waiting word)."""
+        out = {"qpn": qp.qp_num, "psn": psn, "gid": self.gid, "mtu": self.mtu, "fw": self.fw, "device": self.name}
+        if mirror is not None:
+            out["mirror"] = {"addr": mirror.buf, "rkey": mirror.rkey}
+        return out
 
     def close(self) -> None:
-        for part in (self.cq, self.pd, self.ctx):
-            part.close()
+        self.domain.close()
+        self.ctx.close()
 
 
-def _view(mr: MR, size: int) -> memoryview:
+def _view(mr, size: int) -> memoryview:
     return memoryview((ctypes.c_ubyte * size).from_address(mr.buf)).cast("B")
 
 
 class RdmaRingHost(NoLaneReceiver):
-    doorbell_fd = None  # a one-sided write wakes nobody: the consumer polls
+    doorbell_fd = None  # a one-sided write wakes nobody: an idle consumer sleeps through ``sleep``
 
     def __init__(self, ring_bytes: int, device: str | None = None) -> None:
         self.ring_bytes = ring_bytes
         self.dev = _Device(device)
-        self.mr: MR | None = None
-        self._qps: list[QP] = []
+        self.mr = None
+        self._qps: list = []
+        self._waker = None  # the current session's queue pair, where it can sleep (its primary side's mirror known)
+        self._lock = threading.Lock()  # the waker between the session's thread (closing it) and the consumer's
+        self._woke_before = 0  # wakeups that woke the consumer in the sessions that ended
+        self._interrupt = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # a sleep cut short: a new session, stop
         self._retired: deque = deque(maxlen=2)  # memory of the last regions: a status read may still look
         self.fence()
 
@@ -172,12 +194,14 @@ class RdmaRingHost(NoLaneReceiver):
         memory. The last region is deregistered and the queue pairs of earlier sessions
         closed, so a primary side of an earlier session gets access errors, never our
         ring: one-sided writes cannot be refused any other way."""
-        for qp in list(self._qps):
-            qp.close()
+        with self._lock:
+            for qp in list(self._qps):
+                qp.close()
+            self._waker = None
+        self.interrupt()
         size = region_bytes(self.ring_bytes)
         memory = mmap.mmap(-1, size)
-        anchor = ctypes.c_char.from_buffer(memory)
-        mr = MR(self.dev.pd, size, ACCESS, address=ctypes.addressof(anchor))
+        mr, anchor = self.dev.register(memory)
         if self.mr is not None:
             self.mr.close()
             self._retired.append(self._memory)
@@ -189,9 +213,15 @@ class RdmaRingHost(NoLaneReceiver):
         peer = (msg or {}).get("qp")
         if not isinstance(peer, dict):
             raise TransportError(f"rdma transport: data hello from {conn.peer} carries no queue pair")
-        qp, psn = self.dev.rc_qp(), random.getrandbits(24)
+        qp, psn = self.dev.rc_qp(WAKE_RECVS), random.getrandbits(24)
         self.dev.to_rts(qp, psn, peer)
-        self._qps.append(qp)
+        mirror = peer.get("mirror")
+        with self._lock:
+            self._qps.append(qp)
+            if isinstance(mirror, dict):
+                qp.bind(self.mr, int(mirror["addr"]), int(mirror["rkey"]), COMPLETION_TIMEOUT_S)
+                self._waker = qp if qp.lane_sleeper is not None else None
+        self.interrupt()  # a consumer asleep on no session, or the last one's, looks at this one
         conn.send({"type": "ready", "auth": auth, "qp": self.dev.facts(qp, psn)})
         conn.sock.settimeout(None)
         try:
@@ -199,13 +229,56 @@ class RdmaRingHost(NoLaneReceiver):
         except Exception as exc:  # any end of the connection ends the session
             log.info("rdma transport: session from %s ended: %s", conn.peer, exc)
         finally:
-            if qp in self._qps:
-                self._qps.remove(qp)
-            qp.close()
+            with self._lock:
+                if self._waker is qp:
+                    self._waker = None
+                if qp in self._qps:
+                    self._qps.remove(qp)
+                    self._woke_before += qp.wakeups
+                    qp.close()
+            self.interrupt()
+
+    def sleep(self, has_work: Callable[[], bool], timeout_s: float = SLEEP_S) -> bool:
+        """Until the primary side wakes this side, ``interrupt`` or ``timeout_s``: False where
+        it cannot (no session, pyverbs' queue pair, a broken one), and the caller polls.
+        This side says it sleeps (its waiting word written into the primary side's mirror)
+        once, and again only after a wakeup, which the primary side sends once per time it
+        finds the word set, clearing it: a timeout with nothing to do costs no write, and a
+        burst while the word is up costs one wakeup, never more receives than are posted
+        (the queue pair's sleeper, shared with the compiled apply lane: bridge_verbs.h)."""
+        drain(self._interrupt)  # before the session is looked up: one that comes after it interrupts
+        qp = self.lane_sleeper()
+        return qp is not None and sleep_on_queue_pair(qp, has_work, timeout_s, self._interrupt)
+
+    def lane_sleeper(self):
+        """The current session's queue pair, where this side can sleep on it (the compiled
+        one, its primary side's mirror known), else None."""
+        with self._lock:
+            return self._waker
+
+    def interrupt(self) -> None:
+        """A sleep (``sleep``) under way cut short (one that starts later looks at what
+        changed before it waits: its caller's ``has_work``, the session)."""
+        try:
+            os.write(self._interrupt, (1).to_bytes(8, "little"))
+        except OSError:
+            pass  # closed, or already rung
+
+    @property
+    def wakeups(self) -> int:
+        """Writes with immediate data that woke the consumer (a busy one sees none)."""
+        with self._lock:
+            return self._woke_before + sum(qp.wakeups for qp in self._qps)
 
     def close(self) -> None:
-        for qp in self._qps:
-            qp.close()
+        with self._lock:
+            for qp in self._qps:
+                qp.close()
+            self._qps, self._waker = [], None
+        if self._interrupt >= 0:
+            self.interrupt()
+            os.close(self._interrupt)
+            self._interrupt = -1
         self.region.release()
         self.mr.close()
         self.dev.close()
@@ -218,91 +291,62 @@ class RdmaRemoteRing(NoLaneAnswers):
                  timeout_s: float = 10.0, device: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.remote_addr, self.rkey = int(params["addr"]), int(params["rkey"])
         self.dev = _Device(device)
-        size = region_bytes(ring_bytes)
-        self.mr = MR(self.dev.pd, size + 64, ACCESS)  # the mirror, and 8 bytes for READ results at the end
+        self._size = size = region_bytes(ring_bytes)
+        self._memory = mmap.mmap(-1, size + 64)  # the mirror, and 8 bytes for READ results at the end
+        self.mr, self._anchor = self.dev.register(self._memory)
         self.mirror = _view(self.mr, size + 64)
         self._scratch = size
         self.qp, psn = self.dev.rc_qp(), random.getrandbits(24)
+        self.qp.bind(self.mr, self.remote_addr, self.rkey)
         self._sock = connect(replica_addr, timeout_s, tls)
         reply = control.client_handshake(ControlConnection(self._sock), secret, "data",
-                                         session=params.get("session", ""), qp=self.dev.facts(self.qp, psn))
+                                         session=params.get("session", ""),
+                                         qp=self.dev.facts(self.qp, psn, self.mr))
         if reply.get("type") != "ready" or not isinstance(reply.get("qp"), dict):
             raise TransportError(f"rdma transport: replica {replica_addr[0]}:{replica_addr[1]} refused the data "
                                  f"connection: {reply.get('reason', reply.get('type'))}")
         self.dev.to_rts(self.qp, psn, reply["qp"])
-        self._outstanding = 0  # signaled work requests not yet completed
-        self._unsignaled = 0  # posted since the last signaled one
-        self._placed = 0  # the last write_seq whose header write completed
-
-    def _post(self, opcode, offset: int, length: int, remote_offset: int, signaled: bool = False) -> None:
-        """Post one work request. Only the last of a batch asks for a completion: RC
-        completes in order, so its completion covers the unsignaled ones before it."""
-        if self._unsignaled >= SEND_DEPTH // 2:
-            signaled = True  # keep the send queue from filling with unreaped requests
-        wr = SendWR(opcode=opcode, num_sge=1, sg=[SGE(self.mr.buf + offset, length, self.mr.lkey)],
-                    send_flags=e.IBV_SEND_SIGNALED if signaled else 0)
-        wr.set_wr_rdma(self.rkey, self.remote_addr + remote_offset)
-        try:
-            self.qp.post_send(wr)
-        except PyverbsError as exc:
-            raise TransportError(f"rdma transport: post_send: {exc}") from exc
-        if signaled:
-            self._outstanding += 1
-            self._unsignaled = 0
-        else:
-            self._unsignaled += 1
+        self._placed = self._published = 0  # the last write_seq whose header write completed; ... posted
+        log.info("rdma transport: queue pair %d on %s to %s (%s), GID index %d, MTU %d, inline writes up to %d "
+                 "bytes, %s", self.qp.qp_num, self.dev.name, reply["qp"].get("device", "?"), replica_addr[0],
+                 self.dev.gid_index, 128 << min(self.dev.mtu, int(reply["qp"]["mtu"])), self.qp.max_inline,
+                 "compiled" if self.qp.lane_path is not None else "through pyverbs")
 
     def write(self, offset: int, data) -> None:
         n = len(data)
         self.mirror[offset:offset + n] = data
-        self._post(e.IBV_WR_RDMA_WRITE, offset, n, offset)
+        self.qp.place(offset, n)
 
-    def lane_target(self) -> None:
-        """No ship lane writes over rdma: every placement takes the general path."""
-        return None
+    def lane_target(self) -> LaneTarget:
+        """What a ship lane writes itself: the mirror (its region's part; the replica's ring
+        has its layout) and the queue pair that writes it there; the completion of its
+        header write is its confirmation (the lane may send semi-sync `received` ACKs)."""
+        return LaneTarget(remote=self.mirror[:self._size], verbs=self.qp, confirms=True)
+
+    def lane_published(self, write_seq: int) -> None:
+        """A lane published up to ``write_seq``: held once its completion is seen (a fan-out
+        lane waits for the first ring's and a quorum's, not for every further one's)."""
+        self._published = max(self._published, write_seq)
 
     def publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
         """Returns once the header write completed: every write is placed (its own confirmation)."""
-        self.mirror[HEAD_AT:HEAD_AT + 4] = head.to_bytes(4, "little")
-        self._post(e.IBV_WR_RDMA_WRITE, HEAD_AT, 4, HEAD_AT)
-        self.mirror[WRITE_SEQ_AT:WRITE_SEQ_AT + 8] = write_seq.to_bytes(8, "little")
-        self._post(e.IBV_WR_RDMA_WRITE, WRITE_SEQ_AT, 8, WRITE_SEQ_AT, signaled=True)
-        self._drain()
-        self._placed = write_seq
+        self.qp.publish(write_seq, head, COMPLETION_TIMEOUT_S)  # and wakes the replica side where it sleeps
+        self._placed = self._published = write_seq
 
     def held(self, wanted: int = 0) -> int:
-        """The last write_seq whose writes completed: the replica's memory holds it."""
+        """The last write_seq whose writes completed: the replica's memory holds it (a lane's
+        publish whose completion had not come yet is looked for here, without waiting)."""
+        if self._placed < self._published and self.qp.reap():
+            self._placed = self._published
         return self._placed
 
     def flush(self) -> None:
-        if self._unsignaled:  # a zero-length write, signaled, fences what came before
-            self._post(e.IBV_WR_RDMA_WRITE, 0, 0, 0, signaled=True)
-        self._drain()
+        self.qp.fence(COMPLETION_TIMEOUT_S)
 
     def read_ack(self) -> int:
-        self._post(e.IBV_WR_RDMA_READ, self._scratch, 8, ACK_SEQ_AT, signaled=True)
-        self._drain()
-        return int.from_bytes(self.mirror[self._scratch:self._scratch + 8], "little")
+        return self.qp.read_u64(self._scratch, ACK_SEQ_AT, COMPLETION_TIMEOUT_S)
 
     last_ack = read_ack  # one RDMA READ: microseconds, no answer to wait for on a socket
-
-    def _drain(self) -> None:
-        """Wait for every signaled work request: spin a while, then sleep between polls."""
-        polls, deadline = 0, time.monotonic() + COMPLETION_TIMEOUT_S
-        while self._outstanding:
-            n, wcs = self.dev.cq.poll(num_entries=min(self._outstanding, 16))
-            for wc in wcs[:n]:
-                if wc.status != e.IBV_WC_SUCCESS:
-                    raise TransportError(f"rdma transport: work completion error status {wc.status} "
-                                         f"(opcode {wc.opcode}): the link or the replica's QP is gone")
-            self._outstanding -= n
-            if n == 0:
-                polls += 1
-                if polls > SPIN_POLLS:
-                    if time.monotonic() > deadline:
-                        raise TransportError("rdma transport: no completion within "
-                                             f"{COMPLETION_TIMEOUT_S:.0f}s")
-                    time.sleep(POLL_SLEEP_S)
 
     def close(self) -> None:
         try:

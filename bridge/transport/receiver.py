@@ -26,7 +26,7 @@ from bridge.wire import native, placement
 from bridge.wire.placement import Op
 
 PART = "tcp receiver"
-_compiled = native.pick("bridge.transport._receiver", PART)
+_compiled = native.pick(PART)
 COMPILED = _compiled is not None
 # how the compiled loop ended, with three numbers (bridge/transport/_receiver.pxd)
 ENDED_CLOSED = 0  # the peer closed: (bytes it had, bytes it needed, 0)

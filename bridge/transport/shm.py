@@ -21,7 +21,7 @@ from bridge.ring.layout import (
     retire_region,
     write_publish,
 )
-from bridge.transport.base import LaneTarget, NoLaneAnswers, NoLaneReceiver
+from bridge.transport.base import DoorbellSleep, LaneTarget, NoLaneAnswers, NoLaneReceiver
 from bridge.transport.doorbell import Doorbell
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
@@ -38,7 +38,7 @@ def remove_stale_rings() -> list[Path]:
     return removed
 
 
-class ShmRingHost(NoLaneReceiver):
+class ShmRingHost(DoorbellSleep, NoLaneReceiver):
     def __init__(self, ring_bytes: int) -> None:
         remove_stale_rings()
         self.ring_bytes = ring_bytes

@@ -20,7 +20,7 @@ import ssl
 from bridge.errors import BridgeError, TransportError
 from bridge.ring.layout import init_region, region_bytes
 from bridge.transport import receiver
-from bridge.transport.base import LaneTarget
+from bridge.transport.base import DoorbellSleep, LaneTarget
 from bridge.transport.doorbell import Doorbell
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control, placement
@@ -28,7 +28,7 @@ from bridge.wire import control, placement
 log = logging.getLogger(__name__)
 
 
-class TcpRingHost:
+class TcpRingHost(DoorbellSleep):
     def __init__(self, ring_bytes: int) -> None:
         self.ring_bytes = ring_bytes
         self.doorbell = Doorbell.eventfd()  # rung by our own receiver thread

@@ -15,11 +15,12 @@ cdef enum:
 
     # the ring's header, little-endian; the data area starts at DATA_OFFSET
     WRITE_SEQ_AT = 8
-    ACK_SEQ_AT = 16
-    HEAD_AT = 24
-    TAIL_AT = 28
+    HEAD_AT = 16
+    TAIL_AT = 20
+    ACK_SEQ_AT = 24
     SIZE_AT = 32
     WAITING_AT = 36
+    PUBLISH_BYTES = 12  # write_seq and head, side by side: what a publish writes
     DATA_OFFSET = 64
 
     # a placement message: op u8 | offset u32 | length u32 | body; a reply: placed u64 | applied u64

@@ -33,14 +33,36 @@ class Choice:
     why_pure: str  # "" where the compiled module runs
 
 
+# every part a compiled module does, and that module (setup.py builds each bridge/**/_*.pyx;
+# the ones not named here are cimported by these)
+PARTS = {"hot path": "bridge.wire._hotpath", "ship lane": "bridge.source._ship",
+         "apply lane": "bridge.apply.lane._lane", "tcp receiver": "bridge.transport._receiver",
+         "rdma queue pair": "bridge.transport._verbs"}
 _choices: dict[str, Choice] = {}
 
 
-def pick(module: str, part: str) -> ModuleType | None:
-    """The compiled ``module`` that does ``part``, or None where its twin runs (noted with why)."""
+def pick(part: str) -> ModuleType | None:
+    """The compiled module that does ``part``, or None where its twin runs (noted with why)."""
     if part not in _choices:
+        module = PARTS[part]
         _choices[part] = Choice(part, module, *_compiled_or_why(module))
     return _choices[part].compiled
+
+
+def compiled_parts() -> list[str]:
+    """The parts this process picked so far that run compiled."""
+    return [c.part for c in _choices.values() if c.compiled is not None]
+
+
+def described() -> str:
+    """Which parts run compiled here, and which as their twins and why (``--version``)."""
+    for part in PARTS:
+        pick(part)
+    chosen = [_choices[part] for part in PARTS]
+    compiled = ", ".join(c.part for c in chosen if c.compiled is not None) or "none"
+    pure = [c for c in chosen if c.compiled is None]
+    whys = "; ".join(dict.fromkeys(c.why_pure for c in pure))
+    return f"compiled: {compiled}" + (f"\npure Python: {', '.join(c.part for c in pure)} ({whys})" if pure else "")
 
 
 def choice(part: str) -> Choice:
@@ -53,6 +75,8 @@ def _compiled_or_why(name: str) -> tuple[ModuleType | None, str]:
     try:
         return importlib.import_module(name), ""
     except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name and not name.startswith(exc.name):
+            return None, f"it needs {exc.name}, which is not installed"  # a library the module imports
         return None, f"the compiled module is not built ({exc}); reinstall with a C compiler and Python headers"
 
 
@@ -70,5 +94,5 @@ def announce(log: logging.Logger, parts: Iterable[str]) -> None:
                 f"; compiled: {', '.join(compiled)}" if compiled else "")
 
 
-hot = pick("bridge.wire._hotpath", "hot path") or hotpath
+hot = pick("hot path") or hotpath
 COMPILED = hot is not hotpath

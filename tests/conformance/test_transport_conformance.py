@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+from bridge.apply.binlog import build
+from bridge.apply.lane import lane as lane_twin
 from bridge.config import MysqlUrl, PrimaryConfig
 from bridge.errors import RingFull, TransportError
-from bridge.model import HEARTBEAT_TABLE
+from bridge.model import HEARTBEAT_TABLE, GtidSet
 from bridge.node.link import Link
 from bridge.node.member import Member
 from bridge.ring.consumer import RingConsumer
@@ -26,11 +28,16 @@ from bridge.wire import control
 from bridge.wire.codec import decode_transaction
 from bridge.wire.frame import FrameKind
 from tests.binlog_packets import binlog_transaction, dump_packets
+from tests.unit.test_lane import fmt, make, tcp_pair
 
 try:
     from bridge.source import _ship as ship_compiled
 except ImportError:
     ship_compiled = None
+try:
+    from bridge.apply.lane import _lane as lane_compiled
+except ImportError:
+    lane_compiled = None
 
 RING = 1 << 16
 
@@ -359,6 +366,110 @@ def test_a_doorbell_whose_replica_is_gone_is_a_transport_error():
     ring.close()
 
 
+# --- rdma: an idle replica side sleeps on its queue pair's completion channel -------------
+
+
+@pytest.fixture
+def sleeping_rdma():
+    if "rdma" not in TRANSPORTS:
+        pytest.skip("no RDMA device here: `make test-rdma` runs this in a Soft-RoCE guest")
+    from bridge.transport import rdma
+
+    if not rdma.COMPILED:
+        pytest.skip("pyverbs' queue pair gives no completion channel to sleep on: the replica side polls")
+    ring = HostedRing("rdma")
+    yield ring
+    ring.close()
+
+
+LANE_MODULES = [lane_twin] + ([lane_compiled] if lane_compiled is not None else [])
+
+
+def _sleep_in_thread(host, consumer, timeout_s=60.0) -> threading.Event:
+    woke = threading.Event()
+    threading.Thread(target=lambda: (host.sleep(lambda: consumer.published, timeout_s), woke.set()),
+                     daemon=True).start()
+    return woke
+
+
+def test_an_idle_rdma_replica_sleeps_until_a_publish_wakes_it_and_a_busy_one_sees_plain_writes(sleeping_rdma):
+    host = sleeping_rdma.host
+    remote, producer, consumer = sleeping_rdma.remote(), RingProducer(RING), RingConsumer(host.region)
+    for n in range(20):  # nobody sleeps: plain writes, no receive consumed
+        ship(producer, remote, b"busy %d" % n)
+    assert [f.payload for f in iter(consumer.poll, None)] == [b"busy %d" % n for n in range(20)]
+    woke = _sleep_in_thread(host, consumer)
+    deadline = time.monotonic() + 30
+    while not consumer_waiting(remote.mirror) and time.monotonic() < deadline:
+        time.sleep(0.001)  # its waiting word reaches the primary side's mirror
+    assert consumer_waiting(remote.mirror) and not woke.is_set()
+    ship(producer, remote, b"wake up")
+    assert woke.wait(30), "the replica side slept through the write with immediate data"
+    assert not consumer_waiting(remote.mirror)  # cleared by the primary side as it woke it
+    assert consumer.poll().payload == b"wake up"
+    for n in range(5):  # busy again before it says it sleeps: no wakeup for these
+        ship(producer, remote, b"after %d" % n)
+    assert host.sleep(lambda: True)  # work waits: it takes what arrived and returns
+    assert host.wakeups == 1  # the one publish made while it slept, not the twenty before nor the five after
+    remote.close()
+
+
+def test_an_rdma_replica_does_not_sleep_past_a_frame_published_while_its_flag_went_up(sleeping_rdma):
+    host = sleeping_rdma.host
+    remote, producer, consumer = sleeping_rdma.remote(), RingProducer(RING), RingConsumer(host.region)
+    ship(producer, remote, b"already there")
+    assert _sleep_in_thread(host, consumer, timeout_s=600).wait(30), "slept although a frame was published"
+    assert host.wakeups == 0
+    remote.close()
+
+
+def test_an_rdma_replica_asleep_wakes_at_once_when_interrupted(sleeping_rdma):
+    """A stop, a new session or a close cut the sleep short (``interrupt``): the node's stop
+    is seen at once, not at the end of the sleep."""
+    host = sleeping_rdma.host
+    remote, consumer = sleeping_rdma.remote(), RingConsumer(host.region)
+    woke = _sleep_in_thread(host, consumer, timeout_s=600)
+    deadline = time.monotonic() + 30
+    while not consumer_waiting(remote.mirror) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert consumer_waiting(remote.mirror) and not woke.is_set()
+    host.interrupt()
+    assert woke.wait(30), "an interrupt did not cut the sleep short"
+    assert host.wakeups == 0  # no write with immediate data woke it
+    remote.close()
+
+
+@pytest.mark.parametrize("lane_module", LANE_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_an_idle_apply_lane_sleeps_on_the_rdma_queue_pair_until_a_publish_wakes_it(sleeping_rdma, lane_module):
+    """The apply lane (both twins) sleeps through the session's queue pair, as it does on the
+    doorbell over shm and tcp: it announces itself in the primary side's mirror, and the
+    next publish wakes it with one write with immediate data; a frame that is not the
+    lane's ends its run (the general path takes it)."""
+    host = sleeping_rdma.host
+    remote, producer = sleeping_rdma.remote(), RingProducer(RING)
+    lane = make(lane_module.Lane, build.PositionTable(255, 6), fmt(False))
+    lane.set_position(0, GtidSet.parse("0-1-5"))
+    client, server = tcp_pair()
+    ran: list[int] = []
+    sleeper = host.lane_sleeper()
+    assert sleeper is not None, "the compiled queue pair of a session whose mirror is known can sleep"
+    thread = threading.Thread(target=lambda: ran.append(lane.run(
+        host.region, 0, 1, 0, client, 100, 100, 1 << 20, 1 << 20, -1, 600_000, None, sleeper)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not consumer_waiting(remote.mirror) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert consumer_waiting(remote.mirror) and thread.is_alive()
+    ship(producer, remote, b"not the lane's")  # wakes it; not a transaction the lane applies
+    thread.join(30)
+    assert ran == [0], "the lane slept through the write with immediate data"
+    assert host.wakeups == 1 and not consumer_waiting(remote.mirror)
+    assert RingConsumer(host.region).poll().payload == b"not the lane's"  # left to the general path
+    for s in (client, server):
+        s.close()
+    remote.close()
+
+
 # --- the compiled lanes' hooks (bridge.transport.base): every transport declares them -----
 
 SHIP_MODULES = [ship_twin] + ([ship_compiled] if ship_compiled is not None else [])
@@ -367,13 +478,12 @@ SHIP_MODULES = [ship_twin] + ([ship_compiled] if ship_compiled is not None else 
 def test_each_transport_names_its_lane_target_or_none(hosted):
     remote = hosted.remote()
     target = remote.lane_target()
-    if hosted.transport == "rdma":
-        assert target is None  # over rdma every placement takes the general path
-    else:
-        assert isinstance(target, LaneTarget) and target.confirms
-        assert (target.remote is not None, target.sock is not None) == (hosted.transport == "shm",
-                                                                         hosted.transport == "tcp")
-        assert (target.doorbell >= 0) == (hosted.transport == "shm")
+    assert isinstance(target, LaneTarget) and target.confirms
+    assert (target.remote is not None, target.sock is not None, target.verbs is not None) == \
+        (hosted.transport in ("shm", "rdma"), hosted.transport == "tcp", hosted.transport == "rdma")
+    assert (target.doorbell >= 0) == (hosted.transport == "shm")
+    if hosted.transport == "rdma":  # the registered mirror, with the replica's ring's layout
+        assert len(target.remote) == len(hosted.host.region)
     remote.close()
 
 
@@ -381,14 +491,14 @@ def test_each_transport_names_its_lane_target_or_none(hosted):
 def test_a_ship_lane_writing_through_the_lane_target_places_what_the_consumer_reads(hosted, module):
     remote, producer = hosted.remote(), RingProducer(RING)
     target = remote.lane_target()
-    if target is None:
+    if target.verbs is not None and module is ship_compiled and target.verbs.lane_path is None:
         remote.close()
-        return  # declared above: nothing for a lane here
+        pytest.skip("pyverbs' queue pair (RDMA_BRIDGE_PURE_PYTHON): the compiled lane posts on the compiled one only")
     dump, primary = socket.socketpair()
     packets, _ = dump_packets([binlog_transaction(seq) for seq in range(1, 31)])
     primary.sendall(packets)
     lane = module.ShipLane(module.DumpReader(dump), producer, target.remote, target.doorbell, HEARTBEAT_TABLE,
-                           1 << 20, target.sock)
+                           1 << 20, target.sock, verbs=target.verbs)
     placed, deadline = 0, time.monotonic() + 30
     while placed < 30 and time.monotonic() < deadline:
         placed += lane.run(lane.seq_id, 50)

@@ -28,6 +28,7 @@ from bridge.ops.metrics import prometheus_text
 from bridge.ops.report import render_html, status_table
 from bridge.ops.statusdoc import PrimaryStatus, deviations
 from bridge.server import dbconn
+from bridge.transport import rdma_available
 from tests.conftest import primary_position, sandbox_up
 from tests.helpers import (
     BackgroundWorkload,
@@ -40,6 +41,8 @@ from tests.helpers import (
 )
 
 REPLICAS = ("replica", "replica2", "replica3")
+# rdma joins where a verbs device exists: `make test-rdma` runs these in its Soft-RoCE guest
+TRANSPORTS = ["shm", "tcp"] + (["rdma"] if rdma_available() else [])
 RING = 256 << 10  # small: a frozen replica side fills it within a second of the workload
 
 
@@ -176,7 +179,7 @@ def fanout(box, tmp_path, request):
         f.close()
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_primary, mysql_replica):
     f = fanout(transport)
     f.start(process=False, heartbeat_row_s=0.0)  # no heartbeat rows: once the load stops, nothing new is placed
@@ -203,7 +206,7 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_pr
     assert all(f"<td>127.0.0.1:{port}</td><td>streaming</td>" in page for port in f.ports)
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout, transport):
     f = fanout(transport)
     f.start()
@@ -226,7 +229,8 @@ def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout, transport):
     f.assert_all_same()
 
 
-@pytest.mark.parametrize("mode,transport", [("applied", "shm"), ("received", "shm"), ("received", "tcp")])
+@pytest.mark.parametrize("mode,transport", [("applied", "shm"), ("received", "shm"), ("received", "tcp")] +
+                         [("received", "rdma")] * ("rdma" in TRANSPORTS))
 def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box, mode, transport,
                                                                          mysql_primary, mysql_replica):
     f = fanout(transport)

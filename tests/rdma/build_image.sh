@@ -4,10 +4,10 @@
 # in the guest without network). ~3 min from nothing; see shared/notes/soft-roce-vm.md.
 # Output: $CACHE/vmlinuz, $CACHE/initrd.img, $CACHE/rootfs.img
 set -euo pipefail
-IMAGE_VERSION=3  # bump when the contents below change: a cached image of another version is rebuilt
+IMAGE_VERSION=4  # bump when the contents below change: a cached image of another version is rebuilt
 CACHE=${CACHE:-/var/cache/rdma-bridge-vm}
 PIP=${PIP:-python3 -m pip}
-DEPS="mysql-replication==1.0.17 PyMySQL>=1.1,<2 click>=8.1 sqlalchemy>=2.0 hdrhistogram>=0.10"
+DEPS="mysql-replication==1.0.17 PyMySQL>=1.1,<2 click>=8.1 sqlalchemy>=2.0 hdrhistogram>=0.10 prometheus-client>=0.17"
 [ -f "$CACHE/rootfs.img" ] && [ "$(cat "$CACHE/version" 2>/dev/null)" = "$IMAGE_VERSION" ] && exit 0
 rm -f "$CACHE/rootfs.img"
 mkdir -p "$CACHE"

@@ -34,6 +34,7 @@ def test_mixed_workload_replicates_over_rdma_and_both_sides_match(urls):
         result = pair.assert_same("over_rdma")
         assert result.digests["over_rdma.ledger"][0].rows > 3000
         assert pair.primary_node.counts.transactions_shipped >= 1000  # some workload steps change no row: no transaction
+        assert pair.primary_node.counts.lane_runs > 0  # the ship lane placed over rdma itself
     finally:
         pair.stop()
 
@@ -47,6 +48,23 @@ def test_a_lost_session_resumes_over_rdma(urls):
         pair.primary_node.link.control.sock.shutdown(socket.SHUT_RDWR)  # the session ends; it resumes over rdma
         MixedWorkload(pair.primary, "rdma_resume", seed=7).run(200)
         pair.assert_same("rdma_resume")
+        assert pair.primary_node.counts.reconnects >= 1
+    finally:
+        pair.stop()
+
+
+def test_a_queue_pair_in_the_error_state_resumes_with_nothing_lost_or_applied_twice(urls):
+    """The primary side's queue pair moved to the error state under load (what a broken link
+    or a reset adapter does): its next publish meets an error completion, the session ends,
+    and a new one resumes from the ring; both sides equal row by row."""
+    pair = BridgePair(urls, "rdma").start()
+    try:
+        create_schema(pair.primary, "rdma_qp_error")
+        MixedWorkload(pair.primary, "rdma_qp_error", seed=9).run(200)
+        pair.sync()
+        pair.primary_node.remote.qp.break_link()
+        MixedWorkload(pair.primary, "rdma_qp_error", seed=10).run(300)
+        pair.assert_same("rdma_qp_error")
         assert pair.primary_node.counts.reconnects >= 1
     finally:
         pair.stop()

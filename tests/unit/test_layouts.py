@@ -16,6 +16,7 @@ SOURCES = {
     "KIND_HEARTBEAT": FrameKind.HEARTBEAT, "KIND_PAD": FrameKind.PAD, "COMPACT": hotpath.COMPACT_TAG,
     "WRITE_SEQ_AT": layout.WRITE_SEQ_AT, "ACK_SEQ_AT": layout.ACK_SEQ_AT, "HEAD_AT": layout.HEAD_AT,
     "TAIL_AT": layout.TAIL_AT, "SIZE_AT": layout.SIZE_AT, "WAITING_AT": layout.WAITING_AT,
+    "PUBLISH_BYTES": layout.PUBLISH_BYTES,
     "DATA_OFFSET": layout.DATA_OFFSET,
     "OP_WRITE": Op.WRITE, "OP_PUBLISH": Op.PUBLISH, "OP_ANSWER": Op.ANSWER, "OP_PUBLISH_ANSWER": Op.PUBLISH_ANSWER,
     "OP_HEAD_BYTES": placement.HEAD.size, "OP_SEQ_BYTES": placement.SEQ.size, "REPLY_BYTES": placement.REPLY.size,

@@ -339,7 +339,7 @@ def test_both_lanes_feed_further_rings_alike_and_owe_what_one_has_no_space_for(h
     for module in MODULES:
         first = _further_ring(100, head, 0, 7)
         second = _further_ring(5, 0, SIZE - 2 * 224, 9)
-        setup = Setup(module, head=head, rings=[(*first, -1, None), (*second, -1, None)])
+        setup = Setup(module, head=head, rings=[(*first, -1, None, None), (*second, -1, None, None)])
         try:
             setup.feed(data)
             time.sleep(0.01)
@@ -370,7 +370,7 @@ def test_a_further_ring_whose_doorbell_fails_is_named_gone_and_the_others_are_fe
     other = _further_ring(1, 0, 0, 2)
     other[1][WAITING_AT:WAITING_AT + 4] = (1).to_bytes(4, "little")  # its replica side sleeps on the bell
     os.close(read_end)  # and is gone
-    setup = Setup(module, rings=[(*other, write_end, None)])
+    setup = Setup(module, rings=[(*other, write_end, None, None)])
     try:
         setup.feed(_packets([_txn(1), _txn(2)])[0])
         time.sleep(0.01)
@@ -492,7 +492,7 @@ def test_fan_out_semi_sync_acknowledges_once_the_quorums_rings_hold_the_transact
     of 3 gets the request handed back and no ACK."""
     data, _ = _semi_sync_packets([_txn(1), _txn(2, b"heartbeat"), _txn(3, rows=5)], {2})
     first, second = _further_ring(100, 0, 0, 7), _further_ring(5, 0, SIZE - 2 * 224, 9)
-    setup = Setup(module, rings=[(*first, -1, None), (*second, -1, None)])
+    setup = Setup(module, rings=[(*first, -1, None, None), (*second, -1, None, None)])
     setup.lane.quorum = quorum
     try:
         setup.feed(data)
@@ -524,7 +524,7 @@ class TcpRing:
         self.server = None  # the dump's peer, set by ``attach``
 
     def entry(self):
-        return (self.producer, None, -1, self.data[0])
+        return (self.producer, None, -1, self.data[0], None)
 
     def attach(self, setup: Setup) -> TcpRing:
         self.server = setup.server

@@ -26,7 +26,7 @@ from bridge.wire import native
 
 log = logging.getLogger(__name__)
 PART = "apply lane"
-_compiled = native.pick("bridge.apply.lane._lane", PART)
+_compiled = native.pick(PART)
 Lane = _compiled.Lane if _compiled is not None else twin.Lane
 COMPILED = _compiled is not None
 NOTHING, FAILED, LOST = twin.NOTHING, twin.FAILED, twin.LOST
@@ -43,10 +43,11 @@ class LaneRunner:
         self._held_until = 0  # the general path applies through this seq first
 
     def run(self, consumer, max_txns: int, max_events: int, max_bytes: int, doorbell: int = -1,
-            wait_ms: int = 0, receiver=None) -> int:
+            wait_ms: int = 0, receiver=None, sleeper=None) -> int:
         """Apply groups through the lane (for up to ``wait_ms``, sleeping on ``doorbell``
-        while the ring is empty, or holding the tcp data connection of ``receiver``): the
-        frames applied, 0 when the general path takes the next frame (or nothing came)."""
+        while the ring is empty, or holding the tcp data connection of ``receiver``, or over
+        rdma on the queue pair ``sleeper``): the frames applied, 0 when the general path
+        takes the next frame (or nothing came)."""
         applier = self.applier
         position = applier.position
         if position.applied_seq < self._held_until or not consumer.settled or not self._ready(position):
@@ -54,7 +55,7 @@ class LaneRunner:
         lane = self.last = self.lane
         got = lane.run(consumer.region, consumer.tail, consumer.expected_seq, consumer.epoch,
                        dbconn.raw_socket(applier.conn), max_txns, max_events, max_bytes, applier.max_query_bytes,
-                       doorbell, wait_ms, receiver)
+                       doorbell, wait_ms, receiver, sleeper)
         if lane.groups:
             consumer.took_and_acked(lane.expected_seq - 1, lane.tail)
             gtids = GtidSet.parse(lane.gtids) if lane.mysql else \

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled apply lane's waits (_io.pxd): the sleep on the ring's doorbell, and
+"""The compiled apply lane's waits (_io.pxd): the sleep on the ring's doorbell (rdma: on the
+queue pair's completion channel, through its sleeper), and
 one round trip on the replica connection's raw socket (a COM_QUERY, then its answers, read
 with at most one wakeup over TCP: the lane keeps the socket's SO_RCVLOWAT at two answers'
 size), each serving the tcp data connection the lane holds meanwhile so that an ANSWER a
@@ -13,6 +14,7 @@ from libc.string cimport memcpy
 from posix.unistd cimport read
 
 from bridge.transport._receiver cimport drain_lane, pollable
+from bridge.transport.verbs_c cimport bv_sleep_done, bv_sleep_prepare, bv_sleeper
 from bridge.transport.posix_io cimport (MSG_DONTWAIT, MSG_NOSIGNAL, POLLIN, SO_RCVLOWAT, SOL_SOCKET, poll, pollfd, recv,
                                         send, setsockopt)
 from bridge.wire.layouts cimport WAITING_AT, WRITE_SEQ_AT
@@ -22,13 +24,36 @@ cdef enum:
     ANSWER_ROOM = 512  # both answers of a round trip fit, but for a long error message
 
 
-cdef void sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms, Placements *pl) noexcept nogil:
+cdef inline bint sleep_verbs(uint8_t *b, bv_sleeper *sleeper, uint64_t expected_seq,
+                             int wait_ms) noexcept nogil:
+    """rdma: until the primary side wakes this side (a write with immediate data on the
+    queue pair's completion channel), at most ``wait_ms``: the wakeups taken, and this side
+    announced as sleeping in the primary side's mirror where it is not (its completion
+    waited for, so a publish from then on finds it), then the ring looked at once more.
+    False where it cannot sleep (the queue pair closed or broken): the caller polls."""
+    cdef pollfd waiter
+    cdef int fd = bv_sleep_prepare(sleeper)
+    if fd < 0:
+        return False
+    if rd64(b + WRITE_SEQ_AT) < expected_seq:
+        waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
+        poll(&waiter, 1, wait_ms)
+    bv_sleep_done(sleeper)
+    return True
+
+
+cdef bint sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms, Placements *pl,
+                   bv_sleeper *verbs) noexcept nogil:
     """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting
     flag up meanwhile), or, where the run holds the tcp data connection (``pl``), until
-    placements arrive on it: carried out here, no other thread woken."""
+    placements arrive on it: carried out here, no other thread woken; over rdma until the
+    primary side wakes the queue pair's ``verbs`` sleeper (``sleep_verbs``). False where it
+    cannot sleep (rdma: the queue pair closed or broken): the caller polls."""
     cdef pollfd waiters[2]
     cdef uint8_t drained[4096]
     cdef int n = 0
+    if verbs != NULL:
+        return sleep_verbs(b, verbs, expected_seq, wait_ms)
     wr32(b + WAITING_AT, 1)
     fence_full()  # the flag up before the seq is read again (the producer: the other way round)
     if rd64(b + WRITE_SEQ_AT) < expected_seq:
@@ -43,6 +68,7 @@ cdef void sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms,
     if doorbell >= 0:
         read(doorbell, drained, sizeof(drained))  # non-blocking: every byte rung, or the eventfd's counter
     wr32(b + WAITING_AT, 0)
+    return True
 
 
 cdef void wait_answers(int fd, Placements *pl, int timeout_ms) noexcept nogil:

@@ -11,7 +11,7 @@ import socket as _socket
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
@@ -22,6 +22,7 @@ from bridge.apply.lane._io cimport ANSWERS_WAIT_MS, FAILED_ANSWER, OK_BYTES_MIN,
 from bridge.apply.lane._position cimport DOMAINS, POSITION_MAX, add_gtid, mysql_gno, parse_gtid, position_event
 from bridge.transport._receiver cimport Receiver, give, take
 from bridge.transport.posix_io cimport SO_RCVLOWAT, SOL_SOCKET, setsockopt
+from bridge.transport.verbs_c cimport bv_sleeper
 from bridge.wire._frames cimport frame_ok
 from bridge.wire.layouts cimport (ACK_SEQ_AT, COMPACT, DATA_OFFSET, HEADER_BYTES, KIND_PAD, KIND_TXN, SIZE_AT, TAIL_AT,
                                   UPDATE_ROWS_V1, WRITE_SEQ_AT)
@@ -128,18 +129,21 @@ cdef class Lane:
 
     def run(self, region, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, sock, long max_txns,
             long max_events, Py_ssize_t max_bytes, Py_ssize_t limit, int doorbell=-1, int wait_ms=0,
-            Receiver receiver=None):
+            Receiver receiver=None, sleeper=None):
         """``receiver``: the tcp data connection's compiled receiver (bridge.transport._receiver)
         of this ring: where the run would sleep it holds the connection and carries out
-        the placements itself (one thread woken per transaction, not two), until it returns."""
+        the placements itself (one thread woken per transaction, not two), until it returns.
+        ``sleeper``: rdma, the queue pair an idle run sleeps through (its ``lane_sleeper``,
+        bridge_verbs.h), held by the caller while the run lasts."""
         cdef Py_buffer r
         cdef Placements *pl = NULL
-        cdef bint held = False
+        cdef bint held = False, slept
         cdef uint8_t *b
         cdef int got, fd = sock.fileno()
         cdef bint tcp = sock.family != _socket.AF_UNIX
         cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>wait_ms * 1000000, now
         cdef int lowat = 2 * OK_BYTES_MIN, one = 1
+        cdef bv_sleeper *verbs = <bv_sleeper *><uintptr_t>((sleeper.lane_sleeper or 0) if sleeper is not None else 0)
         self.tail, self.expected_seq = tail, expected_seq
         self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0
         self.heartbeat, self.heartbeat_ns = None, 0
@@ -159,7 +163,7 @@ cdef class Lane:
                     return self.txns
                 if got == NOTHING:
                     if rd64(b + WRITE_SEQ_AT) >= self.expected_seq or now >= deadline or \
-                            doorbell < 0 and receiver is None:
+                            doorbell < 0 and receiver is None and verbs == NULL:
                         return self.txns  # the next frame is the general path's, or nothing to wait on
                     if receiver is not None and not held:
                         pl = &receiver.s
@@ -171,7 +175,10 @@ cdef class Lane:
                                 return self.txns
                         now = now_ns(CLOCK_MONOTONIC)
                     with nogil:
-                        sleep_on(b, doorbell, self.expected_seq, <int>((deadline - now) // 1000000) + 1, pl)
+                        slept = sleep_on(b, doorbell, self.expected_seq, <int>((deadline - now) // 1000000) + 1,
+                                         pl, verbs)
+                    if not slept:
+                        return self.txns  # rdma: the queue pair cannot sleep (closed, broken); the caller polls
                 elif now >= deadline:
                     return self.txns
         finally:

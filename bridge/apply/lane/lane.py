@@ -37,6 +37,7 @@ from bridge.apply.lane.mysqlpos import MysqlPosition, mysql_position
 from bridge.model import HEARTBEAT_TABLE
 from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
 from bridge.server import sqlnames
+from bridge.transport.doorbell import sleep_on_queue_pair
 from bridge.wire import hotpath
 from bridge.wire.binlog import UPDATE_ROWS_V1
 from bridge.wire.frame import FrameKind
@@ -160,7 +161,7 @@ class Lane:
     # --- one group ------------------------------------------------------------------
 
     def run(self, region, tail: int, expected_seq: int, epoch: int, sock, max_txns: int, max_events: int,
-            max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0, receiver=None) -> int:
+            max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0, receiver=None, sleeper=None) -> int:
         """Apply the frames ready in ``region`` from ``tail`` (seq ``expected_seq``), a
         group at a time (each one replica transaction on ``sock``), until the ring's next
         frame is not the lane's, or for ``wait_ms``: while the ring is empty it sleeps on
@@ -169,7 +170,8 @@ class Lane:
         ``groups``, ``txns``, ``tail``, ``expected_seq`` and the position say so).
         ``receiver``: the compiled lane reads the tcp data connection itself while it runs
         (bridge/transport/_placements.pxi); this twin leaves it to the receiver thread,
-        which rings the doorbell: the same frames, the same bytes, one wakeup more."""
+        which rings the doorbell: the same frames, the same bytes, one wakeup more.
+        ``sleeper``: rdma, the queue pair the run sleeps through instead (bridge.transport.doorbell)."""
         deadline = time.monotonic() + wait_ms / 1000
         self.tail, self.expected_seq = tail, expected_seq
         self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0
@@ -179,19 +181,22 @@ class Lane:
             if got < 0:
                 return got
             if got == NOTHING:
-                if _U64.unpack_from(region, WRITE_SEQ_AT)[0] >= self.expected_seq or doorbell < 0:
+                if _published(region) >= self.expected_seq or doorbell < 0 and sleeper is None:
                     return self.txns  # the next frame is the general path's, or nothing to wait on
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return self.txns
-                _sleep(region, doorbell, self.expected_seq, int(left * 1000) + 1)
+                if sleeper is None:
+                    _sleep(region, doorbell, self.expected_seq, int(left * 1000) + 1)
+                elif not sleep_on_queue_pair(sleeper, lambda: _published(region) >= self.expected_seq, left):
+                    return self.txns  # the queue pair cannot sleep (closed, broken, pyverbs'): the caller polls
             elif time.monotonic() >= deadline:
                 return self.txns
 
     def _group(self, region, epoch: int, sock, max_txns: int, max_events: int, max_bytes: int, limit: int) -> int:
         """One group from ``self.tail``: its frame count, NOTHING, FAILED or LOST."""
         size = _U32.unpack_from(region, SIZE_AT)[0]
-        published = _U64.unpack_from(region, WRITE_SEQ_AT)[0]
+        published = _published(region)
         my = self._mysql
         saved = (self.seq, list(self._domains))
         datas, stamps, gtids, ends, n, events, total, beats, heartbeat = [], [], [], [], 0, 0, 0, 0, None
@@ -310,7 +315,7 @@ def _sleep(region, doorbell: int, expected_seq: int, wait_ms: int) -> None:
     """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting flag up meanwhile)."""
     region[WAITING_AT:WAITING_AT + 4] = _U32.pack(1)
     try:
-        if _U64.unpack_from(region, WRITE_SEQ_AT)[0] < expected_seq:
+        if _published(region) < expected_seq:
             waiter = select.poll()
             waiter.register(doorbell, select.POLLIN)
             waiter.poll(wait_ms)
@@ -320,6 +325,10 @@ def _sleep(region, doorbell: int, expected_seq: int, wait_ms: int) -> None:
             pass
     finally:
         region[WAITING_AT:WAITING_AT + 4] = _U32.pack(0)
+
+
+def _published(region) -> int:
+    return _U64.unpack_from(region, WRITE_SEQ_AT)[0]
 
 
 def query_bytes(events: int) -> int:

@@ -1,0 +1,73 @@
+# The rdma transport's work requests in C (bridge/transport/bridge_verbs.h), declared once
+# for Cython: a queue pair's path to the replica's ring, queued writes merged and posted as
+# one chain, completions polled; the replica side's sleep on its queue pair. The ship lane
+# (bridge/source/_ship.pyx) posts and polls through it, and the apply lane sleeps through
+# it, without linking libibverbs; the compiled queue pair (_verbs.pyx) opens it.
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+from bridge.wire.layouts cimport HEAD_AT, PUBLISH_BYTES, WAITING_AT, WRITE_SEQ_AT
+from bridge.wire.native_c cimport rd32, wr32, wr64
+
+
+cdef extern from "bridge_verbs.h" nogil:
+    enum: BRIDGE_HAVE_VERBS  # 0 where verbs.h was missing at build time: every call answers ENOSYS
+    enum:
+        BV_CHAIN
+        BV_WRITE
+        BV_READ
+        BV_WRITE_IMM
+        BV_FAILED
+        BV_PENDING
+
+    ctypedef struct bv_path:
+        void *qp
+        void *cq
+        uint64_t local, remote
+        uint32_t lkey, rkey, max_inline, depth
+        int outstanding, unsignaled, status, opcode, queued
+        uint32_t imm
+
+    ctypedef struct bv_sleeper:
+        int open, fd, said
+        uint64_t wakeups
+
+    void bv_sleeper_init(bv_sleeper *s, void *owner, int (*announce)(void *) noexcept nogil,
+                         int (*taken)(void *) noexcept nogil) noexcept
+    int bv_sleep_prepare(bv_sleeper *s) noexcept
+    void bv_sleep_done(bv_sleeper *s) noexcept
+    void bv_sleeper_shut(bv_sleeper *s) noexcept
+
+    int bv_post(bv_path *p, int signaled) noexcept
+    int bv_queue(bv_path *p, int kind, uint64_t at, uint32_t length, uint64_t to) noexcept
+    int bv_reap(bv_path *p) noexcept
+    void bv_relax(unsigned *spins) noexcept
+    int bv_wait(bv_path *p, uint64_t timeout_ns) noexcept
+
+
+# --- what a queue pair does with the ring's header (both the compiled queue pair and the
+# compiled ship lane; the twins: bridge.transport.verbs.QueuePair) -----------------------
+
+cdef inline int publish_post(bv_path *p, uint64_t write_seq, uint32_t head) noexcept nogil:
+    """The header stored in the mirror (the path's local buffer) and queued as one write of
+    write_seq and head (RC places it after the frames queued before), the chain posted with
+    its last one signaled: 0 or an errno."""
+    cdef uint8_t *mirror = <uint8_t *>p.local
+    cdef int err
+    wr64(mirror + WRITE_SEQ_AT, write_seq)
+    wr32(mirror + HEAD_AT, head)
+    err = bv_queue(p, BV_WRITE, WRITE_SEQ_AT, PUBLISH_BYTES, WRITE_SEQ_AT)
+    return err if err else bv_post(p, 1)
+
+
+cdef inline int wake_peer(bv_path *p, uint64_t write_seq) noexcept nogil:
+    """After a publish completed: where the replica side wrote its waiting word into the
+    mirror, the word cleared (one wakeup per time it says it sleeps: it cannot run out of
+    posted receives) and a zero-length write with immediate data (unsignaled), which wakes
+    it: 0 or an errno."""
+    cdef int err
+    if rd32(<uint8_t *>p.local + WAITING_AT) == 0:
+        return 0
+    wr32(<uint8_t *>p.local + WAITING_AT, 0)
+    p.imm = <uint32_t>write_seq
+    err = bv_queue(p, BV_WRITE_IMM, WAITING_AT, 0, WAITING_AT)
+    return err if err else bv_post(p, 0)

@@ -1,0 +1,74 @@
+"""The rdma transport's two queue pairs (bridge.transport.verbs over pyverbs, and the
+compiled bridge.transport._verbs) place the same bytes: the same frames, a wrap of the
+ring and a fan of publishes through each leave the replica's ring byte for byte equal;
+an error completion (the queue pair moved to the error state) is the same RdmaError.
+Run by `make test-rdma` in the Soft-RoCE guest; skipped where there is no verbs device."""
+
+import pytest
+
+from bridge.errors import RdmaError
+from bridge.ring.producer import RingProducer
+from bridge.transport import rdma_available
+from bridge.wire.frame import FrameKind
+from tests.conformance.test_transport_conformance import HostedRing
+
+if not rdma_available():
+    pytest.skip("no RDMA device here: `make test-rdma` runs this in a Soft-RoCE guest", allow_module_level=True)
+
+from bridge.transport import rdma, verbs  # noqa: E402  (pyverbs: only where a device exists)
+
+try:
+    from bridge.transport import _verbs
+except ImportError:
+    _verbs = None
+
+RING = 1 << 12  # small: the payloads below wrap it several times
+TWINS = [verbs] + ([_verbs] if _verbs is not None else [])
+
+
+def _placed_through(monkeypatch, twin) -> bytes:
+    monkeypatch.setattr(rdma, "VERBS", twin)
+    hosted = HostedRing("rdma")
+    remote, producer = rdma.RdmaRemoteRing(hosted.host.params(), hosted.addr, RING), RingProducer(RING)
+    try:
+        assert type(remote.qp) is twin.QueuePair
+        for n in range(120):
+            for p in producer.append(FrameKind.TXN, bytes([n]) * (17 + 29 * (n % 11))):
+                remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+            if n % 3 == 2:
+                remote.publish(producer.write_seq, producer.head)
+                assert remote.held() == producer.write_seq
+            producer.acknowledge(remote.read_ack() if n % 7 else producer.write_seq)  # nobody consumes here
+        remote.publish(producer.write_seq, producer.head)
+        remote.flush()
+        return bytes(hosted.host.region)
+    finally:
+        remote.close()
+        hosted.close()
+
+
+@pytest.mark.skipif(_verbs is None, reason="the compiled queue pair is not built (no libibverbs-dev at build time)")
+def test_both_queue_pairs_leave_the_replica_ring_byte_for_byte_equal(monkeypatch):
+    twin, compiled = (_placed_through(monkeypatch, module) for module in TWINS)
+    assert twin == compiled
+    assert twin.count(b"\x00") < len(twin)  # something was placed
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_an_error_completion_is_a_transport_error_and_the_ring_keeps_what_was_placed(monkeypatch, twin):
+    monkeypatch.setattr(rdma, "VERBS", twin)
+    hosted = HostedRing("rdma")
+    remote, producer = rdma.RdmaRemoteRing(hosted.host.params(), hosted.addr, RING), RingProducer(RING)
+    try:
+        for p in producer.append(FrameKind.TXN, b"placed"):
+            remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+        remote.publish(producer.write_seq, producer.head)
+        remote.qp.break_link()
+        for p in producer.append(FrameKind.TXN, b"lost with the link"):
+            remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+        with pytest.raises(RdmaError, match="rdma transport: "):  # an error completion, or a refused post
+            remote.publish(producer.write_seq, producer.head)
+        assert remote.held() == 1  # what the general path resends from: the first frame only
+    finally:
+        remote.close()
+        hosted.close()
