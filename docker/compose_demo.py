@@ -42,6 +42,7 @@ PORTS = {"PROMETHEUS_PORT": 9090, "PRIMARY_PORT": 13306, "REPLICA_PORT": 13307}
 LOCAL = {"mariadb": "localhost/rdma-bridge-compose-mariadb:10.11", "bridge": "localhost/rdma-bridge:dev",
          "prometheus": "localhost/rdma-bridge-compose-prometheus:latest"}
 WRITTEN = 1000  # transactions the workload writes before the check
+BRIDGE_UID = 10001  # the image's user (docker/Dockerfile's BRIDGE_UID): the secret file is given to it
 TIMEOUT_S = 300
 
 
@@ -80,6 +81,7 @@ def build_images(podman: Podman) -> None:
                timeout=900)
     fill_wheelhouse()
     podman("build", "--network", "host", "--build-arg", f"BASE={base_image('bookworm')}", "--build-arg",
+           f"BRIDGE_UID={BRIDGE_UID}", "--build-arg",
            "PIP_OPTIONS=--no-index --find-links docker/wheelhouse", "-f", str(HERE / "Dockerfile"), "-t",
            LOCAL["bridge"], str(ROOT), timeout=900)
 
@@ -254,22 +256,71 @@ def check_prometheus() -> bool:
     return True
 
 
+IMAGE_PROBE = ("id -u; for tool in cc gcc cpp; do command -v $tool; done; test ! -e /opt/rdma-bridge/src; "
+               "rdma-bridge --version")
+
+
+def check_bridge_image(podman: Podman) -> bool:
+    """The bridge's image runs as its own user, holds no compiler and no source tree, and
+    its wheel brought every compiled part that needs no RDMA device to load."""
+    done = podman("run", "--rm", *podman.run_args, "--entrypoint", "sh", LOCAL["bridge"], "-c", IMAGE_PROBE,
+                  check=False)
+    lines = done.stdout.decode().splitlines()
+    problems = []
+    if done.returncode != 0 or not lines:
+        problems.append(f"the probe failed: {done.stderr.decode().strip()[-300:]}")
+    elif lines[0] != str(BRIDGE_UID):
+        problems.append(f"it runs as uid {lines[0]}, not {BRIDGE_UID}")
+    compilers = [line for line in lines if line.startswith("/")]
+    if compilers:
+        problems.append("it holds a compiler: " + ", ".join(compilers))
+    compiled = next((line for line in lines if line.startswith("compiled: ")), "")
+    if "hot path" not in compiled or "apply lane" not in compiled:
+        problems.append(f"its wheel lacks compiled parts ({compiled or 'no --version answer'})")
+    if problems:
+        say("the bridge image: " + "; ".join(problems))
+        return False
+    say(f"the bridge image runs as uid {BRIDGE_UID}, holds no compiler, and says: {compiled}")
+    return True
+
+
 def up(check: bool = False) -> bool:
     check_ports_free()
     podman = Podman.here()
     secret = HERE / "bridge_secret.txt"
     if not secret.exists():
         secret.write_text(secrets.token_hex(32) + "\n")
-        secret.chmod(0o600)
+    secret.chmod(0o400)  # mounted as it is here: readable by the image's user only
+    os.chown(secret, BRIDGE_UID, BRIDGE_UID)
     build_images(podman)
     with podman_api(podman) as env:
         say("starting the primary, the replica, both bridges (tcp, with the secret), the workload and Prometheus")
         compose(env, "up", "-d", "--no-build", podman=podman)
-        ok = verify(env)
+        try:
+            ok = verify(env)
+        except BridgeError:
+            say_bridge_logs(podman)
+            raise
+        if not ok:
+            say_bridge_logs(podman)
         if check:
             ok = check_prometheus() and ok
+            ok = check_bridge_image(podman) and ok
     say(f"Prometheus on http://127.0.0.1:{ports()['PROMETHEUS_PORT']}; `make compose-down` removes everything")
     return ok
+
+
+def say_bridge_logs(podman: Podman) -> None:
+    """Each bridge container's last lines, for a demo that failed: a bridge that exited
+    says why there, and nowhere else."""
+    for service in ("bridge-replica", "bridge-primary"):
+        names = podman("ps", "-a", "--filter", f"label=com.docker.compose.project={PROJECT}", "--filter",
+                       f"label=com.docker.compose.service={service}", "--format", "{{.Names}} {{.Status}}",
+                       check=False).stdout.decode().strip()
+        for line in names.splitlines():
+            name = line.split()[0]
+            logs = podman("logs", "--tail", "15", name, check=False)
+            say(f"{line}, its last lines:\n" + (logs.stdout + logs.stderr).decode(errors="replace").rstrip())
 
 
 def down() -> None:
