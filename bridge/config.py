@@ -14,7 +14,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from bridge.errors import ConfigError
 
 DEFAULT_RING_BYTES = 8 * 1024 * 1024
-PASSWORD_ENV = {"source": "RDMA_BRIDGE_SOURCE_PASSWORD", "target": "RDMA_BRIDGE_TARGET_PASSWORD"}
+# each URL option's password variable: used where its URL carries no password (the URL's own
+# variable, e.g. RDMA_BRIDGE_SOURCE, holds the whole URL instead)
+PASSWORD_ENV = {"source": "RDMA_BRIDGE_SOURCE_PASSWORD", "target": "RDMA_BRIDGE_TARGET_PASSWORD",
+                "check_source": "RDMA_BRIDGE_CHECK_SOURCE_PASSWORD",
+                "check_target": "RDMA_BRIDGE_CHECK_TARGET_PASSWORD",
+                "clone_source": "RDMA_BRIDGE_CLONE_SOURCE_PASSWORD", "workload": "RDMA_BRIDGE_WORKLOAD_PASSWORD"}
 
 
 # URL query options passed to the MySQL client (PyMySQL) for TLS and option files:
@@ -188,7 +193,7 @@ class ReplicaConfig:
     ring_bytes: int = DEFAULT_RING_BYTES
     channel: str = "default"
     poll_idle_s: float = 0.0002
-    spin_s: float = 0.0  # keep polling this long after the last frame before the doorbell (or 200 µs polls)
+    spin_s: float = 0.0  # keep polling this long after the last frame before sleeping (pyverbs' rdma: 200 µs polls)
     group_max_txns: int = 1000  # consecutive small transactions applied as one replica transaction
     group_max_rows: int = 5000
     group_max_bytes: int = 8 << 20  # payload bytes; a group never waits for more frames (no time bound needed)

@@ -8,6 +8,7 @@ GTID, table or address involved. Whose fault it is shows in the type: a
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 
 
@@ -32,12 +33,21 @@ class EndCode(StrEnum):
             return cls.ERROR
 
 
+EXIT_ERROR = 1  # the process' exit status for an error
+EXIT_CONFIG = 78  # sysexits' EX_CONFIG: a setting that cannot work until a person changes it
+
+
 class BridgeError(Exception):
     """Base of every error rdma-bridge raises on purpose."""
 
+    exit_status = EXIT_ERROR
+
 
 class ConfigError(BridgeError):
-    """Bad command line, URL or option value."""
+    """Bad command line, URL or option value: starting again changes nothing, so the
+    process exits EXIT_CONFIG (the systemd units do not restart on it)."""
+
+    exit_status = EXIT_CONFIG
 
 
 class SandboxError(BridgeError):
@@ -92,7 +102,10 @@ class Fenced(Refused):
 
 
 class ChannelLocked(ConfigError):
-    """Another replica side applies this channel into the same replica."""
+    """Another replica side applies this channel into the same replica (which may stop:
+    an error, not a setting)."""
+
+    exit_status = EXIT_ERROR
 
 
 class StartRefused(Refused):
@@ -107,6 +120,24 @@ class RingFull(BridgeError):
 
 class TransportError(BridgeError):
     """The link to the replica's ring failed (connection lost, refused, closed)."""
+
+
+class RdmaError(TransportError):
+    """The rdma transport's work requests: a verbs call that failed, or an error completion."""
+
+    @classmethod
+    def completion(cls, status: int, opcode: int) -> "RdmaError":
+        return cls(f"rdma transport: work completion error status {status} (opcode {opcode}): the link or the "
+                   "replica's QP is gone")
+
+    @classmethod
+    def timed_out(cls, timeout_s: float) -> "RdmaError":
+        return cls.call("poll the completion queue", f"no completion within {timeout_s:.0f}s")
+
+    @classmethod
+    def call(cls, what: str, err: int | str) -> "RdmaError":
+        """``err``: an errno, or words."""
+        return cls(f"rdma transport: {what}: {os.strerror(err) if isinstance(err, int) else err}")
 
 
 class SourceError(BridgeError):

@@ -170,15 +170,18 @@ def panel(pid: int, title: str, exprs: list[tuple[str, str]], unit: str, y: int,
 
 
 def dashboard() -> dict:
-    q = "rdma_bridge_stage_latency_seconds"
+    def quantile(q: float, by: str = "", where: str = "") -> str:  # over the last minute, from the histograms
+        return f"histogram_quantile({q}, sum by ({by}le) (rate(rdma_bridge_stage_seconds_bucket{where}[1m])))"
+
     return {
         "title": "rdma-bridge", "uid": "rdma-bridge", "schemaVersion": 39, "refresh": "5s",
         "time": {"from": "now-15m", "to": "now"},
         "panels": [
-            panel(1, "Heartbeat lag (primary write -> replica commit)",
-                  [(f'{q}{{stage="lag",quantile="0.5"}}', "P50"), (f'{q}{{stage="lag",quantile="0.99"}}', "P99"),
-                   (f'{q}{{stage="lag",quantile="0.999"}}', "P99.9"), ("rdma_bridge_lag_seconds", "last")], "s", 0),
-            panel(2, "Per-stage latency P99", [(f'{q}{{quantile="0.99"}}', "{{role}} {{stage}}")], "s", 0, 12),
+            panel(1, "Heartbeat lag (primary write -> replica commit), over the last minute",
+                  [(quantile(0.5, where='{stage="lag"}'), "P50"), (quantile(0.99, where='{stage="lag"}'), "P99"),
+                   (quantile(0.999, where='{stage="lag"}'), "P99.9"), ("rdma_bridge_lag_seconds", "last")], "s", 0),
+            panel(2, "Per-stage latency P99, over the last minute",
+                  [(quantile(0.99, by="role, stage, "), "{{role}} {{stage}}")], "s", 0, 12),
             panel(3, "Ring backlog", [("rdma_bridge_ring_backlog_frames", "{{role}} frames"),
                                       ("rdma_bridge_ring_backlog_bytes", "{{role}} bytes")], "short", 8),
             panel(4, "Semi-sync: form and degradations",
@@ -187,7 +190,8 @@ def dashboard() -> dict:
                    ("rdma_bridge_semi_sync_async_streak_seconds", "async streak (s)")], "short", 8, 12),
             panel(5, "Reconnects (5 min)", [("increase(rdma_bridge_reconnects_total[5m])", "{{role}}")], "short", 16),
             panel(6, "Throughput", [("rate(rdma_bridge_transactions_applied_total[30s])", "applied txn/s"),
-                                    ("rate(rdma_bridge_transactions_shipped_total[30s])", "shipped txn/s")],
+                                    ("rate(rdma_bridge_transactions_shipped_total[30s])", "shipped txn/s"),
+                                    ("rate(rdma_bridge_primary_transactions_total[30s])", "primary writes txn/s")],
                   "short", 16, 12),
             panel(8, "Consistency check: hours since the last complete one; chunks that differ",
                   [("(time() - rdma_bridge_checksum_last_complete_timestamp_seconds) / 3600", "{{channel}} hours ago"),

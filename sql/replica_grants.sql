@@ -5,8 +5,10 @@
 -- statements, --apply-mode binlog): the server applies them like a native replica,
 -- on any table, without table privileges, so treat this account like a replication
 -- account. SET USER lets it replay triggers, routines, views and events with the
--- primary's DEFINER, as a native replica keeps it.
+-- primary's DEFINER, as a native replica keeps it. READ_ONLY ADMIN lets it write on a
+-- replica that runs read_only=ON (as replicas should), which applications still cannot.
 CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{password}';
 GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES,
       CREATE VIEW, SHOW VIEW, TRIGGER, CREATE ROUTINE, ALTER ROUTINE, EXECUTE,
-      CREATE TEMPORARY TABLES, LOCK TABLES, EVENT, BINLOG REPLAY, SET USER ON *.* TO '{user}'@'127.0.0.1';
+      CREATE TEMPORARY TABLES, LOCK TABLES, EVENT, BINLOG REPLAY, SET USER, READ_ONLY ADMIN
+      ON *.* TO '{user}'@'127.0.0.1';

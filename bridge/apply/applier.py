@@ -100,7 +100,36 @@ class Applier(GtidKeeping, Barriers):
         self.rules = EVERYTHING  # the channel's filter (the replica node sets it): a repair's table is renamed too
         self._binlog, self._sql, self._statements = BinlogRows(url, channel), SqlRows(channel), StatementReplayer()
         self._connect()
+        if holds_channel:
+            self._check_writable()
         self.position = self._load_position()
+
+    def _check_writable(self) -> None:
+        """A replica that runs read_only=ON (as replicas should: applications cannot write
+        to it) is written through by an account allowed to (flavor.read_only_privileges);
+        MySQL's super_read_only=ON lets no account write. Refused at start with the fix:
+        the bridge never makes the replica writable."""
+        flavor = self.server.flavor
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(flavor.read_only_sql)
+                read_only, super_read_only = (int(v) for v in cur.fetchone())
+        except pymysql.MySQLError as exc:
+            raise apply_error(f"read read_only on replica {self.url}", exc) from exc
+        if super_read_only:
+            raise ConfigError(f"replica {self.url} runs super_read_only=ON, which lets no account write, not even "
+                              "the bridge's applier: SET GLOBAL super_read_only=OFF and keep read_only=ON (the "
+                              f"applier writes through it with {flavor.read_only_privileges[0]}; applications "
+                              "without it still cannot)")
+        if not read_only:
+            return
+        grants, user, host = current_grants(self.conn, self.url)
+        if not holds(grants, flavor.read_only_privileges):
+            raise ConfigError(f"replica {self.url} runs read_only=ON and {user} may not write through it: run on "
+                              f"the replica: {modes.grant_statement([flavor.read_only_privileges[0]], user, host)} "
+                              "(the bridge never switches the replica to writable)")
+        log.info("replica %s runs read_only=ON: the applier writes through it (%s)", self.url,
+                 flavor.read_only_privileges[0])
 
     def _connect(self) -> None:
         self.conn, self.server = connect(self.url, self.lock_wait_timeout_s)

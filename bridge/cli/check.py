@@ -34,7 +34,8 @@ from bridge.errors import ConfigError
 @tls_options
 @click.option("--clone-source", envvar="RDMA_BRIDGE_CLONE_SOURCE", default=None, metavar="URL",
               help="Also check what `rdma-bridge clone --source URL` needs: its account's privileges, tables a "
-                   "consistent snapshot covers, binlogs kept longer than the copy takes.")
+                   "consistent snapshot covers, binlogs kept longer than the copy takes (the password alone: "
+                   "$RDMA_BRIDGE_CLONE_SOURCE_PASSWORD).")
 @click.option("--clone-schema", "clone_schemas", multiple=True, metavar="NAME",
               help="The schemas clone will copy (default: every user schema).")
 @click.option("--clone-parallel", type=click.IntRange(1, 32), default=1, show_default=True,
@@ -57,7 +58,7 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     if tls is not None:
         found += checks.tls_checks(tls)
     if clone_source:
-        found += checks.clone_checks(MysqlUrl.parse(clone_source, PASSWORD_ENV["source"]), list(clone_schemas),
+        found += checks.clone_checks(MysqlUrl.parse(clone_source, PASSWORD_ENV["clone_source"]), list(clone_schemas),
                                      clone_parallel)
     primary_version = replica_version = None
     if source:
@@ -105,11 +106,11 @@ CHECK_URLS = [
                    old_env="RDMA_BRIDGE_CHECK_PRIMARY", required=True, metavar="URL",
                    help="The primary server, as a user that reads every table, may SET binlog_format (BINLOG ADMIN) "
                         "and write rdma_bridge.*; also from $RDMA_BRIDGE_CHECK_SOURCE (keeps the password out of "
-                        "ps)."),
+                        "ps), or the password alone from $RDMA_BRIDGE_CHECK_SOURCE_PASSWORD."),
     renamed_option("--target", "--replica", "replica", new_env="RDMA_BRIDGE_CHECK_TARGET",
                    old_env="RDMA_BRIDGE_CHECK_REPLICA", required=True, metavar="URL",
                    help="The replica server, as a user that reads every table and writes rdma_bridge.*; also from "
-                        "$RDMA_BRIDGE_CHECK_TARGET."),
+                        "$RDMA_BRIDGE_CHECK_TARGET (the password alone: $RDMA_BRIDGE_CHECK_TARGET_PASSWORD)."),
     click.option("--channel", default="default", show_default=True, help="The bridge channel to wait for."),
 ]
 
@@ -155,7 +156,8 @@ def checksum(primary: str, replica: str, channel: str, schemas, tables, chunk_ti
     """
     from bridge.check.checksum import Checksummer
 
-    checker = Checksummer(MysqlUrl.parse(primary), MysqlUrl.parse(replica), channel, chunk_time, offline=offline,
+    checker = Checksummer(MysqlUrl.parse(primary, PASSWORD_ENV["check_source"]),
+                          MysqlUrl.parse(replica, PASSWORD_ENV["check_target"]), channel, chunk_time, offline=offline,
                           progress=lambda m: click.echo(m, err=True), max_rows_per_second=max_rows_per_second)
     try:
         run = checker.run(list(schemas) or None, list(tables) or None)
@@ -182,7 +184,8 @@ def repair(primary: str, replica: str, channel: str) -> None:
     The primary's rows are only read. Exit code 1 if a chunk still differs."""
     from bridge.check.repair import Repairer
 
-    repairer = Repairer(MysqlUrl.parse(primary), MysqlUrl.parse(replica), channel,
+    repairer = Repairer(MysqlUrl.parse(primary, PASSWORD_ENV["check_source"]),
+                        MysqlUrl.parse(replica, PASSWORD_ENV["check_target"]), channel,
                         progress=lambda m: click.echo(m, err=True))
     try:
         repaired, recheck = repairer.run()
@@ -214,7 +217,7 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...], channel: str) -
     from bridge.check.checksum import channel_filter, connect
     from bridge.check.compare import compare_databases
 
-    replica_url = MysqlUrl.parse(replica)
+    replica_url = MysqlUrl.parse(replica, PASSWORD_ENV["check_target"])
     conn = connect(replica_url, "replica")
     try:
         rules = channel_filter(conn, channel)
@@ -222,7 +225,8 @@ def verify(primary: str, replica: str, schemas: tuple[str, ...], channel: str) -
         conn.close()
     if not rules.everything:
         click.echo(f"channel {channel!r} replicates {rules.describe()}", err=True)
-    result = compare_databases(MysqlUrl.parse(primary), replica_url, list(schemas) or None, rules)
+    primary_url = MysqlUrl.parse(primary, PASSWORD_ENV["check_source"])
+    result = compare_databases(primary_url, replica_url, list(schemas) or None, rules)
     for name, (a, b) in result.digests.items():
         if not (a.present and b.present):
             click.echo(f"DIFF {name:40} only on the {'primary' if a.present else 'replica'}, "

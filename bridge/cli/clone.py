@@ -59,7 +59,7 @@ def clone(source: str, target: str, schemas: tuple[str, ...], channel: str, para
     the same tables.
     \b
     Example:
-      export RDMA_BRIDGE_SOURCE=mysql://rdma_repl:...@10.0.0.1:3306
+      export RDMA_BRIDGE_SOURCE=mysql://rdma_clone:...@10.0.0.1:3306   # sql/clone_grants.sql
       export RDMA_BRIDGE_TARGET=mysql://rdma_apply:...@127.0.0.1:3306
       rdma-bridge clone --schema app1 --schema app2 --parallel 2
       rdma-bridge clone --include shop --exclude 'shop.audit_*' --rename-schema shop=shop_copy

@@ -10,7 +10,7 @@ import time
 import click
 
 from bridge.cli.options import STATE_DIR, renamed_option
-from bridge.config import MysqlUrl
+from bridge.config import PASSWORD_ENV, MysqlUrl
 from bridge.lab.images import FLAVORS, LOCAL
 from bridge.lab.sandbox import DEFAULT_STATE_DIR, MAX_REPLICAS, Sandbox, replicas_in
 
@@ -93,7 +93,7 @@ def workload(target: str, schema: str, transactions: int, rate: float) -> None:
 
     from bridge.lab.workload import MixedWorkload, connect, create_schema
 
-    conn = connect(MysqlUrl.parse(target, "RDMA_BRIDGE_WORKLOAD_PASSWORD"))
+    conn = connect(MysqlUrl.parse(target, PASSWORD_ENV["workload"]))
     create_schema(conn, schema)
     work, started, done = MixedWorkload(conn, schema), time.monotonic(), 0
     while done < transactions:

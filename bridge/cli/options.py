@@ -12,7 +12,7 @@ import traceback
 import click
 
 from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostport
-from bridge.errors import BridgeError
+from bridge.errors import EXIT_ERROR, BridgeError
 from bridge.filter import Filter
 from bridge.lab.sandbox import DEFAULT_STATE_DIR
 from bridge.ring.layout import check_ring_bytes
@@ -29,7 +29,7 @@ class BridgeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BridgeError as exc:
-            _fail(ctx, f"rdma-bridge: error: {exc}")
+            _fail(ctx, f"rdma-bridge: error: {exc}", exc.exit_status)
         except OSError as exc:
             where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
             _fail(ctx, f"rdma-bridge: error: {exc.strerror or exc}{where}")
@@ -40,14 +40,29 @@ class BridgeGroup(click.Group):
                        "for the traceback, and report it)")
 
 
-def _fail(ctx, line: str) -> None:
+def _fail(ctx, line: str, status: int = EXIT_ERROR) -> None:
     if ctx.params.get("debug") or os.environ.get("RDMA_BRIDGE_DEBUG") == "1":
         traceback.print_exc()
     click.echo(line, err=True)
-    sys.exit(1)
+    sys.exit(status)
+
+
+def _show_version(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from bridge import __version__
+    from bridge.ring.layout import RING_LAYOUT_VERSION
+    from bridge.wire import control, native
+
+    click.echo(f"rdma-bridge {__version__} (wire protocol version {control.PROTOCOL_VERSION}, ring layout "
+               f"{RING_LAYOUT_VERSION})\n{native.described()}")
+    ctx.exit()
 
 
 @click.group(cls=BridgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the release, the wire protocol version (both ends must run the same), and which parts run "
+                   "compiled.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),
               help="How much the log says: info tells every start, session, reconnect and progress line; "
@@ -61,6 +76,12 @@ def main(log_level: str, debug: bool) -> None:
     Quick try on this machine:
       rdma-bridge sandbox up --json          # local MariaDB primary + replica
       rdma-bridge demo                       # both bridges, a workload, a verified match
+
+    \b
+    Exit status: 0 done; 1 an error (one line on stderr says which), or a
+    difference or a failed check that checksum, verify or doctor reports; 2 a bad
+    command line; 78 a setting that cannot work until it is changed (a bad URL,
+    option or transport: the systemd units do not restart on 2 or 78).
     """
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -117,7 +138,6 @@ def metrics_option(default_port: int):
 
 
 PRIMARY_METRICS_PORT, REPLICA_METRICS_PORT = 9401, 9402
-RDMA_SPIN_US = 5000
 SECRET_FILE = click.option(
     "--secret-file", type=click.Path(dir_okay=False), default=None,
     help=f"File whose first line is the control channel's shared secret (else ${SECRET_ENV}). Both sides "

@@ -37,8 +37,7 @@ def request(address: tuple[str, int], secret: str, command: dict, timeout_s: flo
 def serve(node, conn: ControlConnection, proof: str) -> None:
     """The replica side's end: one command on an authenticated connection (``proof``
     answers the client's challenge), answered once the outcome is known."""
-    conn.send({"type": "welcome", "magic": control.PROTOCOL_MAGIC, "version": control.PROTOCOL_VERSION,
-               "auth": proof})
+    conn.send(control.welcome(auth=proof))
     command = conn.recv()
     if command.get("type") == "resume":
         halt = node.resume()

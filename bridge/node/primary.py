@@ -46,7 +46,7 @@ from bridge.source.events import GtidStart
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.reader import BinlogReader
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
-from bridge.transport import check_available, tls
+from bridge.transport import check_available, native_parts, tls
 from bridge.transport.sockets import ControlConnection, connect
 from bridge.wire import control, native
 from bridge.wire.codec import encode_chunk, encode_transaction
@@ -124,7 +124,7 @@ class PrimaryNode(ShipLoop):
         if self._services_started:
             return
         self._services_started = True
-        native.announce(log, ("hot path", lanes.PART))
+        native.announce(log, ("hot path", lanes.PART, *native_parts(self.cfg.transport)))
         for service in (self.metrics, self.semi_sync, self.behind):
             if service is not None:
                 service.start()
@@ -284,6 +284,7 @@ class PrimaryNode(ShipLoop):
         self._stop.wait(delay)
 
     def _report_progress(self) -> None:
+        self.stages.tick()  # the last minute's latency windows
         report = self._progress.due(self.counts.transactions_shipped)
         if report and report[0]:
             shipped, elapsed = report

@@ -198,6 +198,7 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mo
             rid, version = cur.fetchone()
             rid = int(rid)
         out += apply_mode_checks(conn, apply_mode, primary_flavor or flavor, flavor)
+        out.append(read_only_check(conn, flavor))
         if flavor.is_mysql:
             out.append(gtid_check(conn, primary_flavor or flavor))
         if primary_server_id is not None:
@@ -207,6 +208,31 @@ def replica_checks(url: MysqlUrl, primary_server_id: int | None = None, apply_mo
     finally:
         conn.close()
     return out
+
+
+def read_only_check(conn, flavor: Flavor) -> Check:
+    """Replicas normally run read_only=ON; the applier writes through it where its account
+    may (the same check start-replica makes), never through super_read_only (MySQL)."""
+    with conn.cursor() as cur:
+        cur.execute(flavor.read_only_sql)
+        read_only, super_read_only = (int(v) for v in cur.fetchone())
+        cur.execute("SELECT CURRENT_USER()")
+        user, _, host = cur.fetchone()[0].rpartition("@")
+        cur.execute("SHOW GRANTS")
+        may = holds(global_privileges(r[0] for r in cur.fetchall()), flavor.read_only_privileges)
+    grant = flavor.read_only_privileges[0]
+    if super_read_only:
+        return Check("FAIL", "replica read_only", "super_read_only=ON: no account may write, the applier neither",
+                     f"SET GLOBAL super_read_only=OFF, keep read_only=ON (the applier writes through it with {grant})")
+    if read_only and not may:
+        return Check("FAIL", "replica read_only", f"read_only=ON and {user} may not write through it",
+                     modes.grant_statement([grant], user, host))
+    if read_only:
+        return Check("PASS", "replica read_only", f"read_only=ON: applications cannot write, the applier can ({grant})")
+    lacking = "" if may else f"; {user} lacks {grant}, which applying needs once it is ON"
+    return Check("INFO", "replica read_only", f"read_only=OFF: applications can write to the replica{lacking}",
+                 "SET GLOBAL read_only=ON (and in my.cnf)" + ("" if may else
+                                                             f"; {modes.grant_statement([grant], user, host)}"))
 
 
 def gtid_check(conn, primary_flavor: Flavor) -> Check:

@@ -18,30 +18,44 @@ time: across hosts they are only as good as the clock sync (PTP/chrony) between
 them; on one host they are exact. Everything else is measured on one host.
 
 Each node serves, on its metrics address (loopback by default):
-    /metrics   Prometheus text format (names in METRICS and STAGE_METRICS below)
-    /status    the node's status as JSON, with each stage's histogram (HDR, base64)
+    /metrics   Prometheus text format (names in METRICS and STAGE_METRICS below): each
+               stage as a histogram (``_bucket{le}``, ``_sum``, ``_count``; log-spaced
+               buckets from 1 µs to 10 s), so that Prometheus computes any window's
+               quantiles (``histogram_quantile(0.99, rate(..._bucket[1m]))``)
+    /status    the node's status as JSON, with each stage's histogram (HDR, base64), its
+               lifetime quantiles and the last minute's
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import gc
 import json
 import logging
 import math
+import os
+import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from hdrh.histogram import HdrHistogram
 
+from bridge import __version__
 from bridge.errors import ConfigError
 from bridge.ops.statusdoc import StatusDocument
+from bridge.wire import native
+from bridge.wire.control import PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
 LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3  # 1 µs .. 1 h, 3 significant digits
 PERCENTILES = (50.0, 99.0, 99.9)
+# the Prometheus histogram's upper bounds, µs: 1, 2.5 and 5 per decade from 1 µs to 10 s
+BUCKETS_US = tuple(m * 10 ** e for e in range(7) for m in (1, 2.5, 5)) + (10_000_000,)
+WINDOW_S, WINDOWS = 10, 6  # the last minute's quantiles: the samples of six windows of ten seconds
 STAGES = {
     "primary": ("place", "ack", "gc"),
     "replica": ("deliver", "apply", "bridge", "lag", "gc"),
@@ -90,7 +104,8 @@ METRICS = {
                                  "start-replica --delay: the lag past the delay asked for."),
 }
 STAGE_METRICS = {
-    "quantiles": "rdma_bridge_stage_latency_seconds",  # {stage, quantile}: 0.5, 0.99, 0.999 and 1 (max)
+    "histogram": "rdma_bridge_stage_seconds",  # _bucket {stage, le}, _sum, _count
+    "quantiles": "rdma_bridge_stage_latency_seconds",  # {stage, quantile}: 0.5, 0.99, 0.999 and 1 (max), since start
     "count": "rdma_bridge_stage_samples",  # a counter: rdma_bridge_stage_samples_total {stage}
 }
 
@@ -119,16 +134,23 @@ class GcPauses:
 
 
 class Stages:
-    """HDR histograms of the stages of one node. Recording is on the hot path (a few
-    per transaction), so it only counts the value, rounded down to 11 significant
-    bits, in a plain dict (~0.3 µs); the HDR histograms take those counts when a
-    summary is asked for. One thread records per stage; a summary swaps the dict
-    away whole, so at worst a sample recorded in that instant is not counted."""
+    """HDR histograms of the stages of one node, since its start and over the last minute.
+    Recording is on the hot path (a few per transaction), so it only counts the value,
+    rounded down to 11 significant bits, in a plain dict (~0.3 µs); the HDR histograms,
+    the Prometheus buckets, the sums and the current ten-second window (the last minute
+    is six of them) take those counts when a summary is asked for or a window ends
+    (``tick``). One thread records per stage; a fold swaps the dict away whole, so at
+    worst a sample recorded in that instant is not counted."""
 
     def __init__(self, names) -> None:
         self._lock = threading.Lock()
+        self._names = tuple(names)
         self._hist = {name: HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS) for name in names}
         self._pending: dict[str, dict[int, int]] = {name: {} for name in names}
+        self._buckets = {name: [0] * (len(BUCKETS_US) + 1) for name in names}  # the last one: past 10 s
+        self._sum_us = {name: 0 for name in names}
+        self._recent: deque[tuple[int, dict[str, dict[int, int]]]] = deque(maxlen=WINDOWS + 2)
+        self._window = -1  # the current window: int(time.monotonic()) // WINDOW_S
 
     def record(self, stage: str, micros: float, count: int = 1) -> None:
         value = int(micros)
@@ -142,25 +164,66 @@ class Stages:
         counts = self._pending[stage]
         counts[value] = counts.get(value, 0) + count
 
+    def tick(self) -> None:
+        """At a ten-second window's end, what was recorded goes into the histograms and
+        that window (the node's loop calls it as it goes: the last minute is exact to
+        within one turn of it)."""
+        if int(time.monotonic()) // WINDOW_S != self._window:
+            with self._lock:
+                self._fold()
+
     def _fold(self) -> None:
+        """The counts recorded since the last fold into the lifetime histograms, buckets
+        and sums, and into the current window (a new one once ten seconds passed)."""
+        window = int(time.monotonic()) // WINDOW_S
+        if window != self._window:
+            self._recent.append((window, {name: {} for name in self._names}))
+            self._window = window
+        current = self._recent[-1][1]
         for name, h in self._hist.items():
             counts, self._pending[name] = self._pending[name], {}
+            buckets, recent = self._buckets[name], current[name]
             for value, n in counts.items():
                 h.record_value(value, n)
+                buckets[bisect.bisect_left(BUCKETS_US, value)] += n
+                self._sum_us[name] += value * n
+                recent[value] = recent.get(value, 0) + n
 
     def summary(self, with_histograms: bool = True) -> dict:
-        """{stage: {count, p50, p99, p999, max (µs), hdr}}."""
+        """{stage: {count, p50, p99, p999, max (µs), sum_us, buckets, last_minute, hdr}}."""
         with self._lock:
             self._fold()
+            recent = self._last_minute()
             out = {}
             for name, h in self._hist.items():
-                entry = {"count": h.get_total_count(), "max": h.get_max_value() if h.get_total_count() else 0}
-                for p in PERCENTILES:
-                    entry[_pname(p)] = h.get_value_at_percentile(p) if h.get_total_count() else 0
+                entry = _figures(h)
+                entry["sum_us"] = self._sum_us[name]
+                entry["buckets"] = list(self._buckets[name])
+                entry["last_minute"] = recent[name]
                 if with_histograms:
                     entry["hdr"] = base64.b64encode(h.encode()).decode("ascii")
                 out[name] = entry
             return out
+
+    def _last_minute(self) -> dict:
+        """Each stage's count, quantiles and max over the windows of the last minute."""
+        oldest = int(time.monotonic()) // WINDOW_S - WINDOWS + 1
+        merged = {name: HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS) for name in self._names}
+        for window, stages in self._recent:
+            if window >= oldest:
+                for name, counts in stages.items():
+                    for value, n in counts.items():
+                        merged[name].record_value(value, n)
+        return {name: _figures(h) for name, h in merged.items()}
+
+
+def _figures(h: HdrHistogram) -> dict:
+    """count, p50, p99, p999 and max (µs) of a histogram."""
+    n = h.get_total_count()
+    out = {"count": n, "max": h.get_max_value() if n else 0}
+    for p in PERCENTILES:
+        out[_pname(p)] = h.get_value_at_percentile(p) if n else 0
+    return out
 
 
 def _pname(p: float) -> str:
@@ -196,6 +259,15 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
             lines.append(f"{name}{{{text}}} {float(value)!r}")
 
     family("rdma_bridge_up", "gauge", "1 while the node runs.", [({"role": role}, 1)])
+    family("rdma_bridge_build_info", "gauge", "Always 1: the release, the wire protocol version (both ends must "
+           "speak the same) and the parts this process runs compiled.",
+           [({"role": role, "version": __version__, "protocol": PROTOCOL_VERSION,
+              "compiled": ",".join(native.compiled_parts()) or "none"}, 1)])
+    cpu = os.times()
+    family("process_cpu_seconds_total", "counter", "User and system CPU time of the process, in seconds.",
+           [({"role": role}, cpu.user + cpu.system)])
+    family("process_resident_memory_bytes", "gauge", "Resident memory of the process, in bytes.",
+           [({"role": role}, _resident_bytes())])
     family("rdma_bridge_info", "gauge", "Always 1: what this node serves (the replica side's channel, the primary "
            "side's replica side), for alerts and dashboards to name it.",
            [({"role": role, "channel": st.get("channel", ""), "replica": st.get("replica", "")}, 1)])
@@ -222,6 +294,11 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
                                 "has caught up at the current rates (absent while it is not catching up).")):
             if behind.get(key) is not None:
                 family(name, "gauge", doc, [({"role": role}, behind[key])])
+        if behind.get("primary_transactions") is not None:
+            family("rdma_bridge_primary_transactions_total", "counter", "Transactions the primary has committed, "
+                   "by its GTID position (rate() of it is the primary's write rate; the replica side's "
+                   "rdma_bridge_transactions_applied_total, the apply rate).",
+                   [({"role": role}, behind["primary_transactions"])])
     semi = st.get("semi_sync") or {}
     if semi.get("state"):
         family("rdma_bridge_semi_sync_on", "gauge", "1 while the primary runs semi-sync (an ACK is awaited), "
@@ -257,16 +334,40 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
                                 "its own).")):
             family(name, "gauge", doc, [({"role": role, "replica": m["replica"]}, m[key]) for m in members
                                         if m[key] is not None])
+    stages = {stage: s for stage, s in st.get("stages", {}).items() if "buckets" in s}
+    if stages:
+        name = STAGE_METRICS["histogram"]
+        lines.append(f"# HELP {name} Per-stage latency in seconds (docs/observability.md lists the stages); "
+                     "histogram_quantile() over rate() of the buckets gives any window's quantiles.")
+        lines.append(f"# TYPE {name} histogram")
+        for stage, s in stages.items():
+            labels = f'role="{role}",stage="{_escape(stage)}"'
+            seen = 0
+            for bound, n in zip((*BUCKETS_US, math.inf), s["buckets"]):
+                seen += n
+                le = "+Inf" if bound == math.inf else f"{bound / 1e6:g}"
+                lines.append(f'{name}_bucket{{{labels},le="{le}"}} {float(seen)!r}')
+            lines.append(f"{name}_sum{{{labels}}} {s['sum_us'] / 1e6!r}")
+            lines.append(f"{name}_count{{{labels}}} {float(seen)!r}")
     quantiles, counts = [], []
     for stage, s in st.get("stages", {}).items():
         for p in PERCENTILES:
             quantiles.append(({"role": role, "stage": stage, "quantile": f"{p / 100:g}"}, s[_pname(p)] / 1e6))
         quantiles.append(({"role": role, "stage": stage, "quantile": "1"}, s["max"] / 1e6))
         counts.append(({"role": role, "stage": stage}, s["count"]))
-    family(STAGE_METRICS["quantiles"], "gauge", "Per-stage latency quantiles in seconds (quantile 1 is the max); "
-           "see the stage list in the README.", quantiles)
+    family(STAGE_METRICS["quantiles"], "gauge", "Per-stage latency quantiles in seconds since the process started "
+           "(quantile 1 is the max); for a window, histogram_quantile() over rdma_bridge_stage_seconds_bucket.",
+           quantiles)
     family(STAGE_METRICS["count"] + "_total", "counter", "Samples recorded per stage.", counts)
     return "\n".join(lines) + "\n"
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _escape(v: str) -> str:
@@ -302,14 +403,26 @@ class MetricsServer:
             raise ConfigError(f"metrics endpoint {address[0]}:{address[1]}: {exc.strerror}; pass another "
                               "--metrics HOST:PORT, or --metrics off") from exc
         self._server.daemon_threads = True
+        self._server.timeout = None  # each wait lasts until a request or ``close``: an idle endpoint never polls
+        self._closing = threading.Event()
         self.address = self._server.server_address[:2]
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"{role}-metrics", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=f"{role}-metrics", daemon=True)
 
     def start(self) -> MetricsServer:
         self._thread.start()
         log.info("metrics on http://%s:%d/metrics and /status", *self.address)
         return self
 
+    def _serve(self) -> None:
+        while not self._closing.is_set():
+            self._server.handle_request()
+
     def close(self) -> None:
-        self._server.shutdown()
+        self._closing.set()
+        try:
+            self._server.socket.shutdown(socket.SHUT_RDWR)  # wakes the wait (its accept then fails)
+        except OSError:
+            pass
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self._server.server_close()

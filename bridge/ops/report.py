@@ -101,6 +101,10 @@ def status_table(snapshot: dict) -> str:
             lines.append(f"  {'stage':10s}{'count':>10}" + "".join(f"{label:>12}" for label in LABELS.values()))
             for name, s in stages.items():
                 lines.append(f"  {name:10s}{s['count']:>10}" + "".join(f"{_us(s[k]):>12}" for k in LABELS))
+                recent = s.get("last_minute")
+                if recent is not None:  # since the start above, the last minute's samples here
+                    lines.append(f"  {'  last 1m':10s}{recent['count']:>10}"
+                                 + "".join(f"{_us(recent[k]) if recent['count'] else '-':>12}" for k in LABELS))
         else:
             lines.append("  no latency samples yet")
     return "\n".join(lines)
@@ -192,8 +196,12 @@ def render_html(snapshot: dict) -> str:
             if not s["count"]:
                 parts.append("<p>no samples yet</p>")
                 continue
-            parts.append("<table><tr><th>samples</th>" + "".join(f"<th>{LABELS[k]}</th>" for k in LABELS)
-                         + f"</tr><tr><td>{s['count']}</td>" + "".join(f"<td>{_us(s[k])}</td>" for k in LABELS)
+            recent = s.get("last_minute") or {"count": 0}
+            parts.append("<table><tr><th></th><th>samples</th>" + "".join(f"<th>{LABELS[k]}</th>" for k in LABELS)
+                         + f"</tr><tr><td>since start</td><td>{s['count']}</td>"
+                         + "".join(f"<td>{_us(s[k])}</td>" for k in LABELS)
+                         + f"</tr><tr><td>last minute</td><td>{recent['count']}</td>"
+                         + "".join(f"<td>{_us(recent[k]) if recent['count'] else '-'}</td>" for k in LABELS)
                          + "</tr></table>")
             parts.append(svg_chart(s, domain))
     parts.append("</body></html>")

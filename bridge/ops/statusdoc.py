@@ -11,12 +11,23 @@ from __future__ import annotations
 from typing import Literal, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
 
 
+class Quantiles(TypedDict):
+    count: int
+    p50: float
+    p99: float
+    p999: float
+    max: float
+
+
 class StageSummary(TypedDict, total=False):
     count: int
     p50: float
     p99: float
     p999: float
     max: float
+    sum_us: int  # every sample's value added up (Prometheus' _sum)
+    buckets: list[int]  # samples per bound of bridge.ops.metrics.BUCKETS_US, then past the last
+    last_minute: Quantiles  # the same figures over the last minute only
     hdr: str  # the HDR histogram, base64 (absent where a summary is asked without)
 
 
@@ -36,6 +47,7 @@ class Behind(TypedDict):
     """How far behind the replica is, measured by the primary side (bridge.source.behind)."""
     transactions: int
     bytes: int
+    primary_transactions: int  # grows by one per transaction the primary commits (a counter)
     apply_rate_tps: float | None
     write_rate_tps: float | None
     catch_up_eta_s: float | None

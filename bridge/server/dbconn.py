@@ -12,7 +12,12 @@ What is used, and why:
   round trip cut short), so the next use reconnects;
 - ``send_query`` / ``next_answer``: a script's answers read one first byte each, with no
   result objects (once per replicated transaction on the general path);
-- ``send_raw``: the semi-sync ACK packet on the dump connection.
+- ``send_raw``: the semi-sync ACK packet on the dump connection;
+- ``_create_ssl_ctx``: a TLS context that verifies nothing (no CA given: ssl-mode
+  PREFERRED, PyMySQL's default, or REQUIRED) is made once per process, not once per
+  connection. PyMySQL loads the system's CA store into each one, which it then does not
+  use: ~50 ms of CPU per connection here, which a monitor retrying an absent server
+  every second turned into 5% of a core.
 
 ``connect`` is the one factory of connections to a server (the binlog dump's excepted:
 the binlog library makes it, from the same URL arguments).
@@ -21,6 +26,8 @@ the binlog library makes it, from the same URL arguments).
 from __future__ import annotations
 
 import socket
+import ssl
+import threading
 from importlib import metadata
 
 import pymysql
@@ -51,12 +58,26 @@ VERSION = check_version()
 CONNECT_TIMEOUT_S = 10
 
 
+class _Connection(pymysql.Connection):
+    _unverified: dict[tuple, ssl.SSLContext] = {}
+    _unverified_lock = threading.Lock()
+
+    def _create_ssl_ctx(self, sslp):
+        if isinstance(sslp, ssl.SSLContext) or {"ca", "capath", "cert", "key"} & set(sslp):
+            return super()._create_ssl_ctx(sslp)
+        key = tuple(sorted(sslp.items()))
+        with self._unverified_lock:
+            if key not in self._unverified:
+                self._unverified[key] = super()._create_ssl_ctx(sslp)
+            return self._unverified[key]
+
+
 def connect(url: MysqlUrl, **options) -> pymysql.Connection:
     """Every connection of the bridge to a server: the whole URL (its TLS files, socket
     and option file: ``MysqlUrl.connect_args``), utf8mb4 and a connect timeout, then
     the caller's ``options`` (autocommit, read timeout, flags). PyMySQL's errors pass
     through: each caller says what it was connecting for."""
-    return pymysql.connect(**{"charset": "utf8mb4", "connect_timeout": CONNECT_TIMEOUT_S, **url.connect_args(),
+    return _Connection(**{"charset": "utf8mb4", "connect_timeout": CONNECT_TIMEOUT_S, **url.connect_args(),
                               **options})
 
 

@@ -123,6 +123,11 @@ class Flavor:
         return "SELECT @@GLOBAL.gtid_executed" if self.is_mysql else "SELECT @@GLOBAL.gtid_binlog_pos"
 
     @property
+    def read_only_sql(self) -> str:
+        """Two values: read_only, and super_read_only (which stops every account; 0 on MariaDB, which has none)."""
+        return "SELECT @@GLOBAL.read_only, " + ("@@GLOBAL.super_read_only" if self.is_mysql else "0")
+
+    @property
     def gtid_variable(self) -> str:
         return "gtid_executed" if self.is_mysql else "gtid_binlog_pos"
 
@@ -274,6 +279,11 @@ class Flavor:
         """To replay an object whose DEFINER exists only on the primary (MySQL 8.2+, as
         a native replica's applier may); () where the server needs none."""
         return ("ALLOW_NONEXISTENT_DEFINER", "SUPER") if self.is_mysql else ()
+
+    @property
+    def read_only_privileges(self) -> tuple[str, ...]:
+        """To write on a replica that runs read_only=ON (MariaDB 11 no longer counts SUPER)."""
+        return ("CONNECTION_ADMIN", "SUPER") if self.is_mysql else ("READ_ONLY ADMIN",)
 
     def grants_file(self, role: str) -> str:
         """``primary`` or ``replica``: the least-privilege grants file in sql/."""

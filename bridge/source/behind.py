@@ -87,6 +87,7 @@ def figures(primary: Primary, reading: Reading, apply_rate: float | None, write_
     elif apply_rate is not None and write_rate is not None and apply_rate > write_rate:
         eta = round(txns / (apply_rate - write_rate), 1)
     return {"transactions": txns, "bytes": unread_bytes(primary, reading) + reading.backlog_bytes,
+            "primary_transactions": total_seq(primary.gtids),
             "apply_rate_tps": None if apply_rate is None else round(apply_rate, 1),
             "write_rate_tps": None if write_rate is None else round(write_rate, 1), "catch_up_eta_s": eta}
 

@@ -14,6 +14,7 @@ import json
 import secrets
 import struct
 
+from bridge import __version__
 from bridge.errors import (
     AuthenticationError,
     ChannelBusy,
@@ -25,7 +26,7 @@ from bridge.errors import (
 )
 
 PROTOCOL_MAGIC = "rdma-bridge"
-PROTOCOL_VERSION = 5  # both ends speak exactly one version: a peer of another is refused, naming both
+PROTOCOL_VERSION = 6  # both ends speak exactly one version: a peer of another is refused, naming both
 MAX_MESSAGE_BYTES = 1 << 20
 _LEN = struct.Struct("<I")
 
@@ -79,8 +80,17 @@ def raise_refusal(msg: dict) -> None:
     raise _REFUSALS.get(EndCode.of(msg.get("code")), RemoteProtocolError)(reason)
 
 
+def stamp() -> dict:
+    """What every opening message carries: the magic, the wire protocol, the release."""
+    return {"magic": PROTOCOL_MAGIC, "version": PROTOCOL_VERSION, "release": __version__}
+
+
 def hello(role: str, **fields) -> dict:
-    return {"type": "hello", "magic": PROTOCOL_MAGIC, "version": PROTOCOL_VERSION, "role": role, **fields}
+    return {"type": "hello", **stamp(), "role": role, **fields}
+
+
+def welcome(**fields) -> dict:
+    return {"type": "welcome", **stamp(), **fields}
 
 
 def check_hello(msg: dict, expect_type: str = "hello") -> dict:
@@ -91,7 +101,10 @@ def check_hello(msg: dict, expect_type: str = "hello") -> dict:
         raise RemoteProtocolError(f"handshake: expected {expect_type!r} with magic {PROTOCOL_MAGIC!r}, "
                                   f"got {msg.get('type')!r}")
     if msg.get("version") != PROTOCOL_VERSION:
-        raise VersionSkew(f"handshake: peer speaks protocol version {msg.get('version')}, we speak {PROTOCOL_VERSION}")
+        theirs = f"rdma-bridge {msg['release']}" if msg.get("release") else "an older rdma-bridge"
+        raise VersionSkew(f"handshake: the peer runs {theirs} (wire protocol version {msg.get('version')}), this "
+                          f"side rdma-bridge {__version__} (protocol version {PROTOCOL_VERSION}): both ends must run "
+                          "the same release: upgrade both")
     return msg
 
 
@@ -101,8 +114,7 @@ def check_hello(msg: dict, expect_type: str = "hello") -> dict:
 # answers in turn. The secret itself never crosses the wire.
 
 def challenge() -> dict:
-    return {"type": "challenge", "magic": PROTOCOL_MAGIC, "version": PROTOCOL_VERSION,
-            "nonce": secrets.token_hex(16)}
+    return {"type": "challenge", **stamp(), "nonce": secrets.token_hex(16)}
 
 
 def new_nonce() -> str:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from bridge.check.checksum import Checksummer
 from bridge.cli import main
 from bridge.clone.run import Cloner
-from bridge.errors import ConfigError
+from bridge.errors import EXIT_CONFIG, ConfigError
 from bridge.filter import Filter
 from bridge.lab.workload import connect, create_schema
 from bridge.server.flavor import Flavor
@@ -118,7 +118,7 @@ def test_clone_refuses_a_replica_that_holds_the_schema_and_restarts_a_stopped_on
         args = ["clone", "--schema", s, "--channel", pair.channel]
         env = _clone_env(urls)
         out = CliRunner().invoke(main, args, env=env)  # a resume must copy what the stopped clone copied
-        assert out.exit_code == 1 and f"the stopped clone of channel '{pair.channel}' copies include {s}, other, " \
+        assert out.exit_code == EXIT_CONFIG and f"the stopped clone of channel '{pair.channel}' copies include {s}, other, " \
             f"not include {s}" in out.output and "--restart" in out.output, out.output
         out = CliRunner().invoke(main, [*args, "--restart"], env=env)
         assert out.exit_code == 0, out.output

@@ -58,6 +58,9 @@ def test_the_dashboard_asks_for_metrics_the_bridge_exports():
                                                           "rdma_bridge_replica_ring_backlog_frames",
                                                           "rdma_bridge_replica_behind_seconds",
                                                           "rdma_bridge_replica_queued_bytes",
+                                                          "rdma_bridge_primary_transactions_total",
+                                                          *(f"{STAGE_METRICS['histogram']}_{part}"
+                                                            for part in ("bucket", "sum", "count")),
                                                           *(name for name, _, _ in textfile.FAMILIES)}
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "rdma-bridge.json").read_text())
     import re

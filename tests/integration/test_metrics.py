@@ -38,6 +38,8 @@ def test_counters_stages_and_heartbeat_lag_move_with_real_traffic(urls, fresh_sc
                  f"UPDATE {s}.t SET v = v + 1 WHERE id < 100")
         pair.sync()
         wait_for(lambda: pair.replica_node.stages.summary(False)["lag"]["count"] >= 3, "heartbeat lag samples")
+        # an apply lane run counts what it applied when it returns, up to 50 ms after its last commit
+        wait_for(lambda: pair.replica_node.counts.transactions_applied >= 303, "the applied transactions counted")
         rep_addr, pri_addr = pair.replica_node.metrics.address, pair.primary_node.metrics.address
         rep, pri = json.loads(get(rep_addr, "/status")), json.loads(get(pri_addr, "/status"))
         # both documents keep to their typed definition (bridge.ops.statusdoc), nested parts too

@@ -16,7 +16,7 @@ import pymysql
 import pytest
 
 from bridge.config import MysqlUrl, PrimaryConfig, ReplicaConfig, TlsFiles
-from bridge.errors import ApplyError, AuthenticationError, ConfigError, RemoteProtocolError, SourceError
+from bridge.errors import EXIT_CONFIG, ApplyError, AuthenticationError, ConfigError, RemoteProtocolError, SourceError
 from bridge.lab.ports import free_port
 from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.sandbox import Sandbox
@@ -216,7 +216,7 @@ def test_no_key_password_or_secret_shows_in_logs_ps_metrics_status_or_errors(tls
         failed = subprocess.run([sys.executable, "-m", "bridge", "start-primary", "--replica", f"127.0.0.1:{port}",
                                  "--transport", "tcp", *tls_args], capture_output=True, text=True,
                                 env={**os.environ, "RDMA_BRIDGE_SOURCE": wrong_ca}, timeout=60)
-        assert failed.returncode == 1 and "rdma-bridge: error:" in failed.stderr
+        assert failed.returncode == EXIT_CONFIG and "rdma-bridge: error:" in failed.stderr  # a setting: not retried
         seen.append(failed.stdout + failed.stderr)
     finally:
         for proc in (primary, replica):

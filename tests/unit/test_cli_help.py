@@ -61,3 +61,54 @@ def test_a_renamed_option_the_command_requires_shows_as_required():
     shown = CliRunner().invoke(main, ["checksum", "--help"]).output
     source = shown[shown.index("--source"):shown.index("--target")]
     assert "[required]" in source and "[required]" in shown[shown.index("--target"):shown.index("--channel")]
+
+
+def test_version_names_the_release_the_wire_protocol_and_every_compiled_part():
+    import subprocess
+    import sys
+
+    from bridge import __version__
+    from bridge.ring.layout import RING_LAYOUT_VERSION
+    from bridge.wire import control, native
+
+    out = subprocess.run([sys.executable, "-m", "bridge", "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, *parts = out.stdout.splitlines()
+    assert first == (f"rdma-bridge {__version__} (wire protocol version {control.PROTOCOL_VERSION}, "
+                     f"ring layout {RING_LAYOUT_VERSION})")
+    named = ", ".join(line.split(": ", 1)[1].split(" (")[0] for line in parts).split(", ")
+    assert sorted(p for p in named if p != "none") == sorted(native.PARTS)  # each part, compiled or not
+    assert parts[0].startswith("compiled: ")
+
+
+def test_every_compiled_part_is_a_module_setup_builds():
+    from pathlib import Path
+
+    from bridge.wire import native
+
+    root = Path(__file__).resolve().parents[2]
+    for module in native.PARTS.values():
+        assert (root / (module.replace(".", "/") + ".pyx")).exists(), module
+
+
+def test_every_url_option_takes_its_password_from_a_variable_of_its_own():
+    """A URL option (metavar URL) reads the whole URL from its variable, or, where the URL
+    has no password, the password alone from that variable's _PASSWORD twin, which the
+    command parses it with (bridge.config.PASSWORD_ENV); the help says which."""
+    import inspect
+
+    from bridge.config import PASSWORD_ENV
+
+    seen = set()
+    for path, command in commands(main):
+        for param in command.params:
+            if not isinstance(param, click.Option) or param.metavar != "URL" or not param.envvar:
+                continue
+            envvar = param.envvar if isinstance(param.envvar, str) else param.envvar[0]
+            wanted = f"{envvar}_PASSWORD"
+            source = inspect.getsource(command.callback)
+            assert wanted in PASSWORD_ENV.values() and any(
+                f'PASSWORD_ENV["{k}"]' in source for k, v in PASSWORD_ENV.items() if v == wanted), \
+                (" ".join(path), param.opts[0], wanted)
+            seen.add(wanted)
+    assert len(seen) >= 5

@@ -2,6 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bridge import __version__
 from bridge.errors import RemoteProtocolError, VersionSkew
 from bridge.wire import control, placement
 
@@ -20,11 +21,26 @@ def test_oversized_message_is_refused_before_reading_it():
         control.MessageDecoder(max_bytes=100).feed((101).to_bytes(4, "little"))
 
 
-def test_version_skew_names_both_versions():
-    msg = control.hello("control")
-    msg["version"] = 99
-    with pytest.raises(VersionSkew, match=f"99.*{control.PROTOCOL_VERSION}"):
+def test_version_skew_names_both_releases_and_says_to_upgrade_both():
+    msg = {**control.hello("control"), "version": 99, "release": "9.9.9"}
+    with pytest.raises(VersionSkew) as skew:
         control.check_hello(msg)
+    text = str(skew.value)
+    assert "rdma-bridge 9.9.9 (wire protocol version 99)" in text
+    assert f"rdma-bridge {__version__} (protocol version {control.PROTOCOL_VERSION})" in text
+    assert "upgrade both" in text
+
+
+def test_version_skew_with_a_peer_that_names_no_release():
+    msg = {**control.hello("control"), "version": 5}
+    del msg["release"]
+    with pytest.raises(VersionSkew, match="an older rdma-bridge \\(wire protocol version 5\\)"):
+        control.check_hello(msg)
+
+
+def test_every_opening_message_carries_the_release():
+    for msg in (control.hello("data"), control.challenge(), control.welcome(auth="")):
+        assert (msg["version"], msg["release"]) == (control.PROTOCOL_VERSION, __version__)
 
 
 def test_peer_error_is_reported():

@@ -33,6 +33,8 @@ def test_no_other_module_reaches_into_pymysql():
 
 def test_every_connection_to_a_server_is_made_by_one_factory():
     root = Path(__file__).resolve().parents[2]
+    makes = re.compile(r"pymysql\.connect\(|\(pymysql\.(connections\.)?Connection\):")  # a call, or a subclass
     makers = sorted(str(path.relative_to(root)) for path in (root / "bridge").rglob("*.py")
-                    if "pymysql.connect(" in path.read_text())
-    assert makers == ["bridge/lab/runners.py", "bridge/server/dbconn.py"]  # the sandbox: root over its servers' own sockets
+                    if makes.search(path.read_text()))
+    # the sandbox: root over its servers' own sockets; the binlog dump's connection class
+    assert makers == ["bridge/lab/runners.py", "bridge/server/dbconn.py", "bridge/source/stream.py"]

@@ -123,3 +123,17 @@ def test_status_says_what_goes_on_stopped_delayed_or_caught_up():
     assert "scheduling                        normal" in delayed  # a document from before the field: normal
     fifo = table({**primary, "scheduling": "SCHED_FIFO 10"}, {**replica, "scheduling": "normal"})
     assert fifo.count("scheduling                        SCHED_FIFO 10") == 1 and "scheduling" + " " * 24 + "normal" in fifo
+
+
+def test_status_and_report_show_the_last_minute_beside_the_lifetime():
+    from bridge.ops.report import render_html, status_table
+
+    snap = snapshot()
+    replica = {"channel": "c", "target": "mysql://u:***@r:3", "listen": "r:2", "transport": "tcp", "workers": 1,
+               "session": True, "gtid_set": "", "delay_s": 0.0, "counters": {}, "apply_stopped": None,
+               "stages": snap["nodes"]["replica"]["stages"]}
+    lines = status_table({"taken_at": "now", "nodes": {"replica": replica}}).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("apply "))
+    assert lines[at + 1].split()[:3] == ["last", "1m", "2000"]  # every sample of snapshot() is a few ms old
+    page = render_html(snap)
+    assert page.count("<td>last minute</td><td>2000</td>") == 4 == page.count("<td>since start</td><td>2000</td>")
