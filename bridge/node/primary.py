@@ -172,7 +172,8 @@ class PrimaryNode(ShipLoop):
             with conn.cursor() as cur:  # the replica side names an id its server lacks by the primary's name
                 self._collation_names = {str(i): name for i, (name, _) in catalog.read_collations(cur).items()}
             preflight.check_primary(settings, self.cfg.server_id, self.cfg.source)
-            preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as)
+            preflight.check_server_id_free(conn, self.cfg.server_id, self.cfg.source, self.report_as,
+                                            grace_s=1.0 + 4 * self.cfg.heartbeat_s)
             if self.cfg.semi_sync != "off":
                 self.acks.timeout_s = check_enabled(conn, self.cfg.source) / 1000
         finally:

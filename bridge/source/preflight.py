@@ -5,6 +5,7 @@ primary can still serve a resume position.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pymysql
@@ -96,17 +97,24 @@ def check_primary(settings: dict[str, str], our_server_id: int, url: MysqlUrl) -
         raise PreflightError(f"preflight of primary {url}: " + "; ".join(problems))
 
 
-def check_server_id_free(conn, our_server_id: int, url: MysqlUrl, report_as: str) -> None:
+def check_server_id_free(conn, our_server_id: int, url: MysqlUrl, report_as: str, grace_s: float = 0.0) -> None:
     """Two replicas with one server_id make the primary drop one of them, back and
     forth. A registration under our own name is a previous run of this bridge that
-    the primary has not reaped yet: the new stream replaces it."""
-    with conn.cursor() as cur:
-        cur.execute(Flavor.of(conn).show_replicas)
-        others = [host for server_id, host, *_ in cur.fetchall()
-                  if int(server_id) == our_server_id and host != report_as]
-    if others:
-        raise PreflightError(f"preflight of primary {url}: server_id {our_server_id} is already used by "
-                             f"replica {others[0]!r}; pass another --server-id")
+    the primary has not reaped yet: the new stream replaces it. Another name may be a
+    bridge that just stopped (its dump thread lives until its next heartbeat fails):
+    it is given ``grace_s`` to go before the clash is refused."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        with conn.cursor() as cur:
+            cur.execute(Flavor.of(conn).show_replicas)
+            others = [host for server_id, host, *_ in cur.fetchall()
+                      if int(server_id) == our_server_id and host != report_as]
+        if not others:
+            return
+        if time.monotonic() >= deadline:
+            raise PreflightError(f"preflight of primary {url}: server_id {our_server_id} is already used by "
+                                 f"replica {others[0]!r}; pass another --server-id")
+        time.sleep(0.1)
 
 
 def check_position(settings: dict[str, str], resume: GtidSet, url: MysqlUrl) -> None:
