@@ -11,6 +11,7 @@ OPENSSL := $(shell command -v openssl 2>/dev/null)
 COMPOSE := $(shell command -v docker-compose 2>/dev/null)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 PROMTOOL := $(shell command -v promtool 2>/dev/null)
+PTHEARTBEAT := $(shell command -v pt-heartbeat 2>/dev/null)
 
 MINUTES ?= 5
 FUZZ_INPUTS ?= 1000000
@@ -19,7 +20,7 @@ RATE ?= 2000
 SEMI_SYNC ?= received
 TRANSPORT ?= shm
 
-.PHONY: wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool
+.PHONY: wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool percona
 
 # setup.py builds the compiled core, every bridge/*/*.pyx (Cython, fetched by pip for the build), with the C
 # compiler, Python headers and verbs.h (libibverbs-dev: the rdma transport's compiled queue pair) `compiler`
@@ -65,6 +66,13 @@ ifeq ($(PROMTOOL),)
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 	-systemctl disable --now prometheus >/dev/null 2>&1
+endif
+
+# pt-heartbeat (Debian's percona-toolkit) reads the bridge-fed replica's lag in a test.
+percona:
+ifeq ($(PTHEARTBEAT),)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq percona-toolkit >/dev/null
 endif
 
 # Headless Chromium (Debian's) renders the HTML latency report in a test.
@@ -168,7 +176,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check
 	PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/cython-lint --max-line-length 120 bridge
 
-test: lint deps compose chromium promtool
+test: lint deps compose chromium promtool percona
 	$(PY) -m pytest -q tests
 	# the same pure-layer tests once more on the hot path's pure-Python twin
 	RDMA_BRIDGE_PURE_PYTHON=1 $(PY) -m pytest -q tests/unit tests/conformance
@@ -176,7 +184,7 @@ test: lint deps compose chromium promtool
 unit: $(STAMP) openssl
 	$(PY) -m pytest -q tests/unit
 
-integration: deps compose promtool
+integration: deps compose promtool percona
 	$(PY) -m pytest -q tests/integration
 
 faults: deps

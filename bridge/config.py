@@ -230,6 +230,7 @@ class PrimaryConfig:
     heartbeat_s: float = 0.5
     chunk_bytes: int = 1 << 20  # larger transactions stream as chunks (at most ring/4 each)
     heartbeat_row_s: float = 0.0  # write rdma_bridge.heartbeat on the primary this often; 0: off
+    heartbeat_table: str | None = None  # "schema.table": also keep a pt-heartbeat row there
     semi_sync: str = "off"  # off | received (ACK once placed in the ring) | applied (once committed)
     take_over: bool = False  # fence off a primary side already feeding the channel
     behind_poll_s: float = 1.0  # how often the primary side measures how far behind the replica is

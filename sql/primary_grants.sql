@@ -6,5 +6,7 @@
 CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{password}';
 GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.* TO '{user}'@'127.0.0.1';
 -- The heartbeat (pt-heartbeat style lag measurement, --heartbeat-interval) writes one
--- row per bridge into rdma_bridge.heartbeat on the primary; nothing else is written.
+-- row per bridge into rdma_bridge.heartbeat on the primary (and, with --heartbeat-table
+-- rdma_bridge.pt_heartbeat, a pt-heartbeat row); nothing else is written. A
+-- --heartbeat-table in another schema needs the same grant on that schema.
 GRANT CREATE, INSERT, UPDATE, DELETE ON rdma_bridge.* TO '{user}'@'127.0.0.1';

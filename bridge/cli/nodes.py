@@ -18,6 +18,7 @@ from bridge.cli.options import (
     SECRET_FILE,
     TRANSPORT_OPTION,
     filter_options,
+    heartbeat_table_param,
     hostport_param,
     hostports_param,
     metrics_option,
@@ -154,6 +155,11 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
               metavar="SECONDS",
               help="Write a heartbeat row (rdma_bridge.heartbeat) on the primary this often; the replica side "
                    "reports primary-write -> replica-commit as the lag stage. 0: off.")
+@click.option("--heartbeat-table", default=None, callback=heartbeat_table_param, metavar="SCHEMA.TABLE",
+              help="With each heartbeat, also keep the primary's row of a table in pt-heartbeat's format (created "
+                   "if missing; ts in UTC), so that `pt-heartbeat --check --utc --master-server-id ID`, ProxySQL "
+                   "and Orchestrator read the bridge-fed replica's lag. Not needed where pt-heartbeat --update "
+                   "already writes the primary: its rows travel the bridge like any other.")
 @click.option("--semi-sync", type=click.Choice(["off", "received", "applied"]), default="off", show_default=True,
               help="Act as a semi-sync replica of the primary (rpl_semi_sync_master_enabled=ON there; MySQL "
                    "8.0.26+: rpl_semi_sync_source_enabled=ON). "
@@ -175,7 +181,8 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @SECRET_FILE
 @tls_options
 def start_primary(source: str, replicas, transport: str, server_id: int, start_gtid: str | None,
-                  backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float, semi_sync: str,
+                  backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float,
+                  heartbeat_table: str | None, semi_sync: str,
                   semi_sync_quorum: int, pin_near_nic: bool, realtime_priority: int, take_over: bool, metrics,
                   secret_file: str, tls) -> None:
     """Read the primary's binlog and place each transaction in the replica's ring.
@@ -201,8 +208,8 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
     cfg = PrimaryConfig(source=url, replica=replicas[0], replicas=replicas, semi_sync_quorum=semi_sync_quorum,
                         transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
-                        reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval, metrics=metrics,
-                        semi_sync=semi_sync, take_over=take_over,
+                        reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval,
+                        heartbeat_table=heartbeat_table, metrics=metrics, semi_sync=semi_sync, take_over=take_over,
                         secret=read_secret(secret_file), tls=tls)
     node = FanOutNode(cfg) if len(replicas) > 1 else PrimaryNode(cfg)
     _on_signals(node.stop)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
 import traceback
 
@@ -120,6 +121,16 @@ def hostports_param(_ctx, _param, values: tuple[str, ...]) -> tuple[tuple[str, i
             raise click.BadParameter(f"{value} is given twice: each replica side once")
         out.append(address)
     return tuple(out)
+
+
+def heartbeat_table_param(_ctx, _param, value: str | None) -> str | None:
+    """SCHEMA.TABLE: two plain identifiers (they go into statements on the primary)."""
+    if value is None:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+", value):
+        raise click.BadParameter(f"{value!r} is not SCHEMA.TABLE (letters, digits, _ and $), e.g. "
+                                 "rdma_bridge.pt_heartbeat")
+    return value
 
 
 def _metrics_address(_ctx, _param, value: str) -> tuple[str, int] | None:

@@ -88,3 +88,17 @@ def wait_port(port: int, timeout_s: float = START_TIMEOUT_S, alive=lambda: None)
         except OSError:
             time.sleep(0.05)
     raise BridgeError(f"replica bridge did not listen on 127.0.0.1:{port} within {timeout_s:.0f}s")
+
+
+def start_pair(replica: BridgeProcess, primary: BridgeProcess, port: int):
+    """The replica side, then (once it listens on ``port``) the primary side, as users
+    start them. Returns a check that fails at once, with the log of the one that exited,
+    while either has."""
+    def alive() -> None:
+        replica.check_alive()
+        primary.check_alive()
+
+    replica.start()
+    wait_port(port, alive=alive)
+    primary.start()
+    return alive

@@ -91,7 +91,7 @@ class PrimaryNode(ShipLoop):
         self.stages = Stages(STAGES["primary"])
         self.gc_pauses = GcPauses(self.stages)
         self.metrics = MetricsServer(cfg.metrics, "primary", self.status) if cfg.metrics else None
-        self.heartbeat = HeartbeatWriter(cfg.source, cfg.heartbeat_row_s, self.report_as) \
+        self.heartbeat = HeartbeatWriter(cfg.source, cfg.heartbeat_row_s, self.report_as, cfg.heartbeat_table) \
             if cfg.heartbeat_row_s > 0 else None
         self._services_started = False
         self._ack_refresh_at = 0.0

@@ -10,7 +10,7 @@ import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.lab.ports import free_port
-from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.lab.procs import primary_process, replica_process, start_pair
 from bridge.lab.workload import connect
 from tests.conftest import primary_position
 from tests.helpers import table_rows, wait_for
@@ -35,13 +35,7 @@ def test_idle_replica_sleeps_and_each_spaced_transaction_wakes_it(sandbox, urls,
     primary = primary_process(info["primary"], port, transport, primary_position(pconn), str(tmp_path),
                               extra=("--heartbeat-interval", "0"))
 
-    def alive():
-        replica.check_alive()
-        primary.check_alive()
-
-    replica.start()
-    wait_port(port, alive=alive)
-    primary.start()
+    alive = start_pair(replica, primary, port)
     with pconn.cursor() as cur:  # replicated: the bridge starts before it
         cur.execute(f"DROP DATABASE IF EXISTS {schema}")
         cur.execute(f"CREATE DATABASE {schema}")

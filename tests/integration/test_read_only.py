@@ -12,7 +12,7 @@ import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.lab.ports import free_port
-from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.lab.procs import primary_process, replica_process, start_pair
 from bridge.lab.workload import connect
 from bridge.server.flavor import Flavor
 from tests.conftest import primary_position
@@ -42,16 +42,9 @@ def test_a_read_only_replica_is_applied_to_and_stays_read_only(sandbox, urls, fr
     port = free_port()
     replica = replica_process(info["replica"], port, "shm", schema, str(tmp_path))
     primary = primary_process(info["primary"], port, "shm", primary_position(pconn), str(tmp_path))
-
-    def alive():
-        replica.check_alive()
-        primary.check_alive()
-
     set_read_only(rconn, True)
     try:
-        replica.start()
-        wait_port(port, alive=alive)
-        primary.start()
+        alive = start_pair(replica, primary, port)
         with pconn.cursor() as cur:
             cur.execute(f"CREATE DATABASE {schema}")
             cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20))")

@@ -10,7 +10,7 @@ import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.lab.ports import free_port
-from bridge.lab.procs import primary_process, replica_process, wait_port
+from bridge.lab.procs import primary_process, replica_process, start_pair
 from bridge.lab.workload import connect
 from bridge.ops.report import fetch_status
 from tests.conftest import primary_position
@@ -43,14 +43,8 @@ def test_both_ends_under_sched_fifo_acknowledge_and_replicate(sandbox, urls, tmp
     primary = primary_process(info["primary"], port, transport, primary_position(pconn), str(tmp_path),
                               extra=("--semi-sync", "received", *rt))
 
-    def alive():
-        replica.check_alive()
-        primary.check_alive()
-
-    replica.start()
     try:
-        wait_port(port, alive=alive)
-        primary.start()
+        alive = start_pair(replica, primary, port)
         wait_for(lambda: semi_sync_status(semi_sync_primary)["clients"] == "1", "the bridge as semi-sync client",
                  alive=alive)
         with pconn.cursor() as cur:
