@@ -201,6 +201,9 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
     if semi_sync_quorum > len(replicas):
         raise click.BadParameter(f"{semi_sync_quorum} is more than the {len(replicas)} --replica given: no ACK "
                                  "could ever go", param_hint="--semi-sync-quorum")
+    if heartbeat_table and heartbeat_interval == 0:
+        raise click.BadParameter("needs a --heartbeat-interval above 0: the row is written with each heartbeat",
+                                 param_hint="--heartbeat-table")
     if semi_sync_quorum > 1 and semi_sync == "off":
         raise click.BadParameter("needs --semi-sync received or applied", param_hint="--semi-sync-quorum")
     _schedule(pin_near_nic, realtime_priority)

@@ -40,3 +40,10 @@ def test_a_bad_table_name_is_a_usage_error_naming_the_option():
                                        "127.0.0.1:2", "--heartbeat-table", "percona"])
     assert result.exit_code == 2 and "--heartbeat-table" in result.output
     assert heartbeat_table_param(None, None, "percona.heartbeat") == "percona.heartbeat"
+
+
+def test_a_table_without_a_heartbeat_to_write_it_is_refused():
+    result = CliRunner().invoke(main, ["start-primary", "--source", "mysql://u@127.0.0.1:1", "--replica",
+                                       "127.0.0.1:2", "--heartbeat-table", "rdma_bridge.pt_heartbeat",
+                                       "--heartbeat-interval", "0"])
+    assert result.exit_code == 2 and "needs a --heartbeat-interval above 0" in result.output
