@@ -77,16 +77,21 @@ def wait_written(conn, more: int = 30, timeout_s: float = 60.0, alive=lambda: No
 
 
 class BackgroundWorkload:
-    """The mixed workload in a thread, in batches, until the ``with`` block ends."""
+    """The mixed workload in a thread, in batches of ten transactions, until the ``with``
+    block ends; ``pause_s`` between batches bounds its rate (else: as fast as the primary
+    takes them)."""
 
-    def __init__(self, url, schema: str, seed: int = 7) -> None:
+    def __init__(self, url, schema: str, seed: int = 7, pause_s: float = 0.0) -> None:
         self.workload = MixedWorkload(connect(url), schema, seed=seed)
         self.stop = threading.Event()
+        self.pause_s = pause_s
         self.thread = threading.Thread(target=self._run, name="workload")
 
     def _run(self) -> None:
         while not self.stop.is_set():
             self.workload.run(10)
+            if self.pause_s:
+                self.stop.wait(self.pause_s)
 
     def __enter__(self) -> BackgroundWorkload:
         self.thread.start()
