@@ -52,7 +52,8 @@ class HeartbeatWriter:
     def __init__(self, url: MysqlUrl, interval_s: float, name: str, pt_table: str | None = None) -> None:
         self.url, self.interval_s, self.name = url, interval_s, name
         self.pt_table = pt_table  # "schema.table" in pt-heartbeat's format, or None
-        self._server_id = 0
+        self._pt_name = sqlnames.table_name(*pt_table.split(".")) if pt_table else ""
+        self._server_id, self._binlog_status = 0, ""  # the primary's, read with the table's creation
         self.written = 0
         self.failures = 0
         self.state = "starting"
@@ -95,10 +96,10 @@ class HeartbeatWriter:
                 code = exc.args[0] if exc.args else 0
                 if code in DENIED:
                     self.state = "off: no privilege"
-                    log.warning("heartbeat off: %s may not write %s on the primary (%s); grant CREATE, "
-                                "INSERT, UPDATE ON %s.* (sql/primary_grants.sql) or pass --heartbeat-interval 0",
-                                self.url.user, " and ".join(self._tables()), exc.args[-1],
-                                ".*, ".join(dict.fromkeys(t.split(".")[0] for t in self._tables())))
+                    schemas = dict.fromkeys(t.split(".")[0] for t in (f"{SCHEMA}.{TABLE}", self.pt_table) if t)
+                    log.warning("heartbeat off: %s may not write its rows on the primary (%s); grant CREATE, "
+                                "INSERT, UPDATE ON %s (sql/primary_grants.sql) or pass --heartbeat-interval 0",
+                                self.url.user, exc.args[-1], ", ".join(f"{s}.*" for s in schemas))
                     break
                 conn = self._failed(conn, exc)
             except BridgeError as exc:  # could not connect: the primary may be restarting
@@ -107,20 +108,13 @@ class HeartbeatWriter:
         if conn is not None:
             conn.close()
 
-    def _tables(self) -> list[str]:
-        return [f"{SCHEMA}.{TABLE}"] + ([self.pt_table] if self.pt_table else [])
-
     def _create_pt(self, conn) -> None:
-        schema = self.pt_table.split(".")[0]
         with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS {sqlnames.quote_name(schema)}")
-            cur.execute(PT_CREATE.format(self._pt_name()))
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {sqlnames.quote_name(self.pt_table.split('.')[0])}")
+            cur.execute(PT_CREATE.format(self._pt_name))
             cur.execute("SELECT @@server_id")
             self._server_id = int(cur.fetchone()[0])
             self._binlog_status = Flavor.of(conn).binlog_status
-
-    def _pt_name(self) -> str:
-        return ".".join(sqlnames.quote_name(part) for part in self.pt_table.split("."))
 
     def _write_pt(self, conn, ts_us: int) -> None:
         """pt-heartbeat's row, its own transaction: a heartbeat-only transaction of the
@@ -134,7 +128,7 @@ class HeartbeatWriter:
                 if (exc.args[0] if exc.args else 0) not in DENIED:
                     raise
                 row = None
-            cur.execute(PT_WRITE.format(self._pt_name()),
+            cur.execute(PT_WRITE.format(self._pt_name),
                         (pt_timestamp(ts_us), self._server_id, row[0] if row else None, row[1] if row else None))
 
     def _failed(self, conn, exc: Exception):

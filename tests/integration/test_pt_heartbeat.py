@@ -102,3 +102,23 @@ def test_pt_heartbeat_reads_the_bridge_fed_replicas_lag(sandbox, urls, fresh_sch
     result = compare_databases(urls["primary_admin"], urls["replica_admin"], [schema])
     assert result.ok, [(d.table, d.missing, d.extra) for d in result.diffs]
     assert result.digests[f"{schema}.t"][0].rows == 100
+
+
+def test_a_reader_that_may_not_write_the_table_turns_the_heartbeat_off_with_the_grant_named(urls, caplog):
+    from bridge.config import MysqlUrl
+    from bridge.source.heartbeat import HeartbeatWriter
+
+    admin = urls["primary_admin"]
+    conn = connect(admin)
+    with conn.cursor() as cur:  # may connect, may not write anything
+        cur.execute("CREATE USER IF NOT EXISTS 'rdma_nobeat'@'127.0.0.1' IDENTIFIED BY 'nobeat'")
+    conn.commit()
+    url = MysqlUrl(admin.host, admin.port, "rdma_nobeat", "nobeat")
+    writer = HeartbeatWriter(url, 0.05, "test", "percona.heartbeat")
+    writer.start()
+    try:
+        wait_for(lambda: writer.state == "off: no privilege", "the heartbeat off")
+    finally:
+        writer.close()
+    assert writer.written == 0
+    assert "grant CREATE, INSERT, UPDATE ON rdma_bridge.*, percona.* " in caplog.text
