@@ -105,7 +105,8 @@ def test_pt_heartbeat_reads_the_bridge_fed_replicas_lag(sandbox, urls, fresh_sch
 
 
 def test_a_reader_that_may_not_write_the_table_turns_the_heartbeat_off_with_the_grant_named(urls, caplog):
-    from bridge.config import MysqlUrl
+    from dataclasses import replace
+
     from bridge.source.heartbeat import HeartbeatWriter
 
     admin = urls["primary_admin"]
@@ -113,7 +114,7 @@ def test_a_reader_that_may_not_write_the_table_turns_the_heartbeat_off_with_the_
     with conn.cursor() as cur:  # may connect, may not write anything
         cur.execute("CREATE USER IF NOT EXISTS 'rdma_nobeat'@'127.0.0.1' IDENTIFIED BY 'nobeat'")
     conn.commit()
-    url = MysqlUrl(admin.host, admin.port, "rdma_nobeat", "nobeat")
+    url = replace(admin, user="rdma_nobeat", password="nobeat")  # the admin's URL options (TLS) kept
     writer = HeartbeatWriter(url, 0.05, "test", "percona.heartbeat")
     writer.start()
     try:
