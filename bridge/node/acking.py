@@ -2,7 +2,7 @@
 replica side covers the transaction, skipped once the primary stopped waiting.
 
 ``received``: covered when the replica side holds it in its ring (tcp: the receiver's
-answer; rdma: the completion of the signaled header write; shm: the store itself);
+answer; rdma: the completion of the signaled write of its frames; shm: the store itself);
 ``applied``: when the replica committed it (the ring's ack_seq). What is pending and
 what an ACK may claim is decided in ``bridge.source.acks`` (pure); this module asks the
 transport and the dump connection, and waits for whichever speaks first, so that the

@@ -92,7 +92,7 @@ class ShipLoop:
     def _lane_for(self, reader: BinlogReader, member: Member):
         """The ship lane of this reader, producer and ring: over shm, plain tcp or rdma, semi-sync
         `received` too (shm: its stores are the confirmation; tcp: it asks for the replica
-        side's answer; rdma: the completion of its header write), while no ACK waits, where
+        side's answer; rdma: the completion of its frames' write), while no ACK waits, where
         the dump's reader is the lane's; else None."""
         remote, producer = member.remote, member.producer
         if remote is None or self.acks or self.cfg.semi_sync not in ("off", "received"):

@@ -1,9 +1,11 @@
 """Consumer side of the ring (pure): polls the replica's ring at its tail.
 
-A frame is present once ``write_seq`` has reached it (every transport publishes
-after placing), its seq is the next expected one and its crc32c matches.
-``write_seq`` is read before the frame: a published frame that fails its check is
-corrupt and ``CorruptFrame`` is raised; it is never applied.
+A frame is present once it is whole at the tail: its seq is the next expected one, its
+epoch the session's and its crc32c matches (a frame still being written, a stale one
+of an earlier lap, does not check). ``write_seq`` says which frames must be there (every
+transport writes it after their frames; over rdma only now and then: a placement is one
+write, docs/architecture.md, "The ring"). It is read before the frame: a frame it covers
+that fails its check is corrupt and ``CorruptFrame`` is raised; it is never applied.
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ from __future__ import annotations
 from collections import deque
 
 from bridge.errors import CorruptFrame
-from bridge.ring.layout import DATA_OFFSET, HEAD_AT, WRITE_SEQ_AT, read_ring_header, read_u32, read_u64, write_ack
+from bridge.ring.layout import (
+    DATA_OFFSET,
+    HEAD_AT,
+    SIZE_AT,
+    WRITE_SEQ_AT,
+    read_ring_header,
+    read_u32,
+    read_u64,
+    write_ack,
+)
 from bridge.wire.frame import EPOCH_MASK, HEADER_BYTES, Frame, FrameKind
 from bridge.wire.native import hot
 
@@ -30,48 +41,37 @@ class RingConsumer:
 
     @property
     def published(self) -> bool:
-        """A frame this consumer has not taken yet is published."""
-        return read_u64(self.region, WRITE_SEQ_AT) >= self.expected_seq
+        """The next frame is there for this consumer (``frame_ready``)."""
+        return frame_ready(self.region, self.tail, self.expected_seq, self.epoch)
 
     @property
     def backlog_frames(self) -> int:
-        """Frames published but not yet acknowledged (applied)."""
-        return max(0, read_u64(self.region, WRITE_SEQ_AT) - self.acked_seq)
+        """Frames there (published, or taken) but not yet acknowledged (applied)."""
+        return max(read_u64(self.region, WRITE_SEQ_AT), self.expected_seq - 1) - self.acked_seq
 
     @property
     def backlog_bytes(self) -> int:
-        if not self.backlog_frames:
+        published = read_u64(self.region, WRITE_SEQ_AT)
+        if max(published, self.expected_seq - 1) <= self.acked_seq:
             return 0
-        used = (read_u32(self.region, HEAD_AT) - self.acked_tail) % self.size
+        head = read_u32(self.region, HEAD_AT) if published >= self.expected_seq - 1 else self.tail
+        used = (head - self.acked_tail) % self.size
         return used or self.size
 
     def poll(self) -> Frame | None:
         """The next frame, or None when it has not arrived yet."""
         published = read_u64(self.region, WRITE_SEQ_AT)
-        if published < self.expected_seq:
-            return None  # the common empty poll: no frame header read
-        for _ in range(2):  # at most one PAD (or implicit wrap) before a frame
-            if self.size - self.tail < HEADER_BYTES:
-                self.tail = 0
-            frame = self._frame_at_tail()
-            if frame is None:
-                raise CorruptFrame(f"ring poll: seq {self.expected_seq} at offset {self.tail} failed its "
-                                   f"seq/crc check though seq {published} is published", self.expected_seq)
-            if frame.kind != FrameKind.PAD:
-                self.expected_seq += 1
-                self._ends.append((frame.seq, self.tail))
-                return frame
-            self.tail = 0
-        raise CorruptFrame(f"ring poll: two PAD frames in a row at seq {self.expected_seq}", self.expected_seq)
-
-    def _frame_at_tail(self) -> Frame | None:
-        got = hot.frame_at(self.region, DATA_OFFSET + self.tail, self.size - self.tail, self.expected_seq, self.epoch)
+        got, at = next_frame(self.region, self.size, self.tail, self.expected_seq, self.epoch)
         if got is None:
-            return None
+            if published >= self.expected_seq:
+                raise CorruptFrame(f"ring poll: seq {self.expected_seq} at offset {self.tail} failed its seq/crc "
+                                   f"check though seq {published} is published", self.expected_seq)
+            return None  # not there yet: the common empty poll
         kind, flags, payload, n = got
-        if kind != FrameKind.PAD:
-            self.tail = (self.tail + n) % self.size
-        return Frame(_KINDS[kind], self.expected_seq, payload, flags, self.epoch)
+        self.tail = (at + n) % self.size
+        self.expected_seq += 1
+        self._ends.append((self.expected_seq - 1, self.tail))
+        return Frame(_KINDS[kind], self.expected_seq - 1, payload, flags, self.epoch)
 
     @property
     def settled(self) -> bool:
@@ -92,3 +92,30 @@ class RingConsumer:
         if tail is not None:
             write_ack(self.region, seq, tail)
             self.acked_seq, self.acked_tail = seq, tail
+
+
+def next_frame(region, size: int, tail: int, expected_seq: int, epoch: int, frame_at=hot.frame_at):
+    """(``frame_at``'s answer, where the frame starts) for the frame of seq ``expected_seq``
+    and session ``epoch`` at data offset ``tail`` of a ring of ``size`` bytes, after at
+    most one PAD (or the implicit wrap where too few bytes are left for a header), whole
+    and its crc right; (None, tail) where there is none. Compiled: ring_frame
+    (bridge/wire/_frames.pxd)."""
+    at = tail
+    for _ in range(2):
+        if size - at < HEADER_BYTES:
+            at = 0
+        got = frame_at(region, DATA_OFFSET + at, size - at, expected_seq, epoch)
+        if got is None:
+            return None, tail
+        if got[0] != FrameKind.PAD:
+            return got, at
+        at = 0
+    return None, tail  # two PADs in a row: not a frame
+
+
+def frame_ready(region, tail: int, expected_seq: int, epoch: int, frame_at=hot.frame_at) -> bool:
+    """The ring's next frame is there for someone to take: published (write_seq reached it;
+    one that then fails its check is corrupt, which ``poll`` says), or whole by its own
+    check. Compiled: ring_ready (bridge/wire/_frames.pxd)."""
+    return read_u64(region, WRITE_SEQ_AT) >= expected_seq or \
+        next_frame(region, read_u32(region, SIZE_AT), tail, expected_seq, epoch, frame_at)[0] is not None

@@ -65,7 +65,7 @@ from bridge.wire import binlog, hotpath, placement
 
 BATCHES = 256  # publishes (ACKs) a run keeps apart for the "place" ("ack") stage (the last one takes the rest)
 RUN_TXNS = 64  # transactions placed between two publishes at most
-PLACE_TIMEOUT_S = 10.0  # rdma: how long a publish waits for the completion of its header write
+PLACE_TIMEOUT_S = 10.0  # rdma: how long a publish waits for the completion of its frames' write
 MAX_RINGS = 7  # further rings one lane feeds at most (fan-out)
 # why run() returned: nothing to read for wait_ms; bytes that are not the lane's (the general path reads them)
 IDLE, NOT_MINE = 0, 1

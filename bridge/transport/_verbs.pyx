@@ -23,7 +23,7 @@ WRITE, READ, WRITE_IMM = _twin.WRITE, _twin.READ, _twin.WRITE_IMM
 from bridge.transport.verbs_c cimport (BV_FAILED, BV_PENDING, BV_READ, BV_WRITE, BV_WRITE_IMM, bv_path, bv_post,
                                        bv_queue, bv_reap, bv_sleep_done, bv_sleep_prepare, bv_sleeper,
                                        bv_sleeper_init, bv_sleeper_shut, bv_wait, publish_post, wake_peer)
-from bridge.wire.layouts cimport WAITING_AT
+from bridge.wire.layouts cimport PUBLISH_BYTES, WAITING_AT, WRITE_SEQ_AT
 from bridge.wire.native_c cimport rd64, wr32
 
 
@@ -275,7 +275,8 @@ cdef class QueuePair:
         self._check(wake_peer(&self.path, write_seq), "post_send")
 
     def fence(self, double timeout_s):
-        self._signaled(BV_WRITE, 0, 0, 0, timeout_s)
+        """Everything posted placed, the header last (its write_seq and head exact)."""
+        self._signaled(BV_WRITE, WRITE_SEQ_AT, PUBLISH_BYTES, WRITE_SEQ_AT, timeout_s)
 
     def read_u64(self, uint64_t at, uint64_t to, double timeout_s):
         self._signaled(BV_READ, at, 8, to, timeout_s)

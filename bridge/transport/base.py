@@ -4,7 +4,7 @@ Primary side, ``RemoteRing``: place bytes at a region offset, publish progress,
 wait until placed, read the replica's ack_seq, and say what the replica holds
 (``held``: the semi-sync ``received`` truth). No transport's write is answered one
 by one: shm and rdma writes are placed when they return (rdma: the completion of the
-signaled header write); the tcp receiver answers only when asked (``confirm``,
+signaled write of the frames); the tcp receiver answers only when asked (``confirm``,
 ``held``), and ``answers_fd`` is the socket its answers arrive on (None: nothing to
 wait for).
 Replica side, ``RingHost``: owns the registered/shared/placed region and tells the
@@ -35,7 +35,7 @@ class LaneTarget:
     (``remote``) whose ranges its queue pair (``verbs``, bridge.transport.verbs) writes into
     the replica's ring. ``confirms``: its placement can be confirmed within the lane (shm:
     the stores themselves; tcp: the replica side's answer; rdma: the completion of its
-    header write), so the lane may send semi-sync `received` ACKs itself."""
+    frames' write), so the lane may send semi-sync `received` ACKs itself."""
 
     remote: memoryview | None = None
     doorbell: int = -1

@@ -39,6 +39,7 @@ enum {
     BV_FAILED = -1,     /* bv_reap, bv_wait: an error completion (status and opcode kept) */
     BV_PENDING = -2,    /* bv_reap: signaled requests not completed yet */
     BV_SPINS_BEFORE_YIELD = 64,  /* empty polls before each further one yields the CPU first */
+    BV_HEADER_EVERY = 16,  /* a publish writes the ring's header (a hint: a placement is its frames' write) this often */
 };
 
 /* One queue pair's path from the registered mirror to the replica's ring: a byte at offset
@@ -59,6 +60,7 @@ typedef struct bv_path {
     uint64_t at[BV_CHAIN], to[BV_CHAIN];
     uint32_t len[BV_CHAIN];
     uint32_t imm;             /* the immediate data of a BV_WRITE_IMM */
+    uint32_t publishes;       /* publishes posted (the header is written with every BV_HEADER_EVERY-th) */
 } bv_path;
 
 static inline uint64_t bv_now_ns(void) {

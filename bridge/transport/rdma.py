@@ -8,11 +8,12 @@ it, moves it to RTS, and answers ``ready`` with its own. Nothing else crosses th
 connection: it stays open only to tell the replica when the session ends.
 
 Primary side (``RdmaRemoteRing``): a local mirror MR; each placement is copied into
-the mirror and queued as an RDMA WRITE (contiguous ones merged), then the header
-(head, then write_seq: RC executes writes in order), all posted as one chain, and
-``publish`` returns once its signaled last write completed: the responder acknowledged
-every write before it, so the frames are in the replica's memory (``held``, the
-semi-sync ``received`` confirmation). ``read_ack`` is an RDMA READ of ack_seq.
+the mirror and queued as an RDMA WRITE (contiguous ones merged), all posted as one
+chain, and ``publish`` returns once its signaled last write completed: the responder
+acknowledged every write, so the frames are in the replica's memory, where the consumer
+takes each by its own seq and crc (``held``, the semi-sync ``received`` confirmation).
+The header (write_seq and head) follows them only now and then (QueuePair.post_publish).
+``read_ack`` is an RDMA READ of ack_seq.
 Completions are polled (a spin); an error completion is a TransportError, which the
 primary node turns into a reconnect through the same resume path as tcp. A ship lane
 (``lane_target``) does the same in compiled code on the same queue pair.
@@ -24,7 +25,7 @@ the protection domain and the memory regions in both.
 An idle replica side sleeps (``sleep``, compiled queue pair only): it writes the ring
 header's waiting word into the primary side's mirror (the data hello names it), looks at
 its ring once more and waits on its queue pair's completion channel; a primary side that
-finds the word set after a publish clears it and adds an RDMA WRITE with immediate data,
+finds the word set after a publish clears it and writes the header with immediate data,
 which consumes a posted receive and wakes it. A busy replica side sees plain writes only.
 """
 
@@ -68,7 +69,7 @@ WAKE_RECVS = 64  # receives the replica side keeps posted for the primary side's
 INLINE_BYTES = 256  # asked for; the device may give less (QueuePair.max_inline)
 COMPLETION_TIMEOUT_S = 10.0
 # an idle replica side's longest sleep in one call: no wakeup is missed (the primary side
-# looks at the word after its header write completed, this side at the ring after its
+# looks at the word after its frames' write completed, this side at the ring after its
 # word's write completed), and a new session, a stop or a close interrupt it
 SLEEP_S = 1.0
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
@@ -306,7 +307,7 @@ class RdmaRemoteRing(NoLaneAnswers):
             raise TransportError(f"rdma transport: replica {replica_addr[0]}:{replica_addr[1]} refused the data "
                                  f"connection: {reply.get('reason', reply.get('type'))}")
         self.dev.to_rts(self.qp, psn, reply["qp"])
-        self._placed = self._published = 0  # the last write_seq whose header write completed; ... posted
+        self._placed = self._published = 0  # the last write_seq whose frames' write completed; ... posted
         log.info("rdma transport: queue pair %d on %s to %s (%s), GID index %d, MTU %d, inline writes up to %d "
                  "bytes, %s", self.qp.qp_num, self.dev.name, reply["qp"].get("device", "?"), replica_addr[0],
                  self.dev.gid_index, 128 << min(self.dev.mtu, int(reply["qp"]["mtu"])), self.qp.max_inline,
@@ -320,7 +321,7 @@ class RdmaRemoteRing(NoLaneAnswers):
     def lane_target(self) -> LaneTarget:
         """What a ship lane writes itself: the mirror (its region's part; the replica's ring
         has its layout) and the queue pair that writes it there; the completion of its
-        header write is its confirmation (the lane may send semi-sync `received` ACKs)."""
+        frames' write is its confirmation (the lane may send semi-sync `received` ACKs)."""
         return LaneTarget(remote=self.mirror[:self._size], verbs=self.qp, confirms=True)
 
     def lane_published(self, write_seq: int) -> None:
@@ -329,7 +330,7 @@ class RdmaRemoteRing(NoLaneAnswers):
         self._published = max(self._published, write_seq)
 
     def publish(self, write_seq: int, head: int, confirm: bool = False) -> None:
-        """Returns once the header write completed: every write is placed (its own confirmation)."""
+        """Returns once the frames' write completed: every write is placed (its own confirmation)."""
         self.qp.publish(write_seq, head, COMPLETION_TIMEOUT_S)  # and wakes the replica side where it sleeps
         self._placed = self._published = write_seq
 

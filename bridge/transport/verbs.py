@@ -5,17 +5,19 @@ what bridge.transport.rdma and the ship lane post and poll.
 A queue pair's path goes from a registered local buffer (``bind``: the primary side's
 mirror, or the replica side's ring) to a remote one with the same layout: a byte at
 offset o here goes to offset o there. ``place`` queues an RDMA WRITE of a range (one that
-continues the last one queued is merged into it); ``publish`` stores the ring's header in
-the mirror, queues its write (write_seq and head, side by side: RC places it after the
-frames), posts the chain with only its last request signaled and polls the send
-completion queue until it completed: the responder acknowledged every write before it,
-so the frames are in the replica's memory. Writes up to the device's ``max_inline`` go
-inline (copied at the post). An error completion is an RdmaError (the link or the peer's
-queue pair is gone).
+continues the last one queued is merged into it); ``publish`` posts the chain with only
+its last request signaled and polls the send completion queue until it completed: the
+responder acknowledged every write, so the frames are in the replica's memory, where its
+consumer takes each by its own seq and crc. The ring's header (write_seq and head, side
+by side) is stored in the mirror at every publish and written there after the frames,
+unsignaled, with every HEADER_EVERY-th (a hint: every work request costs about a round
+trip on Soft-RoCE, and a second one per placement doubled its latency), with a wakeup and
+a ``fence``. Writes up to the device's ``max_inline`` go inline (copied at the post). An
+error completion is an RdmaError (the link or the peer's queue pair is gone).
 
 The replica side's queue pair may sleep (``wake_recvs``): it writes its ring's waiting
 word into the primary side's mirror, and a primary side that finds it
-set after a publish clears it and adds a zero-length RDMA WRITE with immediate data, which
+set after a publish clears it and writes the header with immediate data, which
 consumes one of the replica side's posted receives: an event on its completion channel,
 whose fd ``sleep_prepare`` gives (after taking the wakeups that came and announcing, where
 it has not since the last one); ``sleep_done`` takes the wakeups after the wait. Only the
@@ -32,7 +34,6 @@ from bridge.errors import RdmaError
 from bridge.ring.layout import (
     PUBLISH_AT,
     PUBLISH_BYTES,
-    WAITING_AT,
     consumer_waiting,
     read_u64,
     set_waiting,
@@ -53,6 +54,7 @@ from pyverbs.wr import SGE, SendWR
 
 WRITE, READ, WRITE_IMM = 0, 1, 2  # the kinds of work request queued (bridge_verbs.h's BV_*)
 CHAIN = 64  # work requests queued before they are posted together
+HEADER_EVERY = 16  # a publish writes the ring's header this often (bridge_verbs.h's BV_HEADER_EVERY)
 _OPCODES = {WRITE: e.IBV_WR_RDMA_WRITE, READ: e.IBV_WR_RDMA_READ, WRITE_IMM: e.IBV_WR_RDMA_WRITE_WITH_IMM}
 
 
@@ -106,6 +108,7 @@ class QueuePair:
         self._imm = 0
         self._outstanding = 0  # signaled work requests not yet completed
         self._unsignaled = 0  # posted since the last signaled one
+        self._publishes = 0
 
     @property
     def qp_num(self) -> int:
@@ -143,30 +146,40 @@ class QueuePair:
         self._queue(WRITE, at, length, at)
 
     def publish(self, write_seq: int, head: int, timeout_s: float) -> None:
-        """Everything queued, then the header: placed in the replica's ring when this
-        returns; then the wakeup where the replica side sleeps."""
+        """Everything queued placed in the replica's ring when this returns; then the
+        wakeup where the replica side sleeps."""
         self.post_publish(write_seq, head)
         self.wait(timeout_s)
         self.wake(write_seq)
 
     def post_publish(self, write_seq: int, head: int) -> None:
-        """``publish``'s posting: the header stored and queued after the frames, the chain posted."""
+        """``publish``'s posting (the compiled twin: publish_post, bridge/transport/verbs_c.pxd):
+        the frames queued posted with their last write signaled; the header stored, and
+        written after them, unsignaled, with every HEADER_EVERY-th publish (alone and
+        signaled where no frame was queued)."""
         write_publish(self.view, write_seq, head)
-        self._queue(WRITE, PUBLISH_AT, PUBLISH_BYTES, PUBLISH_AT)  # write_seq and head, side by side
+        self._publishes += 1
+        if not self._queued:
+            self._queue(WRITE, PUBLISH_AT, PUBLISH_BYTES, PUBLISH_AT)  # write_seq and head, side by side
+            self._post(True)
+            return
         self._post(True)
+        if self._publishes % HEADER_EVERY == 0:
+            self._queue(WRITE, PUBLISH_AT, PUBLISH_BYTES, PUBLISH_AT)
+            self._post(False)
 
     def wake(self, write_seq: int) -> None:
         """After a publish completed: the wakeup where the replica side said it sleeps (the
-        word cleared: one wakeup per time it says so)."""
+        word cleared: one wakeup per time it says so), the header written with immediate data."""
         if consumer_waiting(self.view):
             set_waiting(self.view, False)
             self._imm = write_seq & 0xFFFFFFFF
-            self._queue(WRITE_IMM, WAITING_AT, 0, WAITING_AT)
+            self._queue(WRITE_IMM, PUBLISH_AT, PUBLISH_BYTES, PUBLISH_AT)
             self._post(False)
 
     def fence(self, timeout_s: float) -> None:
-        """Everything queued and posted so far placed: a zero-length write, signaled."""
-        self._queue(WRITE, 0, 0, 0)
+        """Everything queued and posted so far placed, the header last (exact): signaled."""
+        self._queue(WRITE, PUBLISH_AT, PUBLISH_BYTES, PUBLISH_AT)
         self._post(True)
         self.wait(timeout_s)
 

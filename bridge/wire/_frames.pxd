@@ -5,8 +5,8 @@
 # placement is bridge.wire.hotpath (scan_transaction, place_run).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
-from bridge.wire.layouts cimport BINLOG_HEADER
-from bridge.wire.native_c cimport rd32
+from bridge.wire.layouts cimport BINLOG_HEADER, DATA_OFFSET, HEADER_BYTES, KIND_PAD, SIZE_AT, WRITE_SEQ_AT
+from bridge.wire.native_c cimport rd32, rd64
 
 
 cdef enum:
@@ -103,6 +103,43 @@ cdef uint32_t frame_crc(const uint8_t *head, const void *payload, size_t n) noex
 cdef inline bint frame_ok(const uint8_t *head, const void *payload, size_t n) noexcept nogil:
     """Whether the crc32c in a frame's header is its header's and payload's."""
     return frame_crc(head, payload, n) == rd32(head + 16)
+
+
+cdef inline const uint8_t *ring_frame(const uint8_t *b, uint32_t size, Py_ssize_t *at, uint64_t expected,
+                                      uint32_t epoch, Py_ssize_t *framed) noexcept nogil:
+    """The frame of seq ``expected`` in the ring ``b`` at data offset ``*at`` (after at most
+    one PAD, or the implicit wrap where too few bytes are left for a header; ``*at`` then
+    where it starts), whole and its crc right (``*framed``: the bytes it takes); NULL where
+    there is none (not yet, or corrupt: ``ring_ready`` tells which). The twin:
+    bridge.ring.consumer.RingConsumer.poll."""
+    cdef const uint8_t *h
+    cdef uint32_t length
+    cdef int _tries
+    for _tries in range(2):  # at most one PAD before a frame
+        if size - at[0] < HEADER_BYTES:
+            at[0] = 0
+        h = b + DATA_OFFSET + at[0]
+        length = rd32(h + 4)
+        if rd64(h + 8) != expected or rd32(h + 20) != epoch or length > size - at[0]:
+            return NULL
+        framed[0] = (HEADER_BYTES + length + 7) & ~7
+        if framed[0] > size - at[0] or not frame_ok(h, h + HEADER_BYTES, length):
+            return NULL
+        if h[0] != KIND_PAD:
+            return h
+        at[0] = 0
+    return NULL
+
+
+cdef inline bint ring_ready(const uint8_t *b, Py_ssize_t tail, uint64_t expected, uint32_t epoch) noexcept nogil:
+    """The ring's next frame (seq ``expected`` at ``tail``) is there for someone to take:
+    published (write_seq reached it; one that then fails its check is corrupt, and the
+    general path says so), or whole by its own check (over rdma the frames land before
+    the header says so, and the header's write_seq only follows now and then)."""
+    cdef Py_ssize_t at = tail, framed
+    if rd64(b + WRITE_SEQ_AT) >= expected:
+        return True
+    return ring_frame(b, rd32(b + SIZE_AT), &at, expected, epoch, &framed) != NULL
 
 
 cdef int gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) noexcept nogil

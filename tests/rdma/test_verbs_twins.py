@@ -7,6 +7,8 @@ Run by `make test-rdma` in the Soft-RoCE guest; skipped where there is no verbs 
 import pytest
 
 from bridge.errors import RdmaError
+from bridge.ring.consumer import RingConsumer
+from bridge.ring.layout import WRITE_SEQ_AT, read_u64
 from bridge.ring.producer import RingProducer
 from bridge.transport import rdma_available
 from bridge.wire.frame import FrameKind
@@ -69,6 +71,40 @@ def test_an_error_completion_is_a_transport_error_and_the_ring_keeps_what_was_pl
         with pytest.raises(RdmaError, match="rdma transport: "):  # an error completion, or a refused post
             remote.publish(producer.write_seq, producer.head)
         assert remote.held() == 1  # what the general path resends from: the first frame only
+    finally:
+        remote.close()
+        hosted.close()
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_a_placement_is_one_write_and_the_header_follows_now_and_then(monkeypatch, twin):
+    """A publish waits for its frames' write alone: the replica side takes them by their own
+    check before its header says so; the header is written with every HEADER_EVERY-th
+    publish and at a flush (then exact)."""
+    monkeypatch.setattr(rdma, "VERBS", twin)
+    hosted = HostedRing("rdma")
+    remote, producer = rdma.RdmaRemoteRing(hosted.host.params(), hosted.addr, RING), RingProducer(RING)
+    consumer = RingConsumer(hosted.host.region)
+    try:
+        for n in range(1, verbs.HEADER_EVERY + 3):
+            for p in producer.append(FrameKind.TXN, b"one write %d" % n):
+                remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+            remote.publish(producer.write_seq, producer.head)
+            assert remote.held() == n
+            got = consumer.poll()  # there as the publish returned: no wait, whatever the header says
+            assert (got.seq, got.payload) == (n, b"one write %d" % n)
+            consumer.acknowledge(got.seq)
+            producer.acknowledge(got.seq)
+        remote.flush()  # the header exact, after every write before it
+        assert read_u64(hosted.host.region, WRITE_SEQ_AT) == producer.write_seq
+        seen = [read_u64(hosted.host.region, WRITE_SEQ_AT)]
+        for _ in range(verbs.HEADER_EVERY):
+            for p in producer.append(FrameKind.TXN, b"more"):
+                remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+            remote.publish(producer.write_seq, producer.head)
+            seen.append(read_u64(hosted.host.region, WRITE_SEQ_AT))
+        # not with every publish: the last one written was the flush's or the 2*HEADER_EVERY-th publish's
+        assert seen[-1] <= producer.write_seq - 2 and len(set(seen)) <= 3
     finally:
         remote.close()
         hosted.close()

@@ -15,11 +15,20 @@ from bridge.apply.binlog import build
 from bridge.apply.lane import lane as twin_lane
 from bridge.apply.lane import mysqlpos
 from bridge.model import GtidSet, RowEvents, Statement, Transaction
-from bridge.ring.layout import ACK_SEQ_AT, HEADER, RING_MAGIC, read_u64, write_publish
+from bridge.ring.layout import (
+    ACK_SEQ_AT,
+    DATA_OFFSET,
+    HEADER,
+    RING_MAGIC,
+    WRITE_SEQ_AT,
+    read_u32,
+    read_u64,
+    write_publish,
+)
 from bridge.ring.producer import RingProducer
 from bridge.wire import binlog, hotpath
 from bridge.wire.codec import encode_transaction
-from bridge.wire.frame import FrameKind
+from bridge.wire.frame import HEADER_BYTES, FrameKind
 
 CLASSES = [twin_lane.Lane] + ([apply_lane.Lane] if apply_lane.COMPILED else [])
 
@@ -96,14 +105,16 @@ def test_the_carried_mysql_set_reads_as_the_general_paths_set_at_each_step(text,
     assert not mysqlpos.MysqlPosition(gtids).follow("ffffffff-71ca-11e1-9e33-c80aa9429562")
 
 
-def ring(frames):
-    """A ring region holding ``frames`` (a list of Transaction) from seq 1, session epoch 3, published."""
+def ring(frames, published=True):
+    """A ring region holding ``frames`` (a list of Transaction) from seq 1, session epoch 3,
+    published (else whole but the header's write_seq not written yet, as over rdma)."""
     producer = RingProducer(1 << 16, epoch=3)
     for txn in frames:
         producer.append(FrameKind.TXN, encode_transaction(txn))
     region = producer.region
     HEADER.pack_into(region, 0, RING_MAGIC, 0, 0, 0, 0, 1 << 16, 0)
-    write_publish(region, producer.write_seq, producer.head)
+    if published:
+        write_publish(region, producer.write_seq, producer.head)
     return region
 
 
@@ -170,6 +181,29 @@ def test_run_sends_one_query_acks_the_ring_and_counts(cls):
     assert lane.heartbeat == b"\x02" * 30
     assert read_u64(region, ACK_SEQ_AT) == 4 and lane.expected_seq == 5
     assert query[1:] == lane.query([b"\x01" * 40] * 3 + [b"\x02" * 30], 4, lane.picked_ns // 1000)
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_frames_whole_before_the_header_says_so_are_applied_and_a_torn_one_waits(cls):
+    """Over rdma a placement is its frames' write alone: the lane takes each whole frame by
+    its own check, and one still being written (its crc not right yet) is not there."""
+    txns = [Transaction(f"0-1-{n}", (ROWS,), (1000 + n, 2000 + n)) for n in (6, 7)]
+    region = ring(txns, published=False)
+    torn_at = DATA_OFFSET + read_u32(region, DATA_OFFSET + 4) + HEADER_BYTES  # the second frame's header
+    torn_at = (torn_at + 7) & ~7
+    region[torn_at + HEADER_BYTES + 3] ^= 0xFF  # a payload byte of frame 2 not written yet
+    lane = make(cls, build.PositionTable(255, 6), fmt(False))
+    lane.set_position(0, GtidSet.parse("0-1-5"))
+    client, server = socket.socketpair()
+    with client, server:
+        server.settimeout(5)
+        seen = []
+        peer = threading.Thread(target=lambda: seen.append(answering(server, [OK, OK])))
+        peer.start()
+        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == 1
+        peer.join(5)
+    assert read_u64(region, WRITE_SEQ_AT) == 0 and read_u64(region, ACK_SEQ_AT) == 1
+    assert lane.gtids == "0-1-6" and lane.expected_seq == 2 and seen[0].endswith(b"';COMMIT")
 
 
 @pytest.mark.parametrize("cls", CLASSES)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from bridge.errors import CorruptFrame, LocalProtocolError, RingFull, VersionSkew
 from bridge.ring.consumer import RingConsumer
-from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, init_region, read_u64, region_bytes, write_publish
+from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, WRITE_SEQ_AT, init_region, read_u64, region_bytes, write_publish
 from bridge.ring.producer import RingProducer
 from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, encode_frame
 from bridge.wire.native import hot
@@ -94,6 +94,46 @@ def test_torn_frame_waits_until_complete():
     link.remote[p.offset:p.offset + p.length] = link.producer.region[p.offset:p.offset + p.length]
     write_publish(link.remote, 1, link.producer.head)
     assert link.consumer.poll().payload == b"x" * 500
+
+
+def test_a_whole_frame_is_taken_before_write_seq_reaches_it():
+    """Over rdma a placement is one write of the frames; the header's write_seq follows
+    only now and then. A frame whole at the tail (seq, epoch, crc) is there."""
+    link = Link()
+    link.send(b"a" * 300, publish=False)
+    link.send(b"b" * 200, publish=False)
+    assert read_u64(link.remote, WRITE_SEQ_AT) == 0 and link.consumer.published
+    assert link.consumer.backlog_frames == 0  # nothing taken, nothing published: none known
+    first = link.consumer.poll()
+    assert (first.seq, first.payload) == (1, b"a" * 300)
+    assert link.consumer.backlog_frames == 1 and link.consumer.backlog_bytes > 300  # taken, not acknowledged
+    assert [f.payload for f in link.drain()] == [b"b" * 200]
+    assert link.consumer.poll() is None and not link.consumer.published
+
+
+def test_a_pad_whose_frame_has_not_arrived_leaves_the_tail_where_it_was():
+    link = Link()
+    link.send(b"a" * 1900)
+    link.send(b"b" * 1900)
+    link.drain()
+    placements = link.producer.append(FrameKind.TXN, b"c" * 1000)  # PAD at the end, the frame at 0
+    pad, frame = placements
+    link.remote[pad.offset:pad.offset + pad.length] = link.producer.region[pad.offset:pad.offset + pad.length]
+    tail = link.consumer.tail
+    assert link.consumer.poll() is None and link.consumer.tail == tail and not link.consumer.published
+    link.remote[frame.offset:frame.offset + frame.length] = link.producer.region[frame.offset:frame.offset + frame.length]
+    assert link.consumer.poll().payload == b"c" * 1000
+
+
+def test_a_torn_frame_beyond_write_seq_is_not_there_and_one_within_it_is_corrupt():
+    link = Link()
+    p = link.producer.append(FrameKind.TXN, b"x" * 500)[0]
+    link.remote[p.offset:p.offset + p.length] = link.producer.region[p.offset:p.offset + p.length]
+    link.remote[p.offset + HEADER_BYTES + 499] ^= 0x01  # the last byte not written yet
+    assert link.consumer.poll() is None and not link.consumer.published
+    write_publish(link.remote, 1, link.producer.head)
+    with pytest.raises(CorruptFrame, match="seq 1"):
+        link.consumer.poll()
 
 
 def test_published_frame_with_bad_crc_is_corruption_never_applied():

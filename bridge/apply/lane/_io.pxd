@@ -1,8 +1,8 @@
 # What the compiled apply lane (bridge/apply/lane/_lane.pyx) waits on (bridge/apply/lane/_io.pyx):
-# the ring's doorbell (rdma: the queue pair's sleeper) while nothing is published, and the
+# the ring's doorbell (rdma: the queue pair's sleeper) while its next frame is not there, and the
 # replica server's answers to one round trip on the connection's raw socket; both serve
 # meanwhile the tcp data connection the lane holds (bridge/transport/_receiver.pxd). The twin is bridge.apply.lane.
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from bridge.transport._receiver cimport Placements
 from bridge.transport.verbs_c cimport bv_sleeper
@@ -15,7 +15,7 @@ cdef enum:
     LOST_CONNECTION = -2  # round_trip: the connection broke, or answered nonsense
 
 
-cdef bint sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms, Placements *pl,
-                   bv_sleeper *verbs) noexcept nogil
+cdef bint sleep_on(uint8_t *b, int doorbell, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, int wait_ms,
+                   Placements *pl, bv_sleeper *verbs) noexcept nogil
 cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, int answers, int *oks, uint8_t **error,
                     Py_ssize_t *error_len, Placements *pl) noexcept nogil

@@ -17,15 +17,16 @@ from bridge.transport._receiver cimport drain_lane, pollable
 from bridge.transport.verbs_c cimport bv_sleep_done, bv_sleep_prepare, bv_sleeper
 from bridge.transport.posix_io cimport (MSG_DONTWAIT, MSG_NOSIGNAL, POLLIN, SO_RCVLOWAT, SOL_SOCKET, poll, pollfd, recv,
                                         send, setsockopt)
-from bridge.wire.layouts cimport WAITING_AT, WRITE_SEQ_AT
-from bridge.wire.native_c cimport CLOCK_MONOTONIC, fence_full, now_ns, rd64, wr32
+from bridge.wire._frames cimport ring_ready
+from bridge.wire.layouts cimport WAITING_AT
+from bridge.wire.native_c cimport CLOCK_MONOTONIC, fence_full, now_ns, wr32
 
 cdef enum:
     ANSWER_ROOM = 512  # both answers of a round trip fit, but for a long error message
 
 
-cdef inline bint sleep_verbs(uint8_t *b, bv_sleeper *sleeper, uint64_t expected_seq,
-                             int wait_ms) noexcept nogil:
+cdef inline bint sleep_verbs(uint8_t *b, bv_sleeper *sleeper, Py_ssize_t tail, uint64_t expected_seq,
+                             uint32_t epoch, int wait_ms) noexcept nogil:
     """rdma: until the primary side wakes this side (a write with immediate data on the
     queue pair's completion channel), at most ``wait_ms``: the wakeups taken, and this side
     announced as sleeping in the primary side's mirror where it is not (its completion
@@ -35,15 +36,15 @@ cdef inline bint sleep_verbs(uint8_t *b, bv_sleeper *sleeper, uint64_t expected_
     cdef int fd = bv_sleep_prepare(sleeper)
     if fd < 0:
         return False
-    if rd64(b + WRITE_SEQ_AT) < expected_seq:
+    if not ring_ready(b, tail, expected_seq, epoch):
         waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
         poll(&waiter, 1, wait_ms)
     bv_sleep_done(sleeper)
     return True
 
 
-cdef bint sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms, Placements *pl,
-                   bv_sleeper *verbs) noexcept nogil:
+cdef bint sleep_on(uint8_t *b, int doorbell, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, int wait_ms,
+                   Placements *pl, bv_sleeper *verbs) noexcept nogil:
     """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting
     flag up meanwhile), or, where the run holds the tcp data connection (``pl``), until
     placements arrive on it: carried out here, no other thread woken; over rdma until the
@@ -53,10 +54,10 @@ cdef bint sleep_on(uint8_t *b, int doorbell, uint64_t expected_seq, int wait_ms,
     cdef uint8_t drained[4096]
     cdef int n = 0
     if verbs != NULL:
-        return sleep_verbs(b, verbs, expected_seq, wait_ms)
+        return sleep_verbs(b, verbs, tail, expected_seq, epoch, wait_ms)
     wr32(b + WAITING_AT, 1)
-    fence_full()  # the flag up before the seq is read again (the producer: the other way round)
-    if rd64(b + WRITE_SEQ_AT) < expected_seq:
+    fence_full()  # the flag up before the ring is looked at again (the producer: the other way round)
+    if not ring_ready(b, tail, expected_seq, epoch):
         if doorbell >= 0:
             waiters[n].fd, waiters[n].events, waiters[n].revents = doorbell, POLLIN, 0
             n += 1

@@ -60,8 +60,6 @@ cdef class Lane:
                    Py_ssize_t max_bytes, Py_ssize_t limit, Placements *pl) except -100
     cdef int _take(self, const uint8_t *b, uint32_t epoch, long max_txns, long max_events, Py_ssize_t max_bytes,
                    Py_ssize_t room, Group *g) except -1
-    cdef const uint8_t *_frame(self, const uint8_t *b, uint32_t size, Py_ssize_t *at, uint64_t expected,
-                               uint32_t epoch, Py_ssize_t *framed) noexcept nogil
     cdef bint _follows(self, const uint8_t *text, Py_ssize_t n, Group *g) except -1
     cdef Py_ssize_t _tables(self, const uint8_t *p, Py_ssize_t pos, uint32_t length, bint *beat) except -2
     cdef char *_mariadb_query(self, char *o, const uint8_t *b, const Group *g, const uint8_t *position,

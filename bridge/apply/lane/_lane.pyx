@@ -23,9 +23,9 @@ from bridge.apply.lane._position cimport DOMAINS, POSITION_MAX, add_gtid, mysql_
 from bridge.transport._receiver cimport Receiver, give, take
 from bridge.transport.posix_io cimport SO_RCVLOWAT, SOL_SOCKET, setsockopt
 from bridge.transport.verbs_c cimport bv_sleeper
-from bridge.wire._frames cimport frame_ok
-from bridge.wire.layouts cimport (ACK_SEQ_AT, COMPACT, DATA_OFFSET, HEADER_BYTES, KIND_PAD, KIND_TXN, SIZE_AT, TAIL_AT,
-                                  UPDATE_ROWS_V1, WRITE_SEQ_AT)
+from bridge.wire._frames cimport ring_frame, ring_ready
+from bridge.wire.layouts cimport (ACK_SEQ_AT, COMPACT, DATA_OFFSET, HEADER_BYTES, KIND_TXN, SIZE_AT, TAIL_AT,
+                                  UPDATE_ROWS_V1)
 from bridge.wire.native_c cimport (CLOCK_MONOTONIC, CLOCK_REALTIME, bridge_b64_end, bridge_b64_into, fence_acquire,
                                    now_ns, rd32, rd64, wr32, wr64)
 
@@ -162,7 +162,7 @@ cdef class Lane:
                 if held and pl.lane_stop:  # a message for the receiver thread: the run gives it back
                     return self.txns
                 if got == NOTHING:
-                    if rd64(b + WRITE_SEQ_AT) >= self.expected_seq or now >= deadline or \
+                    if ring_ready(b, self.tail, self.expected_seq, epoch) or now >= deadline or \
                             doorbell < 0 and receiver is None and verbs == NULL:
                         return self.txns  # the next frame is the general path's, or nothing to wait on
                     if receiver is not None and not held:
@@ -175,8 +175,8 @@ cdef class Lane:
                                 return self.txns
                         now = now_ns(CLOCK_MONOTONIC)
                     with nogil:
-                        slept = sleep_on(b, doorbell, self.expected_seq, <int>((deadline - now) // 1000000) + 1,
-                                         pl, verbs)
+                        slept = sleep_on(b, doorbell, self.tail, self.expected_seq, epoch,
+                                         <int>((deadline - now) // 1000000) + 1, pl, verbs)
                     if not slept:
                         return self.txns  # rdma: the queue pair cannot sleep (closed, broken); the caller polls
                 elif now >= deadline:
@@ -253,14 +253,14 @@ cdef class Lane:
         cdef const uint8_t *h
         cdef const uint8_t *p
         cdef uint32_t size = rd32(b + SIZE_AT), length, count
-        cdef uint64_t published = rd64(b + WRITE_SEQ_AT), expected = self.expected_seq
+        cdef uint64_t expected = self.expected_seq
         cdef uint64_t gtid[3]
         cdef Py_ssize_t at = self.tail, framed, pos, rows_at, cost
         cdef Py_ssize_t *span
         cdef bint beat
         cdef Py_ssize_t beat_at = -1
-        while g.n < max_txns and g.events < max_events and g.total < max_bytes and published >= expected:
-            h = self._frame(b, size, &at, expected, epoch, &framed)
+        while g.n < max_txns and g.events < max_events and g.total < max_bytes:
+            h = ring_frame(b, size, &at, expected, epoch, &framed)
             if h == NULL or h[0] != KIND_TXN:
                 break
             length = rd32(h + 4)
@@ -303,29 +303,6 @@ cdef class Lane:
             expected += 1
             span[SPAN_AT], span[SPAN_EVENTS], span[SPAN_BEATS], span[SPAN_BEAT] = at, g.events, g.beats, beat_at
         return 0
-
-    cdef const uint8_t *_frame(self, const uint8_t *b, uint32_t size, Py_ssize_t *at, uint64_t expected,
-                               uint32_t epoch, Py_ssize_t *framed) noexcept nogil:
-        """The frame of seq ``expected`` at ``*at`` (after at most one PAD, or the implicit
-        wrap where too few bytes are left for a header; ``*at`` then where it starts), whole
-        and its crc right; NULL where there is none."""
-        cdef const uint8_t *h
-        cdef uint32_t length
-        cdef int _tries
-        for _tries in range(2):  # at most one PAD before a frame
-            if size - at[0] < HEADER_BYTES:
-                at[0] = 0
-            h = b + DATA_OFFSET + at[0]
-            length = rd32(h + 4)
-            if rd64(h + 8) != expected or rd32(h + 20) != epoch or length > size - at[0]:
-                return NULL
-            framed[0] = (HEADER_BYTES + length + 7) & ~7
-            if framed[0] > size - at[0] or not frame_ok(h, h + HEADER_BYTES, length):
-                return NULL
-            if h[0] != KIND_PAD:
-                return h
-            at[0] = 0
-        return NULL
 
     cdef bint _follows(self, const uint8_t *text, Py_ssize_t n, Group *g) except -1:
         """MySQL: the GTID ``text`` is the next of the uuid the lane carries (the group's

@@ -35,7 +35,8 @@ from bridge.apply.binlog import build
 from bridge.apply.connection import ANSWERS_WAIT_MS, GTID_AUTOMATIC, OK_BYTES_MIN
 from bridge.apply.lane.mysqlpos import MysqlPosition, mysql_position
 from bridge.model import HEARTBEAT_TABLE
-from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, WAITING_AT, WRITE_SEQ_AT
+from bridge.ring.consumer import frame_ready, next_frame
+from bridge.ring.layout import ACK_SEQ_AT, SIZE_AT, TAIL_AT, WAITING_AT
 from bridge.server import sqlnames
 from bridge.transport.doorbell import sleep_on_queue_pair
 from bridge.wire import hotpath
@@ -46,7 +47,7 @@ NOTHING = 0  # nothing the lane can apply: the ring is empty, or its next frame 
 FAILED = -1  # the replica answered an error: rolled back by the caller, the frames left in the ring
 LOST = -2  # the connection broke: the frames left in the ring
 
-TXN, PAD = int(FrameKind.TXN), int(FrameKind.PAD)
+TXN = int(FrameKind.TXN)
 COMPACT = hotpath.COMPACT_TAG
 BRIDGE_SCHEMA, HEARTBEAT = sqlnames.SCHEMA, HEARTBEAT_TABLE
 MAX_DOMAINS = 64
@@ -181,37 +182,32 @@ class Lane:
             if got < 0:
                 return got
             if got == NOTHING:
-                if _published(region) >= self.expected_seq or doorbell < 0 and sleeper is None:
+                if self._ready(region, epoch) or doorbell < 0 and sleeper is None:
                     return self.txns  # the next frame is the general path's, or nothing to wait on
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return self.txns
                 if sleeper is None:
-                    _sleep(region, doorbell, self.expected_seq, int(left * 1000) + 1)
-                elif not sleep_on_queue_pair(sleeper, lambda: _published(region) >= self.expected_seq, left):
+                    _sleep(region, doorbell, lambda: self._ready(region, epoch), int(left * 1000) + 1)
+                elif not sleep_on_queue_pair(sleeper, lambda: self._ready(region, epoch), left):
                     return self.txns  # the queue pair cannot sleep (closed, broken, pyverbs'): the caller polls
             elif time.monotonic() >= deadline:
                 return self.txns
 
+    def _ready(self, region, epoch: int) -> bool:
+        return frame_ready(region, self.tail, self.expected_seq, epoch, hotpath.frame_at)
+
     def _group(self, region, epoch: int, sock, max_txns: int, max_events: int, max_bytes: int, limit: int) -> int:
         """One group from ``self.tail``: its frame count, NOTHING, FAILED or LOST."""
         size = _U32.unpack_from(region, SIZE_AT)[0]
-        published = _published(region)
         my = self._mysql
         saved = (self.seq, list(self._domains))
         datas, stamps, gtids, ends, n, events, total, beats, heartbeat = [], [], [], [], 0, 0, 0, 0, None
         room = min(limit, MAX_QUERY - 1) - (self.position_bytes_max if my is None else MYSQL_GROUP_BYTES)
         sent = 0  # MySQL: the query's bytes so far, at most (each transaction's position at its longest)
         at, expected = self.tail, self.expected_seq
-        while n < max_txns and events < max_events and total < max_bytes and published >= expected:
-            got = None
-            for _ in range(2):  # at most one PAD before a frame
-                if size - at < 24:
-                    at = 0
-                got = hotpath.frame_at(region, DATA_OFFSET + at, size - at, expected, epoch)
-                if got is None or got[0] != PAD:
-                    break
-                at, got = 0, None
+        while n < max_txns and events < max_events and total < max_bytes:
+            got, at = next_frame(region, size, at, expected, epoch, hotpath.frame_at)
             if got is None or got[0] != TXN or not got[2] or got[2][0] != COMPACT:
                 break
             try:
@@ -311,11 +307,12 @@ class Lane:
                 stages.record("bridge", (done - read_ns) / 1000)
 
 
-def _sleep(region, doorbell: int, expected_seq: int, wait_ms: int) -> None:
-    """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting flag up meanwhile)."""
+def _sleep(region, doorbell: int, ready, wait_ms: int) -> None:
+    """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting
+    flag up meanwhile, then ``ready`` asked once more)."""
     region[WAITING_AT:WAITING_AT + 4] = _U32.pack(1)
     try:
-        if _published(region) < expected_seq:
+        if not ready():
             waiter = select.poll()
             waiter.register(doorbell, select.POLLIN)
             waiter.poll(wait_ms)
@@ -325,10 +322,6 @@ def _sleep(region, doorbell: int, expected_seq: int, wait_ms: int) -> None:
             pass
     finally:
         region[WAITING_AT:WAITING_AT + 4] = _U32.pack(0)
-
-
-def _published(region) -> int:
-    return _U64.unpack_from(region, WRITE_SEQ_AT)[0]
 
 
 def query_bytes(events: int) -> int:
