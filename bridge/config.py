@@ -138,9 +138,21 @@ def _mask(text: str) -> str:
     return text
 
 
+def parse_replica(text: str, transports=("shm", "tcp", "rdma")) -> tuple[tuple[str, int], str]:
+    """``[TRANSPORT://]HOST:PORT``: the address, and the transport named ("" where none is:
+    the primary side's --transport)."""
+    transport, sep, rest = text.partition("://")
+    if not sep:
+        return parse_hostport(text), ""
+    if transport not in transports:
+        raise ConfigError(f"parse address: {text!r} names the transport {transport!r}, not one of "
+                          f"{', '.join(transports)}")
+    return parse_hostport(rest), transport
+
+
 def parse_hostport(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not port.isdigit() or "/" in host:
         raise ConfigError(f"parse address: {text!r} is not HOST:PORT")
     return host or "127.0.0.1", int(port)
 
@@ -221,6 +233,7 @@ class PrimaryConfig:
     transport: str = "shm"
     server_id: int = 4242
     replicas: tuple[tuple[str, int], ...] = ()  # fan-out: every replica side, the first first; () = (replica,)
+    transports: tuple[str, ...] = ()  # fan-out: each replica side's transport, as ``replicas`` ("": ``transport``)
     semi_sync_quorum: int = 1  # fan-out: replica sides that must cover a transaction before its ACK
     # used only when the replica has no position yet; "" = the binlog's start; None: not
     # given (the binlog's start too, but refused where the replica already holds data)
@@ -239,3 +252,15 @@ class PrimaryConfig:
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0
     tls: TlsFiles | None = None  # None: plain TCP to the replica side
+
+    def transport_of(self, address: tuple[str, int]) -> str:
+        """The transport to the replica side at ``address`` (its own, else ``transport``)."""
+        for replica, transport in zip(self.replicas, self.transports):
+            if replica == address and transport:
+                return transport
+        return self.transport
+
+    @property
+    def transports_used(self) -> tuple[str, ...]:
+        """Every transport some replica side is fed over, each once."""
+        return tuple(dict.fromkeys(self.transport_of(a) for a in self.replicas or (self.replica,)))

@@ -20,8 +20,8 @@ from bridge.cli.options import (
     filter_options,
     heartbeat_table_param,
     hostport_param,
-    hostports_param,
     metrics_option,
+    replicas_param,
     tls_options,
 )
 from bridge.config import PASSWORD_ENV, MysqlUrl, PrimaryConfig, ReplicaConfig, read_secret
@@ -131,11 +131,14 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 
 @click.command("start-primary")
 @server_url_option("source", "Primary server")
-@click.option("--replica", "replicas", required=True, multiple=True, callback=hostports_param, metavar="HOST:PORT",
+@click.option("--replica", "replicas", required=True, multiple=True, callback=replicas_param,
+              metavar="[TRANSPORT://]HOST:PORT",
               help="The replica side's --listen address. Give it several times to feed several replica sides from "
                    "one read of the binlog (fan-out): each its own ring, position and backpressure; one that falls "
                    "behind leaves the shared stream, catches up from a dump of its own (server id --server-id + 1 + "
-                   "its place in this list) and rejoins.")
+                   "its place in this list) and rejoins. A TRANSPORT:// prefix (shm, tcp, rdma) feeds that one "
+                   "over another transport than --transport, e.g. rdma members and a tcp one; it must be the one "
+                   "that replica side serves.")
 @TRANSPORT_OPTION
 @click.option("--server-id", type=int, default=4242, show_default=True,
               help="Replica server id this reader registers with; unique among the primary's replicas (with N "
@@ -193,7 +196,8 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
       rdma-bridge start-primary --source mysql://rdma_repl@127.0.0.1:3306 \\
           --replica 127.0.0.1:7400 --transport shm
     Resumes from the replica's recorded position; SIGTERM or Ctrl-C stops cleanly.
-    Fan-out: --replica once per replica side, and --semi-sync-quorum K.
+    Fan-out: --replica once per replica side, and --semi-sync-quorum K; a
+    replica side served over another transport: --replica tcp://HOST:PORT.
     """
     from bridge.node.fanout import FanOutNode
     from bridge.node.primary import PrimaryNode
@@ -208,8 +212,9 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
         raise click.BadParameter("needs --semi-sync received or applied", param_hint="--semi-sync-quorum")
     _schedule(pin_near_nic, realtime_priority)
     url = MysqlUrl.parse(source, PASSWORD_ENV["source"])
-    cfg = PrimaryConfig(source=url, replica=replicas[0], replicas=replicas, semi_sync_quorum=semi_sync_quorum,
-                        transport=transport, server_id=server_id,
+    addresses = tuple(address for address, _ in replicas)
+    cfg = PrimaryConfig(source=url, replica=addresses[0], replicas=addresses, semi_sync_quorum=semi_sync_quorum,
+                        transports=tuple(named for _, named in replicas), transport=transport, server_id=server_id,
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
                         reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval,
                         heartbeat_table=heartbeat_table, metrics=metrics, semi_sync=semi_sync, take_over=take_over,

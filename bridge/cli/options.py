@@ -12,7 +12,7 @@ import traceback
 
 import click
 
-from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostport
+from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostport, parse_replica
 from bridge.errors import EXIT_ERROR, BridgeError
 from bridge.filter import Filter
 from bridge.lab.sandbox import DEFAULT_STATE_DIR
@@ -109,17 +109,18 @@ def hostport_param(_ctx, _param, value: str) -> tuple[str, int]:
         raise click.BadParameter(str(exc)) from exc
 
 
-def hostports_param(_ctx, _param, values: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-    """A repeatable HOST:PORT option: each parsed, none twice."""
-    out: list[tuple[str, int]] = []
+def replicas_param(_ctx, _param, values: tuple[str, ...]) -> tuple[tuple[tuple[str, int], str], ...]:
+    """A repeatable [TRANSPORT://]HOST:PORT option: each parsed (the address, the transport
+    named or ""), no address twice."""
+    out: list[tuple[tuple[str, int], str]] = []
     for value in values:
         try:
-            address = parse_hostport(value)
+            address, transport = parse_replica(value)
         except BridgeError as exc:
             raise click.BadParameter(str(exc)) from exc
-        if address in out:
+        if any(address == seen for seen, _ in out):
             raise click.BadParameter(f"{value} is given twice: each replica side once")
-        out.append(address)
+        out.append((address, transport))
     return tuple(out)
 
 

@@ -189,7 +189,8 @@ class FanOutNode(FanShipLoop, PrimaryNode):
             log.warning("replica %s leaves the shared stream (%s); it catches up on its own", member.name, why)
         member.forget()
         member.state = CATCHING_UP
-        cfg = dataclasses.replace(self.cfg, replica=member.address, replicas=(member.address,),
+        cfg = dataclasses.replace(self.cfg, replica=member.address, replicas=(member.address,), transports=(),
+                                  transport=member.transport,
                                   server_id=self.cfg.server_id + 1 + member.index, semi_sync="off",
                                   semi_sync_quorum=1, metrics=None, heartbeat_row_s=0.0)
         node = PrimaryNode(cfg, member=member, writer=self.writer, on_transaction=self._arrived)
@@ -291,7 +292,8 @@ class FanOutNode(FanShipLoop, PrimaryNode):
 
     def _member_status(self, member: Member) -> dict:
         producer, catch_up = member.producer, member.catch_up
-        return {"replica": member.name, "state": member.state, "connected": member.remote is not None,
+        return {"replica": member.name, "transport": member.transport, "state": member.state,
+                "connected": member.remote is not None,
                 "last_gtid": member.last_gtid, "apply_stopped": member.apply_stopped,
                 "position": "%s:%d" % (catch_up.position if catch_up is not None and catch_up.position else
                                        self.position if member.state == STREAMING and self.position else ("", 0)),

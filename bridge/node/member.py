@@ -47,6 +47,7 @@ class Member:
         self.address = address
         self.name = f"{address[0]}:{address[1]}"  # host:port of the replica side, for messages and status
         self.cfg, self.tls, self._stop = cfg, tls, stop
+        self.transport = cfg.transport_of(address)
         self.link: Link | None = None  # the session with the replica side (the last one, once down)
         self.producer: RingProducer | None = None  # the mirror of its ring
         self.apply_stopped: dict | None = None  # the replica side stopped applying (bridge.node.halt): wait
@@ -98,7 +99,7 @@ class Member:
     def _open_ring(self, welcome: dict) -> None:
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
                                      epoch=welcome["epoch"])
-        self.link.remote = open_remote(self.cfg.transport, welcome["params"], self.address, welcome["ring_bytes"],
+        self.link.remote = open_remote(self.transport, welcome["params"], self.address, welcome["ring_bytes"],
                                        self.cfg.secret, self.tls)
 
     def resend(self, welcome: dict, frames: list, unplaced, settle: Callable[[], None]) -> None:

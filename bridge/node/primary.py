@@ -71,7 +71,8 @@ class PrimaryNode(ShipLoop):
         """``member``, ``writer``, ``on_transaction``: a fan-out's catch-up (bridge.node.fanout)
         feeds one of its members from a dump of its own, as the fan-out's writer, and
         hears of each transaction it completes."""
-        check_available(cfg.transport)
+        for transport in cfg.transports_used:
+            check_available(transport)
         self.cfg = cfg
         self.tls = tls.prepare(cfg.tls, server_side=False)  # None: plain TCP to the replica side
         self.counts = PrimaryCounts()
@@ -124,7 +125,8 @@ class PrimaryNode(ShipLoop):
         if self._services_started:
             return
         self._services_started = True
-        native.announce(log, ("hot path", lanes.PART, *native_parts(self.cfg.transport)))
+        native.announce(log, ("hot path", lanes.PART,
+                              *dict.fromkeys(p for t in self.cfg.transports_used for p in native_parts(t))))
         for service in (self.metrics, self.semi_sync, self.behind):
             if service is not None:
                 service.start()
@@ -155,7 +157,7 @@ class PrimaryNode(ShipLoop):
                                    semi_sync=self.cfg.semi_sync != "off", raw_rows=member.apply_mode == "binlog")
         self.counts.binlog_reopens += 1
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s, apply mode %s", self.cfg.source,
-                 resume or "the start of the binlog", welcome["applied_seq"], *member.address, self.cfg.transport,
+                 resume or "the start of the binlog", welcome["applied_seq"], *member.address, member.transport,
                  member.apply_mode)
         self._start_writing()
 
@@ -193,7 +195,7 @@ class PrimaryNode(ShipLoop):
 
     def _hello(self, conn: ControlConnection, version: str) -> dict:
         return control.check_hello(control.client_handshake(
-            conn, self.cfg.secret, "control", transport=self.cfg.transport,
+            conn, self.cfg.secret, "control", transport=self.member.transport,
             start_gtid=self.cfg.start_gtid or "",
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             flavor=self.flavor.kind, server_version=version,  # the replica picks the apply mode

@@ -35,7 +35,7 @@ def primary_status(node) -> PrimaryStatus:
     member = node.member
     producer = member.producer
     return {"role": "primary", "source": str(node.cfg.source),
-            "replica": member.name, "transport": node.cfg.transport,
+            "replica": member.name, "transport": member.transport,
             "apply_mode": member.apply_mode,
             "connected": member.remote is not None, "last_gtid": node.last_gtid,
             "apply_stopped": member.apply_stopped, "replica_delay_s": member.replica_delay_s,

@@ -124,6 +124,7 @@ class SemiSync(TypedDict, total=False):
 class FanOutMember(TypedDict):
     """One replica side of a fan-out (bridge.node.fanout)."""
     replica: str  # its host:port
+    transport: Literal["shm", "tcp", "rdma"]  # what its ring is written over
     state: Literal["streaming", "catching up", "down", "fenced", "refused"]
     connected: bool
     last_gtid: str  # the last transaction placed in its ring

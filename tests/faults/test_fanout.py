@@ -43,6 +43,9 @@ from tests.helpers import (
 REPLICAS = ("replica", "replica2", "replica3")
 # rdma joins where a verbs device exists: `make test-rdma` runs these in its Soft-RoCE guest
 TRANSPORTS = ["shm", "tcp"] + (["rdma"] if rdma_available() else [])
+# a fan-out whose replica sides are served over different transports (--replica tcp://HOST:PORT):
+# rdma members beside a tcp and a shm one where a verbs device exists, else shm beside tcp
+MIXED = ("rdma", "tcp", "shm") if rdma_available() else ("shm", "tcp", "shm")
 RING = 256 << 10  # small: a frozen replica side fills it within a second of the workload
 
 
@@ -60,7 +63,10 @@ class FanOut:
     replica sides that are processes (frozen, killed) or nodes in this process."""
 
     def __init__(self, info, tmp_path, name, transport="shm"):
-        self.info, self.dir, self.transport = info, str(tmp_path), transport
+        """``transport``: every replica side's, or a tuple of each one's (a mixed fan-out)."""
+        self.info, self.dir = info, str(tmp_path)
+        self.transports = transport if isinstance(transport, tuple) else (transport,) * len(REPLICAS)
+        self.transport = self.transports[0]
         self.channel = self.schema = f"{name}_{int(time.time())}"
         self.primary = connect(MysqlUrl.parse(info["primary_admin"]))
         self.start_gtid = primary_position(self.primary)
@@ -71,13 +77,13 @@ class FanOut:
 
     def start_replica(self, i, process=True, target=None, channel=None):
         if process:
-            proc = replica_process(self.info[REPLICAS[i]], self.ports[i], self.transport, self.channel, self.dir,
+            proc = replica_process(self.info[REPLICAS[i]], self.ports[i], self.transports[i], self.channel, self.dir,
                                    ring_bytes=RING)
             self.procs[i] = proc.start()
             wait_port(self.ports[i], alive=proc.check_alive)
         else:
             node = ReplicaNode(ReplicaConfig(target=MysqlUrl.parse(self.info[target or REPLICAS[i]]),
-                                             listen=("127.0.0.1", self.ports[i]), transport=self.transport,
+                                             listen=("127.0.0.1", self.ports[i]), transport=self.transports[i],
                                              ring_bytes=RING, channel=channel or self.channel))
             node.start()
             threading.Thread(target=node.run, daemon=True).start()
@@ -108,7 +114,7 @@ class FanOut:
     def start_primary(self, **overrides):
         replicas = tuple(("127.0.0.1", port) for port in self.ports)
         cfg = PrimaryConfig(source=MysqlUrl.parse(self.info["primary"]), replica=replicas[0], replicas=replicas,
-                            transport=self.transport, start_gtid=self.start_gtid,
+                            transport=self.transport, transports=self.transports, start_gtid=self.start_gtid,
                             **{"heartbeat_s": 0.1, "server_id": 6100, "backpressure_timeout_s": 1.0,
                                "heartbeat_row_s": 0.1, **overrides})
         self.node = FanOutNode(cfg)
@@ -179,7 +185,7 @@ def fanout(box, tmp_path, request):
         f.close()
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", TRANSPORTS + [MIXED], ids=lambda t: "-".join(t) if isinstance(t, tuple) else t)
 def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_primary, mysql_replica):
     f = fanout(transport)
     f.start(process=False, heartbeat_row_s=0.0)  # no heartbeat rows: once the load stops, nothing new is placed
@@ -193,9 +199,10 @@ def test_three_replica_sides_from_one_read_end_equal(fanout, transport, mysql_pr
     assert f.node.counts.binlog_reopens == 1  # one read of the binlog for all three
     # the compiled framing reads MariaDB's and MySQL's transactions; sql apply mode replica sides
     # (across flavors) take them decoded, one by one
-    if mysql_primary == mysql_replica:
+    if mysql_primary == mysql_replica and transport != MIXED:
         assert f.node.counts.lane_runs > 0  # one lane call feeds all three rings, over shm and tcp alike
     doc = f.node.status()  # each replica side in /status, /metrics (a replica label) and `status`
+    assert [m["transport"] for m in doc["replicas"]] == list(f.transports)
     assert deviations(doc, PrimaryStatus) == set()
     families = {fam.name: fam for fam in text_string_to_metric_families(prometheus_text("primary", doc))}
     states = {(s.labels["replica"], s.labels["state"]): s.value for s in families["rdma_bridge_replica_state"].samples}
@@ -229,8 +236,9 @@ def test_a_frozen_replica_side_holds_nobody_back_and_rejoins(fanout, transport):
     f.assert_all_same()
 
 
-@pytest.mark.parametrize("mode,transport", [("applied", "shm"), ("received", "shm"), ("received", "tcp")] +
-                         [("received", "rdma")] * ("rdma" in TRANSPORTS))
+@pytest.mark.parametrize("mode,transport", [("applied", "shm"), ("received", "shm"), ("received", "tcp"),
+                                            ("received", MIXED)] + [("received", "rdma")] * ("rdma" in TRANSPORTS),
+                         ids=lambda t: "-".join(t) if isinstance(t, tuple) else t)
 def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout, semi_sync_box, mode, transport,
                                                                          mysql_primary, mysql_replica):
     f = fanout(transport)
@@ -250,7 +258,7 @@ def test_quorum_of_two_keeps_semi_sync_while_one_is_killed_and_restarted(fanout,
         wait_for(lambda: f.states() == ["streaming"] * 3, "the restarted one back in the shared stream",
                  timeout_s=90, alive=f.alive)
         assert f.node.counts.acks_sent > 0
-        if mode == "received" and not (mysql_primary or mysql_replica):
+        if mode == "received" and not (mysql_primary or mysql_replica) and transport != MIXED:
             assert f.node.counts.lane_runs > 0  # the ship lane feeds all three rings and sends the ACKs itself
             assert f.node.stages.summary(False)["ack"]["count"] > 0  # the "ack" stage: ACKs the lane sent
     assert int(semi_sync_status(semi_sync_box)["no_tx"]) - async_before <= 2  # a commit in flight at the kill

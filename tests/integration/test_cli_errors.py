@@ -129,12 +129,17 @@ def test_waiting_for_an_absent_primary_costs_no_cpu_and_says_so_honestly():
 
 @pytest.mark.parametrize("args,needles", [
     (("--replica", "127.0.0.1:7400", "--replica", "127.0.0.1:7400"), ("127.0.0.1:7400 is given twice",)),
+    (("--replica", "rdma://127.0.0.1:7400", "--replica", "tcp://127.0.0.1:7400"),
+     ("tcp://127.0.0.1:7400 is given twice",)),
+    (("--replica", "127.0.0.1:7400", "--replica", "ib://127.0.0.1:7401"),
+     ("--replica", "names the transport 'ib', not one of shm, tcp, rdma")),
     (("--replica", "127.0.0.1:7400", "--replica", "127.0.0.1:7401", "--semi-sync", "received",
       "--semi-sync-quorum", "3"), ("--semi-sync-quorum", "3 is more than the 2 --replica")),
     (("--replica", "127.0.0.1:7400", "--replica", "127.0.0.1:7401", "--semi-sync-quorum", "2"),
      ("--semi-sync-quorum", "needs --semi-sync")),
 ])
 def test_fan_out_options_refused_before_anything_starts(args, needles):
-    """Fan-out's bad input: the same replica side twice, a quorum no ACK could reach,
-    a quorum without semi-sync; refused at start, nothing connected."""
+    """Fan-out's bad input: the same replica side twice (over any transports), a transport
+    that does not exist, a quorum no ACK could reach, a quorum without semi-sync; refused
+    at start, nothing connected."""
     one_line_error(run("start-primary", "--source", "mysql://u:pw@127.0.0.1:1", *args), *needles)
