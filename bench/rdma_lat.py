@@ -21,6 +21,7 @@ nothing beyond the network's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import socket
@@ -39,40 +40,9 @@ from bridge.wire.frame import FrameKind, frame_bytes
 RING = 1 << 20
 
 
-def bridge_placement(iterations: int, size: int, twin) -> dict:
-    rdma.VERBS = twin
-    host = make_host("rdma", RING)
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve():
-        sock, _ = listener.accept()
-        conn = ControlConnection(sock)
-        conn.send(control.challenge())
-        host.accept(conn, "", conn.recv())
-
-    threading.Thread(target=serve, daemon=True).start()
-    remote = open_remote("rdma", host.params(), listener.getsockname()[:2], RING)
-    producer, payload, samples = RingProducer(RING), b"x" * size, []
-    for i in range(iterations):
-        t0 = time.perf_counter()
-        for p in producer.append(FrameKind.TXN, payload):
-            remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
-        remote.publish(producer.write_seq, producer.head)  # waits for the completions
-        samples.append(time.perf_counter() - t0)
-        producer.acknowledge(producer.write_seq)  # nobody consumes here: pretend applied
-    assert type(remote.qp) is twin.QueuePair
-    remote.close()
-    listener.close()
-    host.close()
-    return _summary(samples)
-
-
-def ship_lane_placement(iterations: int, size: int, bare: bool = False) -> dict:
-    """The compiled ship lane's placement of a ``size``-byte payload's frame, in C (``bare``:
-    one signaled RDMA WRITE of it on the same queue pair, the floor beneath a placement)."""
-    from bridge.source import _ship
-
-    rdma.VERBS = rdma._compiled
+@contextlib.contextmanager
+def _rdma_pair():
+    """A replica side's ring host and a primary side's remote ring to it, over rdma."""
     host = make_host("rdma", RING)
     listener = socket.create_server(("127.0.0.1", 0))
 
@@ -85,11 +55,36 @@ def ship_lane_placement(iterations: int, size: int, bare: bool = False) -> dict:
     threading.Thread(target=serve, daemon=True).start()
     remote = open_remote("rdma", host.params(), listener.getsockname()[:2], RING)
     try:
-        took = _ship.timed_placements(remote, iterations, frame_bytes(size), bare)
+        yield remote
     finally:
         remote.close()
         listener.close()
         host.close()
+
+
+def bridge_placement(iterations: int, size: int, twin) -> dict:
+    rdma.VERBS = twin
+    producer, payload, samples = RingProducer(RING), b"x" * size, []
+    with _rdma_pair() as remote:
+        for i in range(iterations):
+            t0 = time.perf_counter()
+            for p in producer.append(FrameKind.TXN, payload):
+                remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+            remote.publish(producer.write_seq, producer.head)  # waits for the completions
+            samples.append(time.perf_counter() - t0)
+            producer.acknowledge(producer.write_seq)  # nobody consumes here: pretend applied
+        assert type(remote.qp) is twin.QueuePair
+    return _summary(samples)
+
+
+def ship_lane_placement(iterations: int, size: int, bare: bool = False) -> dict:
+    """The compiled ship lane's placement of a ``size``-byte payload's frame, in C (``bare``:
+    one signaled RDMA WRITE of it on the same queue pair, the floor beneath a placement)."""
+    from bridge.source import _ship
+
+    rdma.VERBS = rdma._compiled
+    with _rdma_pair() as remote:
+        took = _ship.timed_placements(remote, iterations, frame_bytes(size), bare)
     return _summary([ns / 1e9 for ns in took])
 
 

@@ -155,6 +155,20 @@ def answering_split(server, answers):
 
 
 OK = b"\x00\x00\x00\x02\x00\x00\x00"
+
+
+def run_answered(lane, region, answers):
+    """``lane.run`` over ``region`` (from seq 1, epoch 3) on a socket whose peer reads one
+    query and answers ``answers``: what it returned, and the queries the peer read."""
+    client, server = socket.socketpair()
+    with client, server:
+        server.settimeout(5)
+        seen = []
+        peer = threading.Thread(target=lambda: seen.append(answering(server, answers)))
+        peer.start()
+        ran = lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20)
+        peer.join(5)
+    return ran, seen
 ROWS = RowEvents(b"\x01" * 40, (("app", "t"),), 1)
 
 
@@ -166,14 +180,8 @@ def test_run_sends_one_query_acks_the_ring_and_counts(cls):
     table, f = build.PositionTable(255, 6), fmt(True)
     lane = make(cls, table, f)
     lane.set_position(0, GtidSet.parse("0-1-5"))
-    client, server = socket.socketpair()
-    with client, server:
-        server.settimeout(5)
-        seen = []
-        peer = threading.Thread(target=lambda: seen.append(answering(server, [OK, OK])))
-        peer.start()
-        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == 4
-        peer.join(5)
+    ran, seen = run_answered(lane, region, [OK, OK])
+    assert ran == 4
     query = seen[0]
     assert query[:1] == b"\x03" and query.endswith(b"';COMMIT")
     assert lane.seq == 4 and lane.gtids == "0-1-9" and lane.last_gtid == "0-1-9"
@@ -194,14 +202,8 @@ def test_frames_whole_before_the_header_says_so_are_applied_and_a_torn_one_waits
     region[torn_at + HEADER_BYTES + 3] ^= 0xFF  # a payload byte of frame 2 not written yet
     lane = make(cls, build.PositionTable(255, 6), fmt(False))
     lane.set_position(0, GtidSet.parse("0-1-5"))
-    client, server = socket.socketpair()
-    with client, server:
-        server.settimeout(5)
-        seen = []
-        peer = threading.Thread(target=lambda: seen.append(answering(server, [OK, OK])))
-        peer.start()
-        assert lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20) == 1
-        peer.join(5)
+    ran, seen = run_answered(lane, region, [OK, OK])
+    assert ran == 1
     assert read_u64(region, WRITE_SEQ_AT) == 0 and read_u64(region, ACK_SEQ_AT) == 1
     assert lane.gtids == "0-1-6" and lane.expected_seq == 2 and seen[0].endswith(b"';COMMIT")
 
