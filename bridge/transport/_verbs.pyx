@@ -210,6 +210,11 @@ cdef class QueuePair:
     def max_inline(self):
         return self.path.max_inline
 
+    @max_inline.setter
+    def max_inline(self, uint32_t n):
+        """At most ``n`` bytes inline from now on (never more than the device gave)."""
+        self.path.max_inline = min(n, self.path.max_inline)
+
     @property
     def lane_path(self):
         """The address of the path the compiled ship lane posts and polls on."""

@@ -39,7 +39,8 @@ enum {
     BV_FAILED = -1,     /* bv_reap, bv_wait: an error completion (status and opcode kept) */
     BV_PENDING = -2,    /* bv_reap: signaled requests not completed yet */
     BV_SPINS_BEFORE_YIELD = 64,  /* empty polls before each further one yields the CPU first */
-    BV_HEADER_EVERY = 16,  /* a publish writes the ring's header (a hint: a placement is its frames' write) this often */
+    BV_HEADER_EVERY = 16,  /* a publish writes the ring's header (a hint: a placement is its frames' write) this
+                              often, inline (every time, signaled, where the device writes nothing inline) */
 };
 
 /* One queue pair's path from the registered mirror to the replica's ring: a byte at offset

@@ -25,7 +25,7 @@ the protection domain and the memory regions in both.
 An idle replica side sleeps (``sleep``, compiled queue pair only): it writes the ring
 header's waiting word into the primary side's mirror (the data hello names it), looks at
 its ring once more and waits on its queue pair's completion channel; a primary side that
-finds the word set after a publish clears it and writes the header with immediate data,
+finds the word set after a publish clears it and adds an RDMA WRITE with immediate data,
 which consumes a posted receive and wakes it. A busy replica side sees plain writes only.
 """
 

@@ -10,14 +10,15 @@ its last request signaled and polls the send completion queue until it completed
 responder acknowledged every write, so the frames are in the replica's memory, where its
 consumer takes each by its own seq and crc. The ring's header (write_seq and head, side
 by side) is stored in the mirror at every publish and written there after the frames,
-unsignaled, with every HEADER_EVERY-th (a hint: every work request costs about a round
-trip on Soft-RoCE, and a second one per placement doubled its latency), with a wakeup and
-a ``fence``. Writes up to the device's ``max_inline`` go inline (copied at the post). An
-error completion is an RdmaError (the link or the peer's queue pair is gone).
+unsignaled and inline, with every HEADER_EVERY-th (a hint: every work request costs about
+a round trip on Soft-RoCE, and a second one per placement doubled its latency) and with a
+``fence``; signaled with every publish where the device writes nothing inline. Writes up
+to the device's ``max_inline`` go inline (copied at the post). An error completion is an
+RdmaError (the link or the peer's queue pair is gone).
 
 The replica side's queue pair may sleep (``wake_recvs``): it writes its ring's waiting
 word into the primary side's mirror, and a primary side that finds it
-set after a publish clears it and writes the header with immediate data, which
+set after a publish clears it and adds a zero-length RDMA WRITE with immediate data, which
 consumes one of the replica side's posted receives: an event on its completion channel,
 whose fd ``sleep_prepare`` gives (after taking the wakeups that came and announcing, where
 it has not since the last one); ``sleep_done`` takes the wakeups after the wait. Only the
@@ -34,6 +35,7 @@ from bridge.errors import RdmaError
 from bridge.ring.layout import (
     PUBLISH_AT,
     PUBLISH_BYTES,
+    WAITING_AT,
     consumer_waiting,
     read_u64,
     set_waiting,
@@ -155,11 +157,12 @@ class QueuePair:
     def post_publish(self, write_seq: int, head: int) -> None:
         """``publish``'s posting (the compiled twin: publish_post, bridge/transport/verbs_c.pxd):
         the frames queued posted with their last write signaled; the header stored, and
-        written after them, unsignaled, with every HEADER_EVERY-th publish (alone and
-        signaled where no frame was queued)."""
+        written after them, unsignaled and inline, with every HEADER_EVERY-th publish
+        (signaled, with every publish, where no frame was queued or the device writes
+        nothing inline: its DMA read could see the next publish's header)."""
         write_publish(self.view, write_seq, head)
         self._publishes += 1
-        if not self._queued:
+        if not self._queued or self.max_inline < PUBLISH_BYTES:
             self._queue(WRITE, PUBLISH_AT, PUBLISH_BYTES, PUBLISH_AT)  # write_seq and head, side by side
             self._post(True)
             return
@@ -170,11 +173,11 @@ class QueuePair:
 
     def wake(self, write_seq: int) -> None:
         """After a publish completed: the wakeup where the replica side said it sleeps (the
-        word cleared: one wakeup per time it says so), the header written with immediate data."""
+        word cleared: one wakeup per time it says so), a zero-length write with immediate data."""
         if consumer_waiting(self.view):
             set_waiting(self.view, False)
             self._imm = write_seq & 0xFFFFFFFF
-            self._queue(WRITE_IMM, PUBLISH_AT, PUBLISH_BYTES, PUBLISH_AT)
+            self._queue(WRITE_IMM, WAITING_AT, 0, WAITING_AT)
             self._post(False)
 
     def fence(self, timeout_s: float) -> None:

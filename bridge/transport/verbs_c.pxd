@@ -53,16 +53,19 @@ cdef inline int publish_post(bv_path *p, uint64_t write_seq, uint32_t head) noex
     chain with its last write signaled (its completion: the frames are in the replica's
     ring, where its consumer takes each by its own seq and crc). The header (write_seq and
     head, stored in the mirror: the path's local buffer) is a hint for the replica side's
-    metrics and its corruption check: written after the frames, unsignaled, with every
-    BV_HEADER_EVERY-th publish, with a wakeup (``wake_peer``) and a ``fence``, and alone,
-    signaled, where no frame was queued. Every work request costs about a round trip on
-    Soft-RoCE, and a second one per placement doubled its latency. 0 or an errno."""
+    metrics and its corruption check: written after the frames, unsignaled and inline,
+    with every BV_HEADER_EVERY-th publish and a ``fence``. Every work request costs about
+    a round trip on Soft-RoCE, and a second one per placement doubled its latency. Where
+    nothing was queued, or the device writes nothing inline (the NIC would read the
+    mirror's header by DMA after this returns, maybe once the next publish changed it:
+    write_seq ahead of its frames), the header goes after the frames, signaled, with
+    every publish. 0 or an errno."""
     cdef uint8_t *mirror = <uint8_t *>p.local
     cdef int err
     wr64(mirror + WRITE_SEQ_AT, write_seq)
     wr32(mirror + HEAD_AT, head)
     p.publishes += 1
-    if p.queued == 0:
+    if p.queued == 0 or p.max_inline < PUBLISH_BYTES:
         err = bv_queue(p, BV_WRITE, WRITE_SEQ_AT, PUBLISH_BYTES, WRITE_SEQ_AT)
         return err if err else bv_post(p, 1)
     err = bv_post(p, 1)
@@ -75,12 +78,12 @@ cdef inline int publish_post(bv_path *p, uint64_t write_seq, uint32_t head) noex
 cdef inline int wake_peer(bv_path *p, uint64_t write_seq) noexcept nogil:
     """After a publish completed: where the replica side wrote its waiting word into the
     mirror, the word cleared (one wakeup per time it says it sleeps: it cannot run out of
-    posted receives) and the header written with immediate data (unsignaled), which wakes
+    posted receives) and a zero-length write with immediate data (unsignaled), which wakes
     it: 0 or an errno."""
     cdef int err
     if rd32(<uint8_t *>p.local + WAITING_AT) == 0:
         return 0
     wr32(<uint8_t *>p.local + WAITING_AT, 0)
     p.imm = <uint32_t>write_seq
-    err = bv_queue(p, BV_WRITE_IMM, WRITE_SEQ_AT, PUBLISH_BYTES, WRITE_SEQ_AT)
+    err = bv_queue(p, BV_WRITE_IMM, WAITING_AT, 0, WAITING_AT)
     return err if err else bv_post(p, 0)

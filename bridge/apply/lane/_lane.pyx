@@ -209,7 +209,7 @@ cdef class Lane:
             g.hi = my.hi
             if my.key is not None:
                 self.my_key, self.my_before, self.my_after = my.key.encode(), my.before, my.after
-        fence_acquire()  # the frames published are read after their seq
+        fence_acquire()  # the ring read as it is now: a frame after its own header (its crc checks both)
         room = min(limit, <Py_ssize_t>MAX_QUERY - 1) - (self.position_bytes_max if my is None else MYSQL_GROUP_BYTES)
         self._take(b, epoch, max_txns, max_events, max_bytes, room, &g)
         if not g.n:
