@@ -2,7 +2,8 @@
 after bench.rdma_lat): the same paced workloads through the bridge in one run.
 
 - CPU per transaction of each bridge process (bench.cpu: /proc CPU time over the
-  transactions committed), over shm, tcp and rdma;
+  transactions committed), over shm, tcp and rdma, tcp and rdma in alternating rounds as
+  the lag's below (the median round's ratio);
 - lag from commit returned to visible on the replica, over tcp and rdma (bench.lag, the
   native replica beside it as in that benchmark), in rounds that take tcp and rdma in
   turn (this guest's speed drifts between phases): the median of the rounds' ratios;
@@ -58,9 +59,20 @@ def idle_cpu(state_dir: str, transport: str, seconds: float, heartbeat_s: str) -
 
 def run(rate: int, seconds: float, idle_seconds: float, state_dir: str, placement: dict | None = None,
         log=print, lag_rounds: int = 3) -> dict:
-    spent = cpu.run(rate, seconds, state_dir, transports=("shm", "tcp", "rdma"), modes=("binlog",), log=log, pure=())
-    primary_us = {(r["transport"], r["workload"]): r["cpu_us_per_txn"]["primary side"] for r in spent["rows"]}
-    replica_us = {(r["transport"], r["workload"]): r["cpu_us_per_txn"]["replica side"] for r in spent["rows"]}
+    cpu_rounds = []  # as the lag's: tcp and rdma in turn (shm in the first round only)
+    for n in range(lag_rounds):
+        order = ("tcp", "rdma") if n % 2 == 0 else ("rdma", "tcp")
+        spent = cpu.run(rate, seconds, state_dir, transports=("shm",) * (n == 0) + order, modes=("binlog",),
+                        log=log, pure=())
+        cpu_rounds.append({(r["transport"], r["workload"], side): r["cpu_us_per_txn"][side]
+                           for r in spent["rows"] for side in ("primary side", "replica side")})
+    per_setup = {key: statistics.median(r[key] for r in cpu_rounds if key in r) for key in cpu_rounds[0]}
+    primary_us = {(t, w): us for (t, w, side), us in per_setup.items() if side == "primary side"}
+    replica_us = {(t, w): us for (t, w, side), us in per_setup.items() if side == "replica side"}
+
+    def cpu_ratio(workload: str, side: str) -> float:
+        """The median round's rdma / tcp CPU per transaction."""
+        return statistics.median(round(r["rdma", workload, side] / r["tcp", workload, side], 2) for r in cpu_rounds)
     rounds = []  # tcp and rdma in turn, each round in the other order: the guest's phases hit both
     for n in range(lag_rounds):
         measured = {}
@@ -95,10 +107,13 @@ def run(rate: int, seconds: float, idle_seconds: float, state_dir: str, placemen
         "rate": rate, "seconds": seconds,
         "primary_side_cpu_us_per_txn": {f"{t}/{w}": primary_us[t, w] for t, w in sorted(primary_us)},
         "replica_side_cpu_us_per_txn": {f"{t}/{w}": replica_us[t, w] for t, w in sorted(replica_us)},
+        "cpu_rounds": [{"/".join(key): us for key, us in r.items()} for r in cpu_rounds],
         "lag": lags, "lag_rounds": rounds, "idle": idle, "ib_write_lat": perftest,
         "ratios": {
             **placed,
-            **{f"primary side CPU per txn, rdma over tcp ({w})": round(primary_us["rdma", w] / primary_us["tcp", w], 2)
+            **{f"primary side CPU per txn, rdma over tcp ({w}, median of rounds)": cpu_ratio(w, "primary side")
+               for w in workloads},
+            **{f"replica side CPU per txn, rdma over tcp ({w}, median of rounds)": cpu_ratio(w, "replica side")
                for w in workloads},
             **{f"lag {q.upper()}, rdma over tcp (median of rounds)":
                statistics.median(round(r["rdma"][f"{q}_us"] / r["tcp"][f"{q}_us"], 2) for r in rounds)
