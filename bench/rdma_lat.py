@@ -2,7 +2,7 @@
 transport placing one small frame (an RDMA WRITE of the frame, waiting for its
 completion) next to perftest's `ib_write_lat` on the same device, in the same run:
 
-- ``ship_lane``: the compiled ship lane's placement (bridge.source._ship.timed_placements:
+- ``ship_lane``: the compiled ship lane's placement (bridge.source._placetiming.timed_placements:
   the calls a run makes, in C), and beneath it one signaled RDMA WRITE on the same queue
   pair (the floor), in rounds that alternate with `ib_write_lat` (the guest's speed
   drifts by 2x between phases: each round's ratios are taken against the `ib_write_lat`
@@ -80,11 +80,11 @@ def bridge_placement(iterations: int, size: int, twin) -> dict:
 def ship_lane_placement(iterations: int, size: int, bare: bool = False) -> dict:
     """The compiled ship lane's placement of a ``size``-byte payload's frame, in C (``bare``:
     one signaled RDMA WRITE of it on the same queue pair, the floor beneath a placement)."""
-    from bridge.source import _ship
+    from bridge.source import _placetiming
 
     rdma.VERBS = rdma._compiled
     with _rdma_pair() as remote:
-        took = _ship.timed_placements(remote, iterations, frame_bytes(size), bare)
+        took = _placetiming.timed_placements(remote, iterations, frame_bytes(size), bare)
     return _summary([ns / 1e9 for ns in took])
 
 

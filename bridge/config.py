@@ -138,9 +138,9 @@ def _mask(text: str) -> str:
     return text
 
 
-def parse_replica(text: str, transports=("shm", "tcp", "rdma")) -> tuple[tuple[str, int], str]:
-    """``[TRANSPORT://]HOST:PORT``: the address, and the transport named ("" where none is:
-    the primary side's --transport)."""
+def parse_replica(text: str, transports: tuple[str, ...]) -> tuple[tuple[str, int], str]:
+    """``[TRANSPORT://]HOST:PORT``: the address, and the transport named, one of
+    ``transports`` ("" where none is: the primary side's --transport)."""
     transport, sep, rest = text.partition("://")
     if not sep:
         return parse_hostport(text), ""

@@ -17,8 +17,9 @@ from bridge.errors import EXIT_ERROR, BridgeError
 from bridge.filter import Filter
 from bridge.lab.sandbox import DEFAULT_STATE_DIR
 from bridge.ring.layout import check_ring_bytes
+from bridge.transport import TRANSPORTS
 
-TRANSPORT = click.Choice(["shm", "tcp", "rdma"])
+TRANSPORT = click.Choice(TRANSPORTS)
 log = logging.getLogger("bridge")
 
 
@@ -115,7 +116,7 @@ def replicas_param(_ctx, _param, values: tuple[str, ...]) -> tuple[tuple[tuple[s
     out: list[tuple[tuple[str, int], str]] = []
     for value in values:
         try:
-            address, transport = parse_replica(value)
+            address, transport = parse_replica(value, TRANSPORTS)
         except BridgeError as exc:
             raise click.BadParameter(str(exc)) from exc
         if any(address == seen for seen, _ in out):

@@ -14,12 +14,12 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
-from libc.errno cimport EINTR, ETIMEDOUT, errno
+from libc.errno cimport EINTR, errno
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, uintptr_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
-from bridge.errors import RdmaError, TransportError
+from bridge.errors import TransportError
 from bridge.source import ship as _twin
 from bridge.source._dumpreader import DumpReader
 from bridge.wire.frame import FrameKind
@@ -28,7 +28,7 @@ from bridge.source._dumpreader cimport DumpReader as Reader
 from bridge.source.rings_c cimport ring_advance, ring_copy, rings_publish
 from bridge.transport._sender cimport Link, link_error, publish, queue_span, take_answer
 from bridge.transport.posix_io cimport POLLIN, poll, pollfd
-from bridge.transport.verbs_c cimport BV_FAILED, BV_WRITE, bv_path, bv_post, bv_queue, bv_wait
+from bridge.transport.verbs_c cimport bv_path, verbs_error
 from bridge.wire._frames cimport (GTID_TEXT, SCAN_MORE, SCAN_NO, SCAN_WHOLE, Scanned, is_heartbeat, payload_len,
                                   place_scanned, scan_one)
 from bridge.wire.layouts cimport DATA_OFFSET
@@ -57,15 +57,6 @@ cdef inline void _keep(uint32_t *us_of, uint32_t *n_of, int *kept, uint64_t elap
         return
     us_of[kept[0]], n_of[kept[0]] = us, n
     kept[0] += 1
-
-
-cdef object _verbs_error(bv_path *path, int err):
-    """What a failed rdma placement raises (the first ring's)."""
-    if err == BV_FAILED:
-        return RdmaError.completion(path.status, path.opcode)
-    if err == ETIMEDOUT:
-        return RdmaError.timed_out(PLACE_TIMEOUT_S)
-    return RdmaError.call("post_send", err)
 
 
 cdef class ShipLane:
@@ -242,7 +233,7 @@ cdef class ShipLane:
             for k in range(self.n_links):
                 self.links[k].out_len = 0  # what a failure left unsent: the ring's resend covers it
         if bell_err and rings[0].verbs != NULL:
-            raise _verbs_error(rings[0].verbs, bell_err)
+            raise verbs_error(rings[0].verbs, bell_err, PLACE_TIMEOUT_S)
         if bell_err:
             raise TransportError(f"ring the replica's doorbell: {os.strerror(bell_err)}")
         if send_err:
@@ -302,7 +293,7 @@ cdef class ShipLane:
         else:
             err = ring_copy(ring, used, frame_at < ring.head)
             if err and k == 0:
-                raise _verbs_error(ring.verbs, err)
+                raise verbs_error(ring.verbs, err, PLACE_TIMEOUT_S)
             if err:
                 ring.dead, ring.fail = 1, err
         placed.append((ring.seq, used, DATA_OFFSET + frame_at, payload_len(s), FrameKind.TXN, 0))
@@ -489,63 +480,3 @@ cdef class ShipLane:
             self.gil_waits += 1
         if waited > self.gil_wait_max_ns:
             self.gil_wait_max_ns = waited
-
-
-def timed_placements(remote, int n, Py_ssize_t length, bint bare=False, double timeout_s=PLACE_TIMEOUT_S):
-    """A run's placement over rdma, timed (bench.rdma_lat): ``n`` frames of ``length`` bytes
-    (a multiple of 8) stored into a mirror, each copied into ``remote``'s registered mirror,
-    its write queued and published with the calls a run makes (``ring_copy``,
-    ``rings_publish``: the post, the completion polled, the wakeup); each placement's ns,
-    from the copy to the completion. ``bare``: the floor beneath it, one signaled RDMA
-    WRITE of the same bytes posted and its completion polled, nothing else. Nobody
-    consumes: the ring's space is not counted."""
-    target = remote.lane_target()
-    cdef Py_buffer shared
-    cdef Ring ring
-    cdef uint8_t *mirror
-    cdef uint64_t *took
-    cdef uint64_t started, timeout_ns = <uint64_t>(timeout_s * 1e9)
-    cdef int i, done = 0, err = 0
-    if target.verbs is None or target.verbs.lane_path is None:
-        raise ValueError("timed placements: an rdma remote ring with the compiled queue pair")
-    PyObject_GetBuffer(target.remote, &shared, PyBUF_WRITABLE)
-    mirror, took = <uint8_t *>calloc(shared.len, 1), <uint64_t *>calloc(max(n, 1), sizeof(uint64_t))
-    try:
-        if mirror == NULL or took == NULL:
-            raise MemoryError()
-        memset(&ring, 0, sizeof(ring))
-        ring.mirror, ring.shared, ring.size = mirror, <uint8_t *>shared.buf, shared.len - DATA_OFFSET
-        ring.verbs, ring.seq, ring.bell = <bv_path *><uintptr_t>target.verbs.lane_path, 1, -1
-        if length <= 0 or length % 8 or length > ring.size // 2:
-            raise ValueError(f"timed placements: {length} bytes in a {ring.size}-byte ring")
-        with nogil:
-            while done < n:
-                if ring.head + length > ring.size:
-                    ring.head = 0
-                memset(mirror + ring.head, done & 0xFF, length)  # the frame, as a run stores it
-                started = now_ns(CLOCK_MONOTONIC)
-                if bare:
-                    err = bv_queue(ring.verbs, BV_WRITE, DATA_OFFSET + ring.head, <uint32_t>length,
-                                   DATA_OFFSET + ring.head)
-                    if err == 0:
-                        err = bv_post(ring.verbs, 1)
-                    if err == 0:
-                        err = bv_wait(ring.verbs, timeout_ns)
-                    ring.head += length
-                else:
-                    err = ring_copy(&ring, length, False)
-                    if err == 0:
-                        ring_advance(&ring, length)
-                        ring.room = ring.size
-                        err = rings_publish(&ring, 1, 1, timeout_ns)
-                if err:
-                    break
-                took[done] = now_ns(CLOCK_MONOTONIC) - started
-                done += 1
-        if err:
-            raise _verbs_error(ring.verbs, err)
-        return [took[i] for i in range(done)]
-    finally:
-        free(mirror)
-        free(took)
-        PyBuffer_Release(&shared)

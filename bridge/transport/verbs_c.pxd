@@ -3,6 +3,7 @@
 # one chain, completions polled; the replica side's sleep on its queue pair. The ship lane
 # (bridge/source/_ship.pyx) posts and polls through it, and the apply lane sleeps through
 # it, without linking libibverbs; the compiled queue pair (_verbs.pyx) opens it.
+from libc.errno cimport ETIMEDOUT
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from bridge.wire.layouts cimport HEAD_AT, PUBLISH_BYTES, WAITING_AT, WRITE_SEQ_AT
@@ -87,3 +88,14 @@ cdef inline int wake_peer(bv_path *p, uint64_t write_seq) noexcept nogil:
     p.imm = <uint32_t>write_seq
     err = bv_queue(p, BV_WRITE_IMM, WAITING_AT, 0, WAITING_AT)
     return err if err else bv_post(p, 0)
+
+
+cdef inline object verbs_error(bv_path *path, int err, double timeout_s):
+    """What a failed placement on ``path`` raises: an error completion, no completion
+    within ``timeout_s``, or a refused post (the errno)."""
+    from bridge.errors import RdmaError
+    if err == BV_FAILED:
+        return RdmaError.completion(path.status, path.opcode)
+    if err == ETIMEDOUT:
+        return RdmaError.timed_out(timeout_s)
+    return RdmaError.call("post_send", err)

@@ -14,7 +14,8 @@ from bridge.lab.ports import free_port
 from bridge.lab.procs import replica_process, wait_port
 from bridge.lab.workload import MixedWorkload, create_schema
 from bridge.ops.certs import make_set
-from bridge.ring.layout import WRITE_SEQ_AT
+from bridge.ring.consumer import RingConsumer
+from bridge.ring.layout import ACK_SEQ_AT, DATA_OFFSET, SIZE_AT, TAIL_AT, read_u32, read_u64
 from bridge.transport import rdma_available
 from tests.conftest import BridgePair
 from tests.faults.test_semisync_truth import acked_and_not
@@ -107,10 +108,25 @@ def test_doctor_passes_the_device_checks_on_a_real_verbs_device():
     assert not any(c.status == "FAIL" for c in checks), doctor.render(checks)
 
 
+def taken_from_frozen_ring(pid: int, node) -> int:
+    """The last seq a consumer takes from a copy of process ``pid``'s ring (read from its
+    memory), starting where that ring's own consumer acknowledged: what it holds."""
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        mem.seek(node.remote.remote_addr)
+        size = read_u32(mem.read(DATA_OFFSET), SIZE_AT)
+        mem.seek(node.remote.remote_addr)
+        ring = bytearray(mem.read(DATA_OFFSET + size))
+    consumer = RingConsumer(memoryview(ring), expected_seq=read_u64(ring, ACK_SEQ_AT) + 1,
+                            tail=read_u32(ring, TAIL_AT), epoch=node.producer.epoch)
+    while consumer.poll() is not None:
+        pass
+    return consumer.expected_seq - 1
+
+
 def test_semi_sync_received_over_rdma_is_the_write_completion(sandbox, urls, tmp_path, fresh_schema,
                                                               semi_sync_primary):
     """A frozen replica side (SIGSTOP) still has its memory: the WRITE completes, the ACK
-    goes, and the frozen process's ring header holds the transaction. A killed one (its
+    goes, and the frozen process's ring holds the transaction for its consumer. A killed one (its
     control connection closed) is acknowledged nothing: the commit waits for the primary's
     timeout. Restarted, it gets everything; both sides equal."""
     _, info = sandbox
@@ -134,9 +150,7 @@ def test_semi_sync_received_over_rdma_is_the_write_completion(sandbox, urls, tmp
         try:
             pair.sql(f"INSERT INTO {s}.t VALUES (2)")
             assert acked_and_not(semi_sync_primary) == (yes + 1, no)
-            with open(f"/proc/{side.proc.pid}/mem", "rb") as mem:  # the frozen process's own ring header
-                mem.seek(node.remote.remote_addr + WRITE_SEQ_AT)
-                assert int.from_bytes(mem.read(8), "little") >= node.producer.write_seq
+            assert taken_from_frozen_ring(side.proc.pid, node) >= node.producer.write_seq
         finally:
             side.proc.send_signal(signal.SIGCONT)
         pair.sync()

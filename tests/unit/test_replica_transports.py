@@ -5,6 +5,7 @@ import pytest
 
 from bridge.config import MysqlUrl, PrimaryConfig, parse_replica
 from bridge.errors import ConfigError
+from bridge.transport import TRANSPORTS
 
 
 @pytest.mark.parametrize("text,parsed", [
@@ -15,7 +16,7 @@ from bridge.errors import ConfigError
     ("tcp://[::1]:7403", (("[::1]", 7403), "tcp")),
 ])
 def test_a_replica_address_may_name_its_transport(text, parsed):
-    assert parse_replica(text) == parsed
+    assert parse_replica(text, TRANSPORTS) == parsed
 
 
 @pytest.mark.parametrize("text,needle", [("ib://10.0.0.2:7400", "transport 'ib'"),
@@ -23,7 +24,7 @@ def test_a_replica_address_may_name_its_transport(text, parsed):
                                          ("rdma:/10.0.0.2:7400", "is not HOST:PORT")])
 def test_a_bad_replica_address_names_what_is_wrong(text, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
-        parse_replica(text)
+        parse_replica(text, TRANSPORTS)
 
 
 def test_each_member_has_its_own_transport_else_the_primary_sides():
