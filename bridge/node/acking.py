@@ -75,7 +75,12 @@ class SemiSyncAcks:
         interval (``applied``) or the oldest request's deadline, settling at each wake.
         Ends as soon as the binlog has bytes, or a link went down (the caller sees it)."""
         binlog_fd = reader.fileno()
-        if binlog_fd is None or reader.readable_now():
+        if binlog_fd is None:
+            return
+        if reader.readable_now():
+            # no wait, but what is covered goes now: under a steady load the binlog always has
+            # bytes, and the ship lane (which sends its own ACKs) runs only once no ACK waits here
+            self.settle(reader, members)
             return  # from here only the kernel can have binlog bytes: select sees them
         links = [m.link for m in members if m is not None and m.link is not None]
         fds = [binlog_fd]
