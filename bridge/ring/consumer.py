@@ -1,15 +1,19 @@
 """Consumer side of the ring (pure): polls the replica's ring at its tail.
 
 A frame is present once it is whole at the tail: its seq is the next expected one, its
-epoch the session's and its crc32c matches (a frame still being written, a stale one
-of an earlier lap, does not check). ``write_seq`` says which frames must be there (every
-transport writes it after their frames; over rdma only now and then: a placement is one
-write, docs/architecture.md, "The ring"). It is read before the frame: a frame it covers
-that fails its check is corrupt and ``CorruptFrame`` is raised; it is never applied.
+epoch the session's, its commit word (the trailer, written last) is there and its crc32c
+matches (a frame still being written, a stale one of an earlier lap, does not check).
+``write_seq`` says which frames must be there (every transport writes it after their
+frames; over rdma only now and then: a placement is one write, docs/architecture.md,
+"The ring"). It is read before the frame. A frame it covers that fails its check is looked
+at again for ``CORRUPT_GRACE_S`` (where a NIC places a write's packets out of order, the
+header's write can land before the frames' last bytes) and is then corrupt:
+``CorruptFrame`` is raised; it is never applied.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from bridge.errors import CorruptFrame
@@ -23,21 +27,25 @@ from bridge.ring.layout import (
     read_u64,
     write_ack,
 )
-from bridge.wire.frame import EPOCH_MASK, HEADER_BYTES, Frame, FrameKind
+from bridge.wire.frame import EPOCH_MASK, MIN_FRAME_BYTES, Frame, FrameKind
 from bridge.wire.native import hot
 
 _KINDS = {int(k): k for k in FrameKind}
+CORRUPT_GRACE_S = 0.1  # a published frame that fails its check is looked at again this long before it is corrupt
 
 
 class RingConsumer:
-    def __init__(self, region, expected_seq: int = 1, tail: int = 0, epoch: int = 0) -> None:
+    def __init__(self, region, expected_seq: int = 1, tail: int = 0, epoch: int = 0,
+                 corrupt_grace_s: float = CORRUPT_GRACE_S) -> None:
         self.region = region
+        self.corrupt_grace_s = corrupt_grace_s
         self.epoch = epoch & EPOCH_MASK  # frames of any other session are not present
         self.size = read_ring_header(region).size
         self.expected_seq = expected_seq
         self.tail = tail
         self._ends: deque[tuple[int, int]] = deque()  # (seq, tail after it), consumed not acked
         self.acked_seq, self.acked_tail = expected_seq - 1, tail
+        self._late: tuple[int, float] | None = None  # (seq, since when) of a published frame that failed its check
 
     @property
     def published(self) -> bool:
@@ -64,14 +72,25 @@ class RingConsumer:
         got, at = next_frame(self.region, self.size, self.tail, self.expected_seq, self.epoch)
         if got is None:
             if published >= self.expected_seq:
-                raise CorruptFrame(f"ring poll: seq {self.expected_seq} at offset {self.tail} failed its seq/crc "
-                                   f"check though seq {published} is published", self.expected_seq)
+                self._published_but_missing(published)
             return None  # not there yet: the common empty poll
+        self._late = None
         kind, flags, payload, n = got
         self.tail = (at + n) % self.size
         self.expected_seq += 1
         self._ends.append((self.expected_seq - 1, self.tail))
         return Frame(_KINDS[kind], self.expected_seq - 1, payload, flags, self.epoch)
+
+    def _published_but_missing(self, published: int) -> None:
+        """The next frame failed its check though write_seq covers it: late (its last
+        bytes still on their way) within the grace, corrupt after it."""
+        now = time.monotonic()
+        if self._late is None or self._late[0] != self.expected_seq:
+            self._late = (self.expected_seq, now)
+        if now - self._late[1] >= self.corrupt_grace_s:
+            raise CorruptFrame(f"ring poll: seq {self.expected_seq} at offset {self.tail} failed its seq/commit/crc "
+                               f"check though seq {published} is published, for {now - self._late[1]:.3f} s",
+                               self.expected_seq)
 
     @property
     def settled(self) -> bool:
@@ -97,12 +116,12 @@ class RingConsumer:
 def next_frame(region, size: int, tail: int, expected_seq: int, epoch: int, frame_at=hot.frame_at):
     """(``frame_at``'s answer, where the frame starts) for the frame of seq ``expected_seq``
     and session ``epoch`` at data offset ``tail`` of a ring of ``size`` bytes, after at
-    most one PAD (or the implicit wrap where too few bytes are left for a header), whole
-    and its crc right; (None, tail) where there is none. Compiled: ring_frame
-    (bridge/wire/_frames.pxd)."""
+    most one PAD (or the implicit wrap where too few bytes are left for a frame), whole
+    (its commit word there) and its crc right; (None, tail) where there is none.
+    Compiled: ring_frame (bridge/wire/_frames.pxd)."""
     at = tail
     for _ in range(2):
-        if size - at < HEADER_BYTES:
+        if size - at < MIN_FRAME_BYTES:
             at = 0
         got = frame_at(region, DATA_OFFSET + at, size - at, expected_seq, epoch)
         if got is None:

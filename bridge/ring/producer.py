@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bridge.errors import LocalProtocolError, RingFull
 from bridge.ring.layout import DATA_OFFSET, check_ring_bytes
-from bridge.wire.frame import HEADER_BYTES, Frame, FrameKind, encode_frame, frame_bytes
+from bridge.wire.frame import HEADER_BYTES, MIN_FRAME_BYTES, Frame, FrameKind, encode_frame, frame_bytes
 from bridge.wire.native import hot
 
 
@@ -105,18 +105,18 @@ class RingProducer:
 
     def _pad(self, gap: int, seq: int) -> Placement | None:
         """Fill the end of the data area; the PAD carries the seq of the frame after it.
-        A gap shorter than a header is an implicit wrap both ends know."""
+        A gap shorter than a frame of no payload is an implicit wrap both ends know."""
         at = self.head
         self.head = 0
-        if gap < HEADER_BYTES:
+        if gap < MIN_FRAME_BYTES:
             return None
-        data = encode_frame(Frame(FrameKind.PAD, seq, bytes(gap - HEADER_BYTES), 0, self.epoch))
+        data = encode_frame(Frame(FrameKind.PAD, seq, bytes(gap - MIN_FRAME_BYTES), 0, self.epoch))
         return self._copy(at, data)
 
     def _place(self, kind: FrameKind, seq: int, payload: bytes, flags: int) -> Placement:
-        """Header and payload straight into the mirror (no whole-frame copy first: a
-        chunk's payload may be a megabyte). The padding bytes are left as they are:
-        the crc covers only header and payload."""
+        """Header, payload and commit word straight into the mirror (no whole-frame copy
+        first: a chunk's payload may be a megabyte). The padding bytes are left as they
+        are: the crc covers only header and payload."""
         start = DATA_OFFSET + self.head
         size = hot.place_frame(self.region, start, kind, flags, seq, self.epoch, payload)
         self.head = (self.head + size) % self.size

@@ -5,8 +5,9 @@
 # placement is bridge.wire.hotpath (scan_transaction, place_run).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
-from bridge.wire.layouts cimport BINLOG_HEADER, DATA_OFFSET, HEADER_BYTES, KIND_PAD, SIZE_AT, WRITE_SEQ_AT
-from bridge.wire.native_c cimport rd32, rd64
+from bridge.wire.layouts cimport (BINLOG_HEADER, DATA_OFFSET, HEADER_BYTES, KIND_PAD, MIN_FRAME_BYTES, SIZE_AT,
+                                  TRAILER_BYTES, WRITE_SEQ_AT)
+from bridge.wire.native_c cimport load_acquire_u64, rd32, rd64
 
 
 cdef enum:
@@ -105,25 +106,40 @@ cdef inline bint frame_ok(const uint8_t *head, const void *payload, size_t n) no
     return frame_crc(head, payload, n) == rd32(head + 16)
 
 
+cdef inline Py_ssize_t frame_span(uint32_t length) noexcept nogil:
+    """The bytes a frame of ``length`` payload bytes takes in the ring, its commit word
+    included (bridge.wire.frame.frame_bytes)."""
+    return ((HEADER_BYTES + <Py_ssize_t>length + 7) & ~7) + TRAILER_BYTES
+
+
+cdef inline uint64_t commit_word(uint64_t seq, uint32_t epoch) noexcept nogil:
+    """A frame's trailer as one little-endian u64: the seq's low 32 bits, then the epoch."""
+    return (seq & 0xFFFFFFFFu) | (<uint64_t>epoch << 32)
+
+
 cdef inline const uint8_t *ring_frame(const uint8_t *b, uint32_t size, Py_ssize_t *at, uint64_t expected,
                                       uint32_t epoch, Py_ssize_t *framed) noexcept nogil:
     """The frame of seq ``expected`` in the ring ``b`` at data offset ``*at`` (after at most
-    one PAD, or the implicit wrap where too few bytes are left for a header; ``*at`` then
-    where it starts), whole and its crc right (``*framed``: the bytes it takes); NULL where
-    there is none (not yet, or corrupt: ``ring_ready`` tells which). The twin:
-    bridge.ring.consumer.RingConsumer.poll."""
+    one PAD, or the implicit wrap where too few bytes are left for a frame; ``*at`` then
+    where it starts), whole (its commit word, written last, loaded first and with acquire
+    ordering: the payload is read only after it) and its crc right (``*framed``: the
+    bytes it takes); NULL where there is none (not yet, or corrupt: ``ring_ready`` tells
+    which). The twin: bridge.ring.consumer.next_frame."""
     cdef const uint8_t *h
     cdef uint32_t length
     cdef int _tries
     for _tries in range(2):  # at most one PAD before a frame
-        if size - at[0] < HEADER_BYTES:
+        if size - at[0] < MIN_FRAME_BYTES:
             at[0] = 0
         h = b + DATA_OFFSET + at[0]
         length = rd32(h + 4)
         if rd64(h + 8) != expected or rd32(h + 20) != epoch or length > size - at[0]:
             return NULL
-        framed[0] = (HEADER_BYTES + length + 7) & ~7
-        if framed[0] > size - at[0] or not frame_ok(h, h + HEADER_BYTES, length):
+        framed[0] = frame_span(length)
+        if framed[0] > size - at[0]:
+            return NULL
+        if load_acquire_u64(h + framed[0] - TRAILER_BYTES) != commit_word(expected, epoch) or \
+                not frame_ok(h, h + HEADER_BYTES, length):
             return NULL
         if h[0] != KIND_PAD:
             return h
@@ -133,11 +149,12 @@ cdef inline const uint8_t *ring_frame(const uint8_t *b, uint32_t size, Py_ssize_
 
 cdef inline bint ring_ready(const uint8_t *b, Py_ssize_t tail, uint64_t expected, uint32_t epoch) noexcept nogil:
     """The ring's next frame (seq ``expected`` at ``tail``) is there for someone to take:
-    published (write_seq reached it; one that then fails its check is corrupt, and the
-    general path says so), or whole by its own check (over rdma the frames land before
-    the header says so, and the header's write_seq only follows now and then)."""
+    published (write_seq, loaded with acquire ordering, reached it; one that then fails
+    its check is late or corrupt, and the general path says which), or whole by its own
+    check (over rdma the frames land before the header says so, and the header's
+    write_seq only follows now and then)."""
     cdef Py_ssize_t at = tail, framed
-    if rd64(b + WRITE_SEQ_AT) >= expected:
+    if load_acquire_u64(b + WRITE_SEQ_AT) >= expected:
         return True
     return ring_frame(b, rd32(b + SIZE_AT), &at, expected, epoch, &framed) != NULL
 
@@ -153,6 +170,8 @@ cdef inline Py_ssize_t payload_len(const Scanned *s) noexcept nogil:
     return 2 + s.gtid_len + 26 + s.names_len + s.data_len
 
 
+cdef Py_ssize_t put_frame(uint8_t *at, uint8_t kind, uint8_t flags, uint64_t seq, uint32_t epoch,
+                          Py_ssize_t n) noexcept nogil
 cdef Py_ssize_t place_scanned(uint8_t *o, Py_ssize_t size, Py_ssize_t *head, Py_ssize_t room, uint64_t seq,
                               uint32_t epoch, const uint8_t *b, const Scanned *s) noexcept nogil
 cdef bint is_heartbeat(const uint8_t *b, const Scanned *s, bytes schema, bytes table)

@@ -5,14 +5,17 @@ payload and frame written into a ring mirror, and a frame's crc32c. The twins of
 scan and the placement are bridge.wire.hotpath's ``scan_transaction`` and ``place_run``.
 """
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset
 
-from bridge.wire.layouts cimport (BINLOG_HEADER, COMPACT, HEADER_BYTES, KIND_PAD, KIND_TXN, MARIADB_GTID_EVENT,
-                                  MYSQL_GTID_EVENT, QUERY_EVENT, TABLE_MAP_EVENT, XID_EVENT)
-from bridge.wire.native_c cimport CLOCK_REALTIME, bridge_crc_feed, bridge_crc_init, now_ns, rd32, rd64, wr32, wr64
+from bridge.wire.layouts cimport (BINLOG_HEADER, COMPACT, DATA_OFFSET, HEADER_BYTES, KIND_PAD, KIND_TXN,
+                                  MARIADB_GTID_EVENT, MIN_FRAME_BYTES, MYSQL_GTID_EVENT, QUERY_EVENT, SIZE_AT,
+                                  TABLE_MAP_EVENT, XID_EVENT)
+from bridge.wire.native_c cimport (CLOCK_REALTIME, bridge_crc_feed, bridge_crc_init, now_ns, rd32, rd64,
+                                   store_release_u64, wr32, wr64)
 
 bridge_crc_init()
 
@@ -156,14 +159,18 @@ cdef Py_ssize_t _fill_scanned(uint8_t *o, const uint8_t *b, const Scanned *s) no
     return o - start
 
 
-cdef Py_ssize_t _put_frame(uint8_t *at, uint8_t kind, uint64_t seq, uint32_t epoch, Py_ssize_t n) noexcept nogil:
-    """The header of the payload already at ``at + HEADER_BYTES`` (place_frame's); its bytes."""
-    at[0], at[1], at[2], at[3] = kind, 0, 0, 0
+cdef Py_ssize_t put_frame(uint8_t *at, uint8_t kind, uint8_t flags, uint64_t seq, uint32_t epoch,
+                          Py_ssize_t n) noexcept nogil:
+    """The header of the payload already at ``at + HEADER_BYTES`` (place_frame's), then,
+    with release ordering, its commit word; the bytes the frame takes."""
+    cdef Py_ssize_t span = frame_span(<uint32_t>n)
+    at[0], at[1], at[2], at[3] = kind, flags, 0, 0
     wr32(at + 4, <uint32_t>n)
     wr64(at + 8, seq)
     wr32(at + 20, epoch)
     wr32(at + 16, frame_crc(at, at + HEADER_BYTES, n))
-    return (HEADER_BYTES + n + 7) & ~7
+    store_release_u64(at + span - TRAILER_BYTES, commit_word(seq, epoch))
+    return span
 
 
 cdef bint is_heartbeat(const uint8_t *b, const Scanned *s, bytes schema, bytes table):
@@ -181,17 +188,38 @@ cdef Py_ssize_t place_scanned(uint8_t *o, Py_ssize_t size, Py_ssize_t *head, Py_
     ``room`` left or is over half the ring (nothing written). The head after it is
     ``(*head as given + the bytes it took) % size``."""
     cdef Py_ssize_t plen = payload_len(s)
-    cdef Py_ssize_t need = (HEADER_BYTES + plen + 7) & ~7
+    cdef Py_ssize_t need = frame_span(<uint32_t>plen)
     cdef Py_ssize_t at = head[0]
     cdef Py_ssize_t gap = size - at if at + need > size else 0
     if need > size // 2 or gap + need > room:
         return 0
-    if gap >= HEADER_BYTES:  # the PAD carries the seq of the frame after it
-        memset(o + at + HEADER_BYTES, 0, gap - HEADER_BYTES)
-        _put_frame(o + at, KIND_PAD, seq, epoch, gap - HEADER_BYTES)
+    if gap >= MIN_FRAME_BYTES:  # the PAD carries the seq of the frame after it
+        memset(o + at + HEADER_BYTES, 0, gap - MIN_FRAME_BYTES)
+        put_frame(o + at, KIND_PAD, 0, seq, epoch, gap - MIN_FRAME_BYTES)
     if gap:
         at = 0
     _fill_scanned(o + at + HEADER_BYTES, b, s)
-    _put_frame(o + at, KIND_TXN, seq, epoch, plen)
+    put_frame(o + at, KIND_TXN, 0, seq, epoch, plen)
     head[0] = at
     return gap + need
+
+
+def ring_take(region, Py_ssize_t tail, uint64_t expected, uint32_t epoch):
+    """The compiled consumer's look at a ring ``region`` (header and data area) for the frame
+    of seq ``expected`` at data offset ``tail``: (where it starts, the bytes it takes) as
+    ``ring_frame`` finds it, else None; and whether ``ring_ready`` says it is there. For
+    the tests that hold it beside its twin (bridge.ring.consumer.next_frame, frame_ready)."""
+    cdef Py_buffer r
+    cdef Py_ssize_t at = tail, framed = 0
+    cdef const uint8_t *h
+    cdef bint ready
+    PyObject_GetBuffer(region, &r, PyBUF_SIMPLE)
+    try:
+        if r.len < DATA_OFFSET or tail < 0 or tail >= rd32(<const uint8_t *>r.buf + SIZE_AT) or \
+                r.len < DATA_OFFSET + rd32(<const uint8_t *>r.buf + SIZE_AT):
+            raise ValueError(f"ring take: a region of {r.len} bytes, tail {tail}")
+        h = ring_frame(<const uint8_t *>r.buf, rd32(<const uint8_t *>r.buf + SIZE_AT), &at, expected, epoch, &framed)
+        ready = ring_ready(<const uint8_t *>r.buf, tail, expected, epoch)
+    finally:
+        PyBuffer_Release(&r)
+    return ((at, framed) if h != NULL else None), ready

@@ -18,12 +18,13 @@ from bridge.wire import hotpath as _twin
 from bridge.wire.frame import FrameKind
 
 from bridge.wire._frames cimport (BEGIN_MAY, BEGIN_MUST, BEGIN_NONE, GTID_NONE, GTID_STANDALONE, GTID_TEXT,
-                                  SCAN_EVENT, SCAN_MORE, SCAN_WHOLE, DumpPacket, Scanned, frame_crc, gtid_text,
-                                  is_begin_query, is_heartbeat, next_event, payload_len, place_scanned, scan_one,
-                                  scanned_row_event)
-from bridge.wire.layouts cimport BINLOG_HEADER, HEADER_BYTES, MYSQL_GTID_EVENT, TABLE_MAP_EVENT, XID_EVENT
-from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc_feed, bridge_crc_init, rd32, rd64, wr32,
-                                   wr64)
+                                  SCAN_EVENT, SCAN_MORE, SCAN_WHOLE, DumpPacket, Scanned, commit_word, frame_crc,
+                                  frame_span, gtid_text, is_begin_query, is_heartbeat, next_event, payload_len,
+                                  place_scanned, put_frame, scan_one, scanned_row_event)
+from bridge.wire.layouts cimport (BINLOG_HEADER, HEADER_BYTES, MIN_FRAME_BYTES, MYSQL_GTID_EVENT, TABLE_MAP_EVENT,
+                                  TRAILER_BYTES, XID_EVENT)
+from bridge.wire.native_c cimport (bridge_b64_end, bridge_b64_into, bridge_crc_feed, bridge_crc_init, fence_acquire,
+                                   rd32, rd64, wr32, wr64)
 
 bridge_crc_init()
 
@@ -162,26 +163,22 @@ def place_frame(region, Py_ssize_t start, kind, flags, seq, epoch, payload):
         return _twin.place_frame(region, start, kind, flags, seq, epoch, payload)
     cdef Py_buffer r, pl
     cdef uint8_t *at
-    cdef Py_ssize_t n
+    cdef Py_ssize_t n, span
     PyObject_GetBuffer(region, &r, PyBUF_WRITABLE)
     try:
         PyObject_GetBuffer(payload, &pl, PyBUF_SIMPLE)
         try:
             n = pl.len
-            if start < 0 or n > 0xFFFFFFFF or start + HEADER_BYTES + n > r.len:
+            if start < 0 or n > 0xFFFFFFFF or start + frame_span(<uint32_t>n) > r.len:
                 return _twin.place_frame(region, start, kind, flags, seq, epoch, payload)
             at = <uint8_t *>r.buf + start
-            at[0], at[1], at[2], at[3] = kind, flags, 0, 0
-            wr32(at + 4, <uint32_t>n)
-            wr64(at + 8, <uint64_t>seq)
-            wr32(at + 20, <uint32_t>(epoch & 0xFFFFFFFF))
             memcpy(at + HEADER_BYTES, pl.buf, n)
-            wr32(at + 16, frame_crc(at, at + HEADER_BYTES, n))
+            span = put_frame(at, <uint8_t>kind, <uint8_t>flags, <uint64_t>seq, <uint32_t>(epoch & 0xFFFFFFFF), n)
         finally:
             PyBuffer_Release(&pl)
     finally:
         PyBuffer_Release(&r)
-    return (HEADER_BYTES + n + 7) & ~7
+    return span
 
 
 def frame_at(region, Py_ssize_t at, Py_ssize_t room, expected_seq, epoch):
@@ -195,15 +192,18 @@ def frame_at(region, Py_ssize_t at, Py_ssize_t room, expected_seq, epoch):
     try:
         if at < 0 or room < 0 or at + room > r.len:
             return _twin.frame_at(region, at, room, expected_seq, epoch)
-        if room < HEADER_BYTES:
+        if room < MIN_FRAME_BYTES:
             return None
         memcpy(h, <uint8_t *>r.buf + at, HEADER_BYTES)  # once: the other side may be writing
         length = rd32(h + 4)
         if rd64(h + 8) != <uint64_t>expected_seq or rd32(h + 20) != <uint32_t>epoch or length > room:
             return None
-        n = (HEADER_BYTES + length + 7) & ~7
+        n = frame_span(length)
         if n > room or h[0] < 1 or h[0] > 4:
             return None
+        if rd64(<uint8_t *>r.buf + at + n - TRAILER_BYTES) != commit_word(expected_seq, epoch):
+            return None  # still being placed (or stale)
+        fence_acquire()  # the payload is read after its commit word (a region may be unaligned: no atomic load)
         payload = PyBytes_FromStringAndSize(<const char *>r.buf + at + HEADER_BYTES, length)
     finally:
         PyBuffer_Release(&r)

@@ -26,7 +26,7 @@ from bridge.errors import (
 )
 
 PROTOCOL_MAGIC = "rdma-bridge"
-PROTOCOL_VERSION = 7  # both ends speak exactly one version: a peer of another is refused, naming both
+PROTOCOL_VERSION = 8  # both ends speak exactly one version: a peer of another is refused, naming both
 MAX_MESSAGE_BYTES = 1 << 20
 _LEN = struct.Struct("<I")
 

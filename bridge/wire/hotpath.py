@@ -25,7 +25,18 @@ import time
 from bridge.errors import RemoteProtocolError
 from bridge.wire import binlog
 from bridge.wire.binlog import parse_gtid, table_map_names
-from bridge.wire.frame import EPOCH_MASK, HEADER, HEADER_BYTES, FrameKind, frame_bytes, frame_crc
+from bridge.wire.frame import (
+    EPOCH_MASK,
+    HEADER,
+    HEADER_BYTES,
+    MIN_FRAME_BYTES,
+    TRAILER,
+    FrameKind,
+    commit_word,
+    frame_bytes,
+    frame_crc,
+    trailer_at,
+)
 
 __all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse_gtid", "table_map_names",
            "scan_transaction", "scan_wants_more", "place_run", "one_trip"]
@@ -87,28 +98,32 @@ def decode_compact(buf) -> tuple:
 
 
 def place_frame(region: bytearray, start: int, kind: int, flags: int, seq: int, epoch: int, payload) -> int:
-    """Header (crc32c over header and payload) and payload written into ``region`` at
-    ``start``; the bytes the frame occupies (padding to 8 included, left unwritten).
-    ValueError when header and payload do not fit ``region`` there."""
+    """Header (crc32c over header and payload), payload and, last, the commit word
+    written into ``region`` at ``start``; the bytes the frame occupies (the padding
+    before the commit word is left unwritten: the crc does not cover it). ValueError
+    when the frame does not fit ``region`` there."""
     n = len(payload)
-    if start < 0 or start + HEADER_BYTES + n > len(region):
-        raise ValueError(f"place frame seq {seq}: {HEADER_BYTES + n} bytes at {start} outside a region of "
+    if start < 0 or start + frame_bytes(n) > len(region):
+        raise ValueError(f"place frame seq {seq}: {frame_bytes(n)} bytes at {start} outside a region of "
                          f"{len(region)}")
     epoch &= EPOCH_MASK
     crc = frame_crc(kind, flags, n, seq, payload, epoch)
     region[start:start + HEADER_BYTES] = HEADER.pack(kind, flags, 0, n, seq, crc, epoch)
     region[start + HEADER_BYTES:start + HEADER_BYTES + n] = payload
+    end = start + trailer_at(n)
+    region[end:end + TRAILER.size] = commit_word(seq, epoch)
     return frame_bytes(n)
 
 
 def frame_at(region, at: int, room: int, expected_seq: int, epoch: int):
     """(kind, flags, payload, bytes occupied) of the frame at ``at`` when it is the
-    one expected: seq ``expected_seq`` of session ``epoch``, within the ``room``
-    bytes left before the ring's end, a known kind, its crc32c right; else None.
+    one expected and whole: seq ``expected_seq`` of session ``epoch``, within the
+    ``room`` bytes left before the ring's end, a known kind, its commit word there
+    (looked at before the payload: written last), its crc32c right; else None.
     ValueError when ``room`` bytes from ``at`` are not all inside ``region``."""
     if at < 0 or room < 0 or at + room > len(region):
         raise ValueError(f"frame at {at}: {room} bytes of room outside a region of {len(region)}")
-    if room < HEADER_BYTES:
+    if room < MIN_FRAME_BYTES:
         return None
     kind, flags, _, length, seq, crc, frame_epoch = HEADER.unpack_from(region, at)
     if seq != expected_seq or frame_epoch != epoch or length > room:
@@ -116,6 +131,8 @@ def frame_at(region, at: int, room: int, expected_seq: int, epoch: int):
     n = frame_bytes(length)
     if n > room or kind not in FRAME_KINDS:
         return None
+    if TRAILER.unpack_from(region, at + trailer_at(length)) != (seq & 0xFFFFFFFF, epoch):
+        return None  # still being placed (or stale)
     payload = bytes(region[at + HEADER_BYTES:at + HEADER_BYTES + length])
     if frame_crc(kind, flags, length, seq, payload, frame_epoch) != crc:
         return None
@@ -272,8 +289,8 @@ def place_run(buf, seq_id: int, semi_sync: bool, max_bytes: int, region: bytearr
         if need > size // 2 or gap + need > free:
             break
         seq = next_seq
-        if gap >= HEADER_BYTES:  # the PAD carries the seq of the frame after it
-            place_frame(region, base + head, FrameKind.PAD, 0, seq, epoch, bytes(gap - HEADER_BYTES))
+        if gap >= MIN_FRAME_BYTES:  # the PAD carries the seq of the frame after it
+            place_frame(region, base + head, FrameKind.PAD, 0, seq, epoch, bytes(gap - MIN_FRAME_BYTES))
         if gap:
             head = 0
         place_frame(region, base + head, FrameKind.TXN, 0, seq, epoch, payload)

@@ -6,7 +6,10 @@
 
 cdef enum:
     # a frame: kind u8 | flags u8 | reserved u16 | length u32 | seq u64 | crc u32 | epoch u32, then the payload
+    # padded to 8, then the commit word: seq u32 (low 32 bits) | epoch u32
     HEADER_BYTES = 24
+    TRAILER_BYTES = 8
+    MIN_FRAME_BYTES = 32  # a PAD of no payload; a shorter gap at the ring's end is an implicit wrap
     KIND_TXN = 1
     KIND_CHUNK = 2
     KIND_HEARTBEAT = 3

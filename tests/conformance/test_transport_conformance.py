@@ -2,6 +2,7 @@
 remote memory, and the hooks the compiled lanes use it through (bridge.transport.base).
 Real shared memory and real sockets; no database needed."""
 
+import random
 import select
 import socket
 import threading
@@ -26,7 +27,7 @@ from bridge.transport.doorbell import drain, wait_for_doorbell
 from bridge.transport.sockets import ControlConnection
 from bridge.wire import control
 from bridge.wire.codec import decode_transaction
-from bridge.wire.frame import FrameKind
+from bridge.wire.frame import FrameKind, frame_bytes
 from tests.binlog_packets import binlog_transaction, dump_packets
 from tests.unit.test_lane import fmt, make, tcp_pair
 
@@ -38,6 +39,10 @@ try:
     from bridge.apply.lane import _lane as lane_compiled
 except ImportError:
     lane_compiled = None
+try:
+    from bridge.wire import _frames as frames_compiled
+except ImportError:
+    frames_compiled = None
 
 RING = 1 << 16
 
@@ -119,6 +124,58 @@ def test_flush_means_placed(hosted):
     remote.flush()
     assert RingConsumer(hosted.host.region).poll().payload == b"placed"
     remote.close()
+
+
+def _ship_a_lap(producer, remote, consumer):
+    """Frames of random bytes until the ring has gone round once (the replica takes and
+    acknowledges each): its whole data area then holds stale bytes of this session."""
+    rng, placed = random.Random(7), 0
+    while placed < RING + 4096:
+        payload = rng.randbytes(rng.randrange(200, 3000))
+        placed += frame_bytes(len(payload))
+        ship(producer, remote, payload)
+        remote.flush()
+        frame = consumer.poll()
+        assert frame is not None and frame.payload == payload
+        consumer.acknowledge(frame.seq)
+        producer.acknowledge(remote.read_ack())
+
+
+@pytest.mark.parametrize("order", ["in order", "shuffled"])
+def test_a_frame_placed_in_64_byte_pieces_is_taken_only_once_its_last_byte_landed(hosted, order):
+    """Over stale bytes of an earlier lap, a frame written piece by piece is never taken
+    early (its commit word is looked at first, its crc second) by either consumer twin,
+    and is late, not corrupt, while write_seq covers it before its last piece lands (a
+    NIC that places out of order)."""
+    remote, producer = hosted.remote(), RingProducer(RING, epoch=3)
+    consumer = RingConsumer(hosted.host.region, epoch=3, corrupt_grace_s=30)
+    _ship_a_lap(producer, remote, consumer)
+    payload = random.Random(8).randbytes(5000)
+    (placed,) = producer.append(FrameKind.TXN, payload)
+    pieces = [(at, min(64, placed.offset + placed.length - at))
+              for at in range(placed.offset, placed.offset + placed.length, 64)]
+    if order == "shuffled":
+        random.Random(9).shuffle(pieces)
+    seq, tail = producer.write_seq, consumer.tail
+    for i, (at, n) in enumerate(pieces):
+        if i == len(pieces) - 1:  # write_seq ahead of the last piece: the frame is late, not corrupt
+            remote.publish(seq, producer.head)
+            remote.flush()
+            assert consumer.poll() is None
+            assert _compiled_take(hosted.host.region, tail, seq) in (None, (None, True))
+        remote.write(at, producer.region[at:at + n])
+        remote.flush()
+        if i < len(pieces) - 1:
+            assert consumer.poll() is None, f"taken with {len(pieces) - 1 - i} of {len(pieces)} pieces missing"
+            assert _compiled_take(hosted.host.region, tail, seq) in (None, (None, False))
+    assert _compiled_take(hosted.host.region, tail, seq) in (None, ((tail, placed.length), True))
+    assert consumer.poll().payload == payload
+    remote.close()
+
+
+def _compiled_take(region, tail, seq, epoch=3):
+    """The compiled consumer's look (``ring_frame``, ``ring_ready``), None where it is not built."""
+    return None if frames_compiled is None else frames_compiled.ring_take(region, tail, seq, epoch)
 
 
 def test_ack_is_read_back_from_the_replica(hosted):

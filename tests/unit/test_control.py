@@ -75,3 +75,11 @@ def test_the_retired_read_and_fence_ops_are_unknown():
     for op in (3, 4):
         with pytest.raises(RemoteProtocolError, match=f"unknown op {op}"):
             placement.parse_head(placement.HEAD.pack(op, 0, 0), 4096)
+
+
+def test_a_protocol_7_peer_is_refused():
+    """Protocol 8 frames end in a commit word that a protocol-7 consumer does not expect
+    (and a protocol-7 producer does not write): the two never share a ring."""
+    msg = {**control.hello("data"), "version": 7, "release": "0.0.7"}
+    with pytest.raises(VersionSkew, match="wire protocol version 7.*protocol version 8.*upgrade both"):
+        control.check_hello(msg)

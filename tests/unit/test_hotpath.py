@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.wire import hotpath, native
-from bridge.wire.frame import HEADER_BYTES
+from bridge.wire.frame import HEADER_BYTES, frame_bytes
 
 try:
     from bridge.wire import _hotpath as compiled
@@ -127,9 +127,9 @@ def test_crc32c_over_a_large_buffer_and_every_alignment():
 def test_place_frame_writes_the_same_bytes_and_frame_at_reads_them(start, kind, flags, seq, epoch, payload, size):
     kind_, n, region = same("place_frame", start, kind, flags, seq, epoch, payload, prepare=lambda: bytearray(size))
     if kind_ != "ok":
-        assert start + HEADER_BYTES + len(payload) > size
+        assert start + frame_bytes(len(payload)) > size
         return
-    assert n == (HEADER_BYTES + len(payload) + 7) // 8 * 8
+    assert n == frame_bytes(len(payload)) == (HEADER_BYTES + len(payload) + 7) // 8 * 8 + 8
     room = size - start
     got = same("frame_at", region, start, room, seq, epoch & 0xFFFFFFFF)[1]
     assert got == ((kind, flags, payload, n) if n <= room else None)
@@ -144,8 +144,10 @@ def test_damaged_frames_are_refused_alike(data):
     region = bytearray(256)
     payload = b"payload of a transaction"
     hotpath.place_frame(region, 8, 1, 0, 42, 7, payload)
-    at = data.draw(st.integers(8, 8 + HEADER_BYTES + len(payload) - 1).filter(lambda i: i not in (10, 11)))
-    region[at] ^= data.draw(st.integers(1, 255))  # any byte the crc covers (not the reserved u16)
+    trailer = 8 + frame_bytes(len(payload)) - 8
+    at = data.draw(st.one_of(st.integers(8, 8 + HEADER_BYTES + len(payload) - 1).filter(lambda i: i not in (10, 11)),
+                             st.integers(trailer, trailer + 7)))
+    region[at] ^= data.draw(st.integers(1, 255))  # any byte the crc covers (not the reserved u16), or the commit word
     assert same("frame_at", bytes(region), 8, 248, 42, 7)[1] is None
     assert same("frame_at", bytes(region), 8, 300, 42, 7)[0] == "raised"  # room beyond the region
 

@@ -1,5 +1,5 @@
 """The two fixed layouts every other wire test builds on, as byte literals: a ring frame's
-24-byte header (bridge.wire.frame) and the tcp transport's placement messages
+24-byte header and 8-byte commit word (bridge.wire.frame) and the tcp transport's placement messages
 (bridge.wire.placement), with the refusals a receiver makes of a head."""
 
 import crc32c
@@ -19,15 +19,17 @@ def test_a_frame_header_is_kind_flags_reserved_length_seq_crc_epoch_little_endia
     assert encoded[20:24] == bytes.fromhex("09000000")
     unchecked = encoded[:16] + bytes(4) + encoded[20:24]  # the crc covers the header with its crc field zero
     assert encoded[16:20] == crc32c.crc32c(b"abc", crc32c.crc32c(unchecked)).to_bytes(4, "little")
-    assert encoded[24:] == b"abc" + bytes(5)  # the payload, the frame padded to 8
+    assert encoded[24:32] == b"abc" + bytes(5)  # the payload, padded to 8
+    assert encoded[32:] == bytes.fromhex("08070605 09000000")  # the commit word: the seq's low 32 bits, the epoch
 
 
 @given(st.binary(max_size=200), st.integers(0, 2**64 - 1), st.integers(0, 2**40))
 def test_a_frame_occupies_its_aligned_size_and_keeps_the_epoch_s_low_32_bits(payload, seq, epoch):
     encoded = frame.encode_frame(Frame(FrameKind.CHUNK, seq, payload, epoch=epoch))
-    assert len(encoded) == frame.frame_bytes(len(payload)) == (24 + len(payload) + 7) // 8 * 8
+    assert len(encoded) == frame.frame_bytes(len(payload)) == (24 + len(payload) + 7) // 8 * 8 + 8
     assert frame.HEADER.unpack_from(encoded)[3:5] == (len(payload), seq)
     assert int.from_bytes(encoded[20:24], "little") == epoch & 0xFFFFFFFF
+    assert frame.TRAILER.unpack_from(encoded, len(encoded) - 8) == (seq & 0xFFFFFFFF, epoch & 0xFFFFFFFF)
 
 
 def test_a_payload_over_the_limit_is_refused_before_it_is_framed():
