@@ -20,7 +20,7 @@ RATE ?= 2000
 SEMI_SYNC ?= received
 TRANSPORT ?= shm
 
-.PHONY: wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool percona
+.PHONY: wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps rdma-guest test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool percona
 
 # setup.py builds the compiled core, every bridge/*/*.pyx (Cython, fetched by pip for the build), with the C
 # compiler, Python headers and verbs.h (libibverbs-dev: the rdma transport's compiled queue pair) `compiler`
@@ -149,16 +149,20 @@ test-wheel: wheel deps
 	cd $(WHEEL_DIR) && venv/bin/rdma-bridge sandbox down --state-dir $(WHEEL_DIR)/state
 	grep -q "verified: both databases hold the same rows" $(WHEEL_DIR)/demo.txt
 
+# The Soft-RoCE guest both rdma targets boot: QEMU and debootstrap from Debian where missing, the image
+# built once and cached (tests/rdma/build_image.sh).
+rdma-guest: $(STAMP)
+	command -v qemu-system-x86_64 >/dev/null && command -v debootstrap >/dev/null || { apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 debootstrap e2fsprogs >/dev/null; }
+	PIP="$(PY) -m pip" bash tests/rdma/build_image.sh
+
 # The rdma transport for real: a cached Debian guest under QEMU with Soft-RoCE (rdma_rxe).
 # Inside: the transport conformance suite (shm, tcp and rdma), end-to-end replication and
 # its faults over rdma with MariaDB in the guest (tests/rdma/), fan-out with rdma members,
 # then the conformance suite and the queue pairs' byte-for-byte test again on the
 # pure-Python twins. The image is cached in /var/cache/rdma-bridge-vm (~2 min to build,
 # ~10 min per run under software emulation; the guest is given 30).
-test-rdma: $(STAMP)
-	command -v qemu-system-x86_64 >/dev/null && command -v debootstrap >/dev/null || { apt-get update -qq; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 debootstrap e2fsprogs >/dev/null; }
-	PIP="$(PY) -m pip" bash tests/rdma/build_image.sh
+test-rdma: rdma-guest
 	GUEST_TIMEOUT_S=1800 bash tests/rdma/run_guest.sh 'python3 -m pytest -q -p no:cacheprovider tests/rdma tests/conformance && \
 	  python3 -m pytest -q -p no:cacheprovider tests/faults/test_fanout.py -k rdma && \
 	  RDMA_BRIDGE_PURE_PYTHON=1 python3 -m pytest -q -p no:cacheprovider tests/conformance tests/rdma/test_verbs_twins.py'
@@ -167,8 +171,7 @@ test-rdma: $(STAMP)
 # (bench.rdma_lat), then end to end over rdma, tcp and shm (bench.rdma_e2e: CPU per transaction,
 # lag, an idle replica side's CPU); both reports kept in bench/results (one file per run).
 RDMA_LOG = bench/results/$(shell date +%F-%H%M)-rdma.log
-bench-rdma: $(STAMP)
-	PIP="$(PY) -m pip" bash tests/rdma/build_image.sh
+bench-rdma: rdma-guest
 	GUEST_TIMEOUT_S=1500 bash tests/rdma/run_guest.sh 'python3 -m bench.rdma_lat >/tmp/lat.json && \
 	  python3 -m bench.rdma_e2e --placement /tmp/lat.json' | tee $(RDMA_LOG)
 	grep -q '"ratios"' $(RDMA_LOG)

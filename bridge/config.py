@@ -197,6 +197,27 @@ class TlsFiles:
 
 
 @dataclass(frozen=True, slots=True)
+class RdmaOptions:
+    """Where an rdma queue pair runs and how its packets are marked (docs/operations.md, RoCE)."""
+    device: str | None = None  # None: the device whose GID is the control connection's local address
+    port: int | None = None  # None: that GID's port
+    gid_index: int | None = None  # None: the GID of the control connection's local address
+    traffic_class: int | None = None  # IP traffic class byte (DSCP << 2); None: the peer's, else 0
+    service_level: int | None = None  # SL (the priority on a VLAN, the virtual lane on InfiniBand); None: as above
+
+    def __post_init__(self) -> None:
+        if self.traffic_class is not None and not 0 <= self.traffic_class <= 255:
+            raise ConfigError(f"rdma traffic class: {self.traffic_class} is not 0-255 (DSCP << 2, e.g. 104 for "
+                              "DSCP 26)")
+        if self.service_level is not None and not 0 <= self.service_level <= 15:
+            raise ConfigError(f"rdma service level: {self.service_level} is not 0-15")
+        if self.port is not None and self.port < 1:
+            raise ConfigError(f"rdma port: {self.port} (ports count from 1)")
+        if self.gid_index is not None and self.gid_index < 0:
+            raise ConfigError(f"rdma GID index: {self.gid_index} is negative")
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     target: MysqlUrl
     listen: tuple[str, int]
@@ -223,6 +244,7 @@ class ReplicaConfig:
     # --include/--exclude/--rename-schema as bridge.filter.Filter.to_json(); "": not given
     # (the channel's recorded filter, if any, holds)
     channel_filter: str = ""
+    rdma: RdmaOptions = RdmaOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +274,7 @@ class PrimaryConfig:
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 2.0
     tls: TlsFiles | None = None  # None: plain TCP to the replica side
+    rdma: RdmaOptions = RdmaOptions()
 
     def transport_of(self, address: tuple[str, int]) -> str:
         """The transport to the replica side at ``address`` (its own, else ``transport``)."""

@@ -103,8 +103,8 @@ class BridgePair:
         self.threads = []
         self.errors = []
 
-    def start_replica(self, port=0, target=None):
-        cfg = ReplicaConfig(target=target or self.urls["replica"], listen=("127.0.0.1", port), transport=self.transport,
+    def start_replica(self, port=0, target=None, host="127.0.0.1"):
+        cfg = ReplicaConfig(target=target or self.urls["replica"], listen=(host, port), transport=self.transport,
                             ring_bytes=self.ring_bytes, channel=self.channel, secret=self.secret,
                             workers=self.workers, metrics=self.metrics, apply_mode=self.apply_mode,
                             **self.replica_options)

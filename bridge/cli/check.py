@@ -11,6 +11,7 @@ import click
 from bridge.cli.options import (
     RING_BYTES,
     TRANSPORT,
+    rdma_options,
     renamed_option,
     tls_options,
 )
@@ -22,6 +23,11 @@ from bridge.errors import ConfigError
 @click.option("--transport", type=TRANSPORT, default="tcp", show_default=True,
               help="The transport you plan to use: with rdma, a missing device or memlock limit is a failure.")
 @RING_BYTES
+@rdma_options
+@click.option("--local-address", default="", metavar="IP",
+              help="With rdma: this side's address on the control connection (the replica side's --listen host, "
+                   "or this host's address toward the replica side): the GID a start would take is the one of "
+                   "this address.")
 @click.option("--source", envvar="RDMA_BRIDGE_SOURCE", default=None, metavar="URL",
               help="Also check the primary: binlog settings, server ids, the reader's grants.")
 @click.option("--target", envvar="RDMA_BRIDGE_TARGET", default=None, metavar="URL",
@@ -40,8 +46,9 @@ from bridge.errors import ConfigError
               help="The schemas clone will copy (default: every user schema).")
 @click.option("--clone-parallel", type=click.IntRange(1, 32), default=1, show_default=True,
               help="The clone --parallel you plan (above 1 needs RELOAD).")
-def doctor(transport: str, ring_bytes: int, source: str | None, target: str | None, server_id: int,
-           apply_mode: str, tls, clone_source: str | None, clone_schemas: tuple[str, ...], clone_parallel: int) -> None:
+def doctor(transport: str, ring_bytes: int, rdma, local_address: str, source: str | None, target: str | None,
+           server_id: int, apply_mode: str, tls, clone_source: str | None, clone_schemas: tuple[str, ...],
+           clone_parallel: int) -> None:
     """Check this host and the servers for the known pitfalls before you start: RDMA
     device and port, RoCE v2 GID, MTU, memlock, NUMA placement, firmware, PFC/ECN; the
     primary's binlog settings and server ids; least-privilege grants on both servers;
@@ -54,7 +61,7 @@ def doctor(transport: str, ring_bytes: int, source: str | None, target: str | No
     from bridge.ops import doctor as checks
     from bridge.server.flavor import Flavor
 
-    found = checks.rdma_checks(transport, ring_bytes)
+    found = checks.rdma_checks(transport, ring_bytes, rdma=rdma, local_address=local_address)
     if tls is not None:
         found += checks.tls_checks(tls)
     if clone_source:

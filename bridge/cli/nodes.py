@@ -21,6 +21,7 @@ from bridge.cli.options import (
     heartbeat_table_param,
     hostport_param,
     metrics_option,
+    rdma_options,
     replicas_param,
     tls_options,
 )
@@ -42,6 +43,7 @@ def server_url_option(role: str, what: str):
 @click.option("--listen", required=True, callback=hostport_param, metavar="HOST:PORT",
               help="Control address the primary side connects to.")
 @TRANSPORT_OPTION
+@rdma_options
 @RING_BYTES
 @click.option("--channel", default="default", show_default=True,
               help="Name of this replication stream in rdma_bridge.bridge_meta.")
@@ -83,7 +85,7 @@ def server_url_option(role: str, what: str):
               help="Listen beyond loopback without TLS (said in the log at start): every replicated row crosses the "
                    "network in clear text. Only for a network you trust.")
 @filter_options
-def start_replica(target: str, listen, transport: str, ring_bytes: int, channel: str, workers: int,
+def start_replica(target: str, listen, transport: str, rdma, ring_bytes: int, channel: str, workers: int,
                   apply_mode: str, spin_us: int, pin_near_nic: bool, realtime_priority: int, delay: float,
                   account_statements: str, until_gtid: str, metrics,
                   secret_file: str, tls, insecure_transport: bool, rules) -> None:
@@ -116,7 +118,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                         metrics=metrics, secret=read_secret(secret_file), delay_s=delay,
                         until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "", tls=tls,
                         insecure_transport=insecure_transport, channel_filter=rules.to_json() if rules else "",
-                        account_statements=account_statements)
+                        account_statements=account_statements, rdma=rdma)
     node = ReplicaNode(cfg)
     _on_signals(node.stop)
     try:
@@ -140,6 +142,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
                    "over another transport than --transport, e.g. rdma members and a tcp one; it must be the one "
                    "that replica side serves.")
 @TRANSPORT_OPTION
+@rdma_options
 @click.option("--server-id", type=int, default=4242, show_default=True,
               help="Replica server id this reader registers with; unique among the primary's replicas (with N "
                    "--replica, the ids up to this + N are used too, by catch-ups).")
@@ -183,7 +186,7 @@ def start_replica(target: str, listen, transport: str, ring_bytes: int, channel:
 @metrics_option(PRIMARY_METRICS_PORT)
 @SECRET_FILE
 @tls_options
-def start_primary(source: str, replicas, transport: str, server_id: int, start_gtid: str | None,
+def start_primary(source: str, replicas, transport: str, rdma, server_id: int, start_gtid: str | None,
                   backpressure_timeout: float, reconnect_attempts: int, heartbeat_interval: float,
                   heartbeat_table: str | None, semi_sync: str,
                   semi_sync_quorum: int, pin_near_nic: bool, realtime_priority: int, take_over: bool, metrics,
@@ -218,7 +221,7 @@ def start_primary(source: str, replicas, transport: str, server_id: int, start_g
                         start_gtid=_resolve_start(start_gtid, url), backpressure_timeout_s=backpressure_timeout,
                         reconnect_attempts=reconnect_attempts, heartbeat_row_s=heartbeat_interval,
                         heartbeat_table=heartbeat_table, metrics=metrics, semi_sync=semi_sync, take_over=take_over,
-                        secret=read_secret(secret_file), tls=tls)
+                        secret=read_secret(secret_file), tls=tls, rdma=rdma)
     node = FanOutNode(cfg) if len(replicas) > 1 else PrimaryNode(cfg)
     _on_signals(node.stop)
     _freeze_heap()

@@ -12,7 +12,7 @@ import traceback
 
 import click
 
-from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, TlsFiles, parse_hostport, parse_replica
+from bridge.config import DEFAULT_RING_BYTES, SECRET_ENV, RdmaOptions, TlsFiles, parse_hostport, parse_replica
 from bridge.errors import EXIT_ERROR, BridgeError
 from bridge.filter import Filter
 from bridge.lab.sandbox import DEFAULT_STATE_DIR
@@ -201,6 +201,42 @@ def tls_options(command):
     for option in reversed(_TLS_OPTIONS):
         with_tls = option(with_tls)
     return with_tls
+
+
+_RDMA_OPTIONS = (
+    click.option("--rdma-device", metavar="NAME",
+                 help="rdma: the RDMA device (`ibv_devices` lists them). Default: the one with a GID of this side's "
+                      "address on the control connection (the primary side's end of it; the replica side's "
+                      "--listen address), else the first."),
+    click.option("--rdma-port", type=click.IntRange(min=1), metavar="N",
+                 help="rdma: the device's port. Default: the port of the GID chosen."),
+    click.option("--gid-index", type=click.IntRange(min=0), metavar="N",
+                 help="rdma: the GID (`show_gids`, `ibv_devinfo -v`). Default: the RoCE v2 GID of the address the "
+                      "control connection runs over, so packets leave on the netdev (and VLAN) that address is "
+                      "on and route like it; a link-local fe80:: GID is never chosen while a routable one exists."),
+    click.option("--rdma-traffic-class", type=click.IntRange(0, 255), metavar="TC",
+                 help="rdma: the IP traffic class of the RoCE packets: DSCP << 2 (the common lossless class, "
+                      "DSCP 26, is 104). The replica side marks its acknowledgements the same unless it is given "
+                      "its own. Default 0: the switches' default class, often lossy."),
+    click.option("--rdma-sl", type=click.IntRange(0, 15), metavar="SL",
+                 help="rdma: the service level (RoCE over a VLAN: its 802.1p priority; InfiniBand: the virtual lane "
+                      "by the SL-to-VL table). The replica side uses the primary side's unless given its own. "
+                      "Default 0."),
+)
+
+
+def rdma_options(command):
+    """--rdma-device, --rdma-port, --gid-index, --rdma-traffic-class, --rdma-sl: the command
+    gets ``rdma`` (RdmaOptions)."""
+    @functools.wraps(command)
+    def with_rdma(*args, rdma_device: str | None, rdma_port: int | None, gid_index: int | None,
+                  rdma_traffic_class: int | None, rdma_sl: int | None, **kwargs):
+        return command(*args, rdma=RdmaOptions(rdma_device, rdma_port, gid_index, rdma_traffic_class, rdma_sl),
+                       **kwargs)
+
+    for option in reversed(_RDMA_OPTIONS):
+        with_rdma = option(with_rdma)
+    return with_rdma
 
 
 _FILTER_OPTIONS = (

@@ -35,6 +35,7 @@ from bridge.model import Chunk, Transaction
 from bridge.node.fanship import FanShipLoop
 from bridge.node.member import CATCHING_UP, DOWN, FENCED, REFUSED, STREAMING, Member
 from bridge.node.primary import ACK_REFRESH_S, PrimaryNode
+from bridge.node.reporting import routed
 from bridge.node.shipping import event_of
 from bridge.wire.frame import FrameKind
 
@@ -300,4 +301,4 @@ class FanOutNode(FanShipLoop, PrimaryNode):
                 "behind_s": member.behind_s(),
                 "ring_backlog_frames": producer.backlog_frames if producer else 0,
                 "ring_backlog_bytes": producer.used if producer else 0,
-                "queued_frames": len(member.queue), "queued_bytes": member.queued_bytes}
+                "queued_frames": len(member.queue), "queued_bytes": member.queued_bytes, **routed(member.remote)}

@@ -100,7 +100,7 @@ class Member:
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
                                      epoch=welcome["epoch"])
         self.link.remote = open_remote(self.transport, welcome["params"], self.address, welcome["ring_bytes"],
-                                       self.cfg.secret, self.tls)
+                                       self.cfg.secret, self.tls, self.cfg.rdma)
 
     def resend(self, welcome: dict, frames: list, unplaced, settle: Callable[[], None]) -> None:
         """A new session on a kept binlog stream: ``frames`` (the ring's copies past the

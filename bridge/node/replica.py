@@ -81,7 +81,7 @@ class ReplicaNode(ApplyLoop):
             self.applier.close()
             self._listener.close()
             raise
-        self.host = make_host(cfg.transport, cfg.ring_bytes)
+        self.host = make_host(cfg.transport, cfg.ring_bytes, cfg.rdma, cfg.listen[0])
         self.current: Session | None = None  # the primary side's session (bridge.node.session)
         self.counts = ReplicaCounts()
         self._pending: list[Picked] = []  # work whose apply lost the replica connection: retried first
@@ -202,7 +202,8 @@ class ReplicaNode(ApplyLoop):
                 "session": session is not None, "gtid_set": str(pos.gtid_set),
                 "apply_stopped": self.halt.status() if self.halt else None, "delay_s": self.cfg.delay_s,
                 "scheduling": realtime.scheduling(),
-                "counters": counters, "stages": self.stages.summary()}
+                "counters": counters, "stages": self.stages.summary(),
+                **({"rdma": self.host.route} if session is not None and getattr(self.host, "route", None) else {})}
 
     def _parallel_summary(self) -> str:
         stats = self.applier.stats

@@ -31,6 +31,12 @@ def degradation_reason(node) -> str:
     return "ack timeout"
 
 
+def routed(remote) -> dict:
+    """``{"rdma": where its queue pair runs}`` for a ring written over rdma, else nothing."""
+    route = getattr(remote, "route", None)
+    return {"rdma": route} if route else {}
+
+
 def primary_status(node) -> PrimaryStatus:
     member = node.member
     producer = member.producer
@@ -47,4 +53,4 @@ def primary_status(node) -> PrimaryStatus:
             "semi_sync": {"mode": node.cfg.semi_sync, "acks_sent": node.counts.acks_sent,
                           "acks_skipped": node.counts.acks_skipped, **node.semi_sync.status()}
             if node.semi_sync else {"mode": "off"},
-            "stages": node.stages.summary()}
+            "stages": node.stages.summary(), **routed(member.remote)}

@@ -18,14 +18,14 @@ from pathlib import Path
 import pymysql
 
 from bridge.apply import modes
-from bridge.config import MysqlUrl, TlsFiles
-from bridge.errors import BridgeError
+from bridge.config import MysqlUrl, RdmaOptions, TlsFiles
+from bridge.errors import BridgeError, ConfigError
 from bridge.server import dbconn
 from bridge.server.flavor import Flavor
 from bridge.server.grants import global_privileges, holds
 from bridge.server.sqlnames import SYSTEM_SCHEMAS
 from bridge.source import preflight
-from bridge.transport import tls
+from bridge.transport import gids, tls
 
 SYSFS = Path("/sys/class/infiniband")
 NET = Path("/sys/class/net")
@@ -82,7 +82,47 @@ def pin_near_nic(sysfs: Path = SYSFS, nodes: Path = NODES) -> str:
     return f"pinned to node {node}, cpus {sorted(usable)}"
 
 
-def rdma_checks(transport: str, ring_bytes: int, sysfs: Path = SYSFS) -> list[Check]:
+def sysfs_gid_table(device: Path) -> list[gids.GidEntry]:
+    """The non-zero GIDs of a device's active ports, as sysfs lists them (what
+    bridge.transport.rdma reads through the verbs)."""
+    out = []
+    for port in sorted((device / "ports").glob("*"), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+        if not port.name.isdigit() or "ACTIVE" not in _read(port / "state"):
+            continue
+        layer = gids.INFINIBAND if _read(port / "link_layer") == gids.INFINIBAND else gids.ETHERNET
+        for gid in sorted((port / "gids").glob("*"), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+            text = _read(gid)
+            if not gid.name.isdigit() or not text or text.replace(":", "").strip("0") == "":
+                continue
+            kind = _read(port / "gid_attrs" / "types" / gid.name).lower()
+            out.append(gids.GidEntry(int(port.name), int(gid.name), text, "v2" in kind, layer))
+    return out
+
+
+def route_check(devices: list[str], rdma: RdmaOptions, local_address: str, sysfs: Path = SYSFS) -> Check:
+    """The device, port and GID a queue pair would take for ``local_address``, and how it
+    would mark its packets (the start's log line and ``status`` say the same)."""
+    tables = {dev: sysfs_gid_table(sysfs / dev) for dev in devices}
+    try:
+        device = gids.pick_device(tables, rdma.device, local_address)
+        route = gids.choose(tables[device], device, local_address, rdma.port, rdma.gid_index)
+    except ConfigError as exc:
+        return Check("FAIL", "rdma route", str(exc), "name a device, port and GID index that exist (--rdma-device, "
+                     "--rdma-port, --gid-index), or drop them to let the address decide")
+    marking = f"traffic class {rdma.traffic_class or 0}, service level {rdma.service_level or 0}"
+    detail = f"{device} port {route.port}, GID index {route.index} ({route.entry}, " \
+             f"{'RoCE v2' if route.entry.roce_v2 else route.entry.link_layer}), {marking}; {route.reason}"
+    if route.entry.link_layer == gids.ETHERNET and (route.entry.link_local or not route.entry.roce_v2):
+        return Check("WARN", "rdma route", detail, "a link-local or RoCE v1 GID does not route: give the netdev an "
+                     "IP address on the path to the peer and pass it as --local-address (pitfall 3)")
+    if not route.by_address:
+        return Check("INFO", "rdma route", detail, "pass --local-address (the replica side's --listen host, or this "
+                     "host's address toward the replica side) to see the GID a start would take")
+    return Check("PASS", "rdma route", detail)
+
+
+def rdma_checks(transport: str, ring_bytes: int, sysfs: Path = SYSFS, rdma: RdmaOptions = RdmaOptions(),
+                local_address: str = "") -> list[Check]:
     need = transport == "rdma"
     devices = sorted(p.name for p in sysfs.iterdir()) if sysfs.is_dir() else []
     if not devices:
@@ -126,6 +166,7 @@ def rdma_checks(transport: str, ring_bytes: int, sysfs: Path = SYSFS) -> list[Ch
                              f"this process may run on {sorted(mine)}",
                              "" if ok else f"pin the bridge to node {node}: numactl --cpunodebind={node} "
                              f"--membind={node} rdma-bridge ... (pitfall 5)"))
+    out.append(route_check(devices, rdma, local_address, sysfs))
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     enough = soft == resource.RLIM_INFINITY or soft >= 2 * ring_bytes
     out.append(Check("PASS" if enough else "FAIL" if need else "WARN", "memlock limit",

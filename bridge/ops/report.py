@@ -12,6 +12,7 @@ import urllib.request
 
 from bridge.ops.metrics import buckets
 from bridge.ops.statusdoc import StatusDocument
+from bridge.transport.gids import said
 
 STAGE_MEANING = {
     "place": "primary: ship start -> placed in the replica ring (flush done)",
@@ -92,6 +93,8 @@ def status_table(snapshot: dict) -> str:
                          f"{'session open' if node['session'] else 'no session'})")
             lines.append(f"  {'replica holds':34s}{node['gtid_set'] or '-'}")
             lines.append(f"  {'applying':34s}{_applying(node.get('apply_stopped'), node.get('delay_s') or 0)}")
+        if node.get("rdma"):
+            lines.append(f"  {'rdma queue pair':34s}{said(node['rdma'])}")
         lines.append(f"  {'scheduling':34s}{node.get('scheduling', 'normal')}")  # --realtime-priority
         for key, value in node["counters"].items():
             value = round(value, 6) if isinstance(value, float) else value

@@ -72,7 +72,24 @@ class ReplicaCounters(TypedDict, total=False):
     lag_beyond_delay_seconds: float  # with --delay: the lag past the delay
 
 
-class ReplicaStatus(TypedDict):
+class RdmaRoute(TypedDict):
+    """Where an rdma queue pair runs and how its packets are marked (bridge.transport.rdma)."""
+    device: str
+    port: int
+    gid_index: int
+    gid: str  # the IPv4 address of an IPv4-mapped GID, else the IPv6 text
+    link_layer: Literal["Ethernet", "InfiniBand"]
+    roce_v2: bool
+    chosen_by: str  # the control connection's address, --gid-index, or the best of the table (and why)
+    traffic_class: int
+    service_level: int
+
+
+class RdmaRouted(TypedDict, total=False):
+    rdma: RdmaRoute  # over rdma, while a session runs
+
+
+class ReplicaStatus(RdmaRouted):
     role: Literal["replica"]
     target: str  # the URL, password masked
     channel: str
@@ -121,7 +138,7 @@ class SemiSync(TypedDict, total=False):
     primary: dict[str, int]
 
 
-class FanOutMember(TypedDict):
+class FanOutMember(RdmaRouted):
     """One replica side of a fan-out (bridge.node.fanout)."""
     replica: str  # its host:port
     transport: Literal["shm", "tcp", "rdma"]  # what its ring is written over
@@ -141,7 +158,7 @@ class FanOut(TypedDict, total=False):
     replicas: list[FanOutMember]  # fan-out only: every replica side, in --replica order
 
 
-class PrimaryStatus(FanOut):
+class PrimaryStatus(FanOut, RdmaRouted):
     role: Literal["primary"]
     source: str  # the URL, password masked
     replica: str

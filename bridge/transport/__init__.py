@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import ssl
 
+from bridge.config import RdmaOptions
 from bridge.errors import ConfigError
 from bridge.transport.base import RemoteRing, RingHost
 
 TRANSPORTS = ("shm", "tcp", "rdma")
 
 
-def make_host(transport: str, ring_bytes: int) -> RingHost:
+def make_host(transport: str, ring_bytes: int, rdma: RdmaOptions = RdmaOptions(), listen_address: str = "") -> RingHost:
+    """The replica side's ring; ``rdma`` and ``listen_address`` (which device, port and GID) for rdma."""
     if transport == "shm":
         from bridge.transport.shm import ShmRingHost
         return ShmRingHost(ring_bytes)
@@ -20,14 +22,15 @@ def make_host(transport: str, ring_bytes: int) -> RingHost:
         from bridge.transport.tcp import TcpRingHost
         return TcpRingHost(ring_bytes)
     if transport == "rdma":
-        return _rdma().RdmaRingHost(ring_bytes)
+        return _rdma().RdmaRingHost(ring_bytes, rdma, listen_address)
     raise ConfigError(f"transport {transport!r}: unknown (choose shm, tcp or rdma)")
 
 
 def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], ring_bytes: int,
-                secret: str = "", tls: ssl.SSLContext | None = None) -> RemoteRing:
+                secret: str = "", tls: ssl.SSLContext | None = None, rdma: RdmaOptions = RdmaOptions()) -> RemoteRing:
     """The primary side's view of the replica's ring; ``tls``: the data or setup
-    connection (tcp, rdma) goes through TLS, as the control channel does."""
+    connection (tcp, rdma) goes through TLS, as the control channel does; ``rdma``: which
+    device, port and GID, and how its packets are marked."""
     if transport == "shm":
         from bridge.transport.shm import ShmRemoteRing
         return ShmRemoteRing(params, ring_bytes)
@@ -35,7 +38,7 @@ def open_remote(transport: str, params: dict, replica_addr: tuple[str, int], rin
         from bridge.transport.tcp import TcpRemoteRing
         return TcpRemoteRing(params, replica_addr, ring_bytes, secret, tls=tls)
     if transport == "rdma":
-        return _rdma().RdmaRemoteRing(params, replica_addr, ring_bytes, secret, tls=tls)
+        return _rdma().RdmaRemoteRing(params, replica_addr, ring_bytes, secret, options=rdma, tls=tls)
     raise ConfigError(f"transport {transport!r}: unknown (choose shm, tcp or rdma)")
 
 

@@ -55,8 +55,8 @@ cdef extern from "bridge_verbs_setup.h":
         int recvs
     int bv_open(bv_path *p, bv_wake *wake, ibv_pd *pd, int depth, int inline_bytes) nogil
     int bv_connect(bv_path *p, int port, int access, int mtu, uint32_t dest_qpn, uint32_t rq_psn, uint32_t sq_psn,
-                   const uint8_t *dgid, int sgid_index, int timeout, int retry_cnt, int rnr_retry,
-                   int min_rnr_timer) nogil
+                   const uint8_t *dgid, int sgid_index, int traffic_class, int sl, int dlid, int timeout,
+                   int retry_cnt, int rnr_retry, int min_rnr_timer) nogil
     uint32_t bv_qp_num(const bv_path *p) nogil
     int bv_break(bv_path *p) nogil
     void bv_close(bv_path *p) nogil
@@ -230,13 +230,14 @@ cdef class QueuePair:
         return self.sleeper.wakeups
 
     def connect(self, int port, int access, int mtu, uint32_t dest_qpn, uint32_t rq_psn, uint32_t sq_psn, bytes dgid,
-                int sgid_index, int timeout, int retry_cnt, int rnr_retry, int min_rnr_timer):
+                int sgid_index, int traffic_class, int sl, int dlid, int timeout, int retry_cnt, int rnr_retry,
+                int min_rnr_timer):
         cdef uint8_t gid[16]
         if len(dgid) != 16:
             raise ValueError(f"rdma transport: a GID of {len(dgid)} bytes")
         memcpy(gid, <const char *>dgid, 16)
-        err = bv_connect(&self.path, port, access, mtu, dest_qpn, rq_psn, sq_psn, gid, sgid_index, timeout, retry_cnt,
-                         rnr_retry, min_rnr_timer)
+        err = bv_connect(&self.path, port, access, mtu, dest_qpn, rq_psn, sq_psn, gid, sgid_index, traffic_class, sl,
+                         dlid, timeout, retry_cnt, rnr_retry, min_rnr_timer)
         if err:
             raise RdmaError.call("move the queue pair to RTS", err)
         if self.chan.cq != NULL:  # the receives a wakeup consumes (a queue pair takes them from INIT on), armed

@@ -78,10 +78,12 @@ static inline int bv_open(bv_path *p, bv_wake *wake, struct ibv_pd *pd, int dept
     return 0;
 }
 
-/* INIT, RTR, RTS towards the peer's queue pair (RoCE: a global route to ``dgid``): 0 or the errno. */
+/* INIT, RTR, RTS towards the peer's queue pair: RoCE (``dlid`` 0), a global route to ``dgid`` from GID
+   ``sgid_index``, its packets marked with ``traffic_class`` (DSCP << 2) and ``sl``; InfiniBand, the peer's
+   LID ``dlid`` in the subnet. 0 or the errno. */
 static inline int bv_connect(bv_path *p, int port, int access, int mtu, uint32_t dest_qpn, uint32_t rq_psn,
-                             uint32_t sq_psn, const uint8_t *dgid, int sgid_index, int timeout, int retry_cnt,
-                             int rnr_retry, int min_rnr_timer) {
+                             uint32_t sq_psn, const uint8_t *dgid, int sgid_index, int traffic_class, int sl,
+                             int dlid, int timeout, int retry_cnt, int rnr_retry, int min_rnr_timer) {
     struct ibv_qp *qp = (struct ibv_qp *)p->qp;
     struct ibv_qp_attr a;
     int rc;
@@ -100,11 +102,17 @@ static inline int bv_connect(bv_path *p, int port, int access, int mtu, uint32_t
     a.rq_psn = rq_psn;
     a.max_dest_rd_atomic = 1;
     a.min_rnr_timer = min_rnr_timer;
-    a.ah_attr.is_global = 1;
     a.ah_attr.port_num = port;
-    memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
-    a.ah_attr.grh.sgid_index = sgid_index;
-    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.sl = (uint8_t)sl;
+    if (dlid) {
+        a.ah_attr.dlid = (uint16_t)dlid;
+    } else {
+        a.ah_attr.is_global = 1;
+        memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
+        a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
+        a.ah_attr.grh.hop_limit = 64;
+        a.ah_attr.grh.traffic_class = (uint8_t)traffic_class;
+    }
     rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (rc)

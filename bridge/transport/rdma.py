@@ -41,11 +41,13 @@ import ssl
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from bridge.config import RdmaOptions
 from bridge.errors import TransportError
 from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes
-from bridge.transport import verbs
+from bridge.transport import gids, verbs
 from bridge.transport.base import LaneTarget, NoLaneAnswers, NoLaneReceiver
 from bridge.transport.doorbell import drain, sleep_on_queue_pair
 from bridge.transport.sockets import ControlConnection, connect
@@ -63,7 +65,6 @@ PART = "rdma queue pair"
 _compiled = native.pick(PART)
 COMPILED = _compiled is not None
 VERBS = _compiled if _compiled is not None else verbs  # its Domain, memory regions and QueuePair
-PORT = 1
 SEND_DEPTH = 512
 WAKE_RECVS = 64  # receives the replica side keeps posted for the primary side's wakeups
 INLINE_BYTES = 256  # asked for; the device may give less (QueuePair.max_inline)
@@ -90,10 +91,15 @@ def devices_present() -> bool:
 
 
 class _Device:
-    """The port facts of the first (or named) RDMA device (pyverbs), and its protection
-    domain (``VERBS.Domain``), where memory is registered and queue pairs are opened."""
+    """An RDMA device (pyverbs): its active ports' GID tables, its protection domain
+    (``VERBS.Domain``), where memory is registered and queue pairs are opened, and the
+    route (port, GID) each queue pair takes (bridge.transport.gids decides).
 
-    def __init__(self, name: str | None = None) -> None:
+    Without ``--rdma-device`` the device is the one with a GID of ``local_address`` (the
+    control connection's end on the primary side; the listen address on the replica side),
+    else the first one listed."""
+
+    def __init__(self, options: RdmaOptions = RdmaOptions(), local_address: str = "") -> None:
         try:
             names = [d.name.decode() for d in get_device_list()]
         except PyverbsError as exc:
@@ -101,34 +107,21 @@ class _Device:
                                  "(`rdma-bridge doctor` explains)") from exc
         if not names:
             raise TransportError("rdma transport: no RDMA device; use --transport tcp or shm")
-        self.name = name or names[0]
+        self.options = options
+        several = len(names) > 1 and options.device is None  # only then do the tables decide
+        self.name = gids.pick_device({n: _device_table(n) if several else [] for n in names}, options.device,
+                                     local_address)
         self.ctx = Context(name=self.name)
-        port = self.ctx.query_port(PORT)
-        if port.state != e.IBV_PORT_ACTIVE:
-            raise TransportError(f"rdma transport: {self.name} port {PORT} is not ACTIVE")
-        self.mtu = int(port.active_mtu)
+        self.table, self._ports = _gid_table(self.ctx)
+        if not self.table:
+            raise TransportError(f"rdma transport: {self.name} has no active port with a GID (`ibv_devinfo -v` "
+                                 "shows its ports)")
         self.fw = _firmware(self.name)
-        self.gid_index = self._roce_v2_gid(port.gid_tbl_len)
-        self.gid = str(self.ctx.query_gid(PORT, self.gid_index))
         self.domain = VERBS.Domain(self.name)
 
-    def _roce_v2_gid(self, count: int) -> int:
-        """The first RoCE v2 GID with an address (pitfall 3: a v1 GID cannot route)."""
-        fallback = None
-        for i in range(count):
-            try:
-                gid = str(self.ctx.query_gid(PORT, i))
-                kind = self.ctx.query_gid_type(PORT, i)
-            except PyverbsError:
-                continue
-            if gid.replace(":", "").strip("0") == "":
-                continue
-            if "V2" in str(kind).upper() or int(kind) == 1:
-                return i
-            fallback = i if fallback is None else fallback
-        if fallback is None:
-            raise TransportError(f"rdma transport: {self.name} has no usable GID")
-        return fallback
+    def route(self, local_address: str) -> gids.Route:
+        """The port and GID of a queue pair whose control connection ends at ``local_address`` here."""
+        return gids.choose(self.table, self.name, local_address, self.options.port, self.options.gid_index)
 
     def rc_qp(self, wake_recvs: int = 0):
         return VERBS.QueuePair(self.domain, SEND_DEPTH, INLINE_BYTES, wake_recvs)
@@ -139,33 +132,98 @@ class _Device:
         anchor = ctypes.c_char.from_buffer(memory)
         return self.domain.register(ctypes.addressof(anchor), len(memory), ACCESS), anchor
 
-    def to_rts(self, qp, psn: int, peer: dict) -> None:
-        """Connect ``qp`` to the peer's; differences of MTU and firmware (pitfalls 2 and 6)
-        are said in the log: the path uses the smaller MTU."""
-        if int(peer["mtu"]) != self.mtu:
+    def to_rts(self, qp, psn: int, route: gids.Route, peer: dict) -> Marking:
+        """Connect ``qp`` to the peer's over ``route``; differences of MTU and firmware
+        (pitfalls 2 and 6) are said in the log: the path uses the smaller MTU. The packets'
+        traffic class and service level: this side's options, else the peer's (the primary
+        side's, which it sends), else 0."""
+        gids.check_reach(route.entry, str(peer.get("gid", "")), str(peer.get("link_layer", gids.ETHERNET)))
+        mtu, lid = self._ports[route.port]
+        if int(peer["mtu"]) != mtu:
             log.warning("rdma transport: MTU differs (%s here, %s at the peer): using the smaller; make them equal "
-                        "on both ends and along the path", self.mtu, peer["mtu"])
+                        "on both ends and along the path", mtu, peer["mtu"])
         if peer.get("fw") not in (None, self.fw):
             log.warning("rdma transport: firmware differs (%s here, %s at the peer): run the same driver and "
                         "firmware on both ends", self.fw, peer.get("fw"))
-        try:
-            dgid = ipaddress.IPv6Address(str(peer["gid"])).packed
-        except ValueError as exc:
-            raise TransportError(f"rdma transport: the peer's GID {peer['gid']!r}: {exc}") from exc
-        qp.connect(PORT, ACCESS, min(self.mtu, int(peer["mtu"])), int(peer["qpn"]), int(peer["psn"]), psn, dgid,
-                   self.gid_index, 14, 7, 7, 12)  # timeout, retry_cnt, rnr_retry (7: for ever), min_rnr_timer
+        marking = Marking.of(self.options, peer)
+        dgid = ipaddress.IPv6Address(str(peer["gid"])).packed
+        dlid = int(peer.get("lid", 0)) if route.entry.link_layer == gids.INFINIBAND else 0
+        qp.connect(route.port, ACCESS, min(mtu, int(peer["mtu"])), int(peer["qpn"]), int(peer["psn"]), psn, dgid,
+                   route.index, marking.traffic_class, marking.service_level, dlid,
+                   14, 7, 7, 12)  # timeout, retry_cnt, rnr_retry (7: for ever), min_rnr_timer
+        return marking
 
-    def facts(self, qp, psn: int, mirror=None) -> dict:
+    def facts(self, qp, psn: int, route: gids.Route, mirror=None) -> dict:
         """What the peer needs to connect its queue pair to ``qp`` (the primary side: and
-        where its mirror is, for the replica side's waiting word)."""
-        out = {"qpn": qp.qp_num, "psn": psn, "gid": self.gid, "mtu": self.mtu, "fw": self.fw, "device": self.name}
+        where its mirror is, for the replica side's waiting word, and how to mark packets)."""
+        mtu, lid = self._ports[route.port]
+        out = {"qpn": qp.qp_num, "psn": psn, "gid": route.entry.gid, "mtu": mtu, "fw": self.fw, "device": self.name,
+               "port": route.port, "gid_index": route.index, "link_layer": route.entry.link_layer, "lid": lid}
+        if self.options.traffic_class is not None:
+            out["traffic_class"] = self.options.traffic_class
+        if self.options.service_level is not None:
+            out["service_level"] = self.options.service_level
         if mirror is not None:
             out["mirror"] = {"addr": mirror.buf, "rkey": mirror.rkey}
         return out
 
+    def describe(self, route: gids.Route, marking: Marking) -> dict:
+        """Where a queue pair runs, as the log line, ``status`` and ``doctor`` say it."""
+        return {"device": self.name, "port": route.port, "gid_index": route.index, "gid": str(route.entry),
+                "link_layer": route.entry.link_layer, "roce_v2": route.entry.roce_v2, "chosen_by": route.reason,
+                "traffic_class": marking.traffic_class, "service_level": marking.service_level}
+
+    def mtu_of(self, route: gids.Route) -> int:
+        """The port's active MTU (the verbs' enum: 1 is 256 bytes, 5 is 4096)."""
+        return self._ports[route.port][0]
+
     def close(self) -> None:
         self.domain.close()
         self.ctx.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Marking:
+    """How a queue pair's packets are marked: the IP traffic class (DSCP << 2) and the
+    service level (on RoCE the priority a VLAN tag carries; on InfiniBand the virtual lane)."""
+    traffic_class: int = 0
+    service_level: int = 0
+
+    @classmethod
+    def of(cls, options: RdmaOptions, peer: dict) -> Marking:
+        tc = options.traffic_class if options.traffic_class is not None else int(peer.get("traffic_class", 0))
+        sl = options.service_level if options.service_level is not None else int(peer.get("service_level", 0))
+        return cls(tc, sl)
+
+
+def _gid_table(ctx) -> tuple[list[gids.GidEntry], dict[int, tuple[int, int]]]:
+    """The non-zero GIDs of ``ctx``'s active ports, and each such port's (active MTU, LID)."""
+    entries, ports = [], {}
+    for port in range(1, ctx.query_device().phys_port_cnt + 1):
+        attr = ctx.query_port(port)
+        if attr.state != e.IBV_PORT_ACTIVE:
+            continue
+        ports[port] = (int(attr.active_mtu), int(attr.lid))
+        layer = gids.INFINIBAND if int(attr.link_layer) == int(e.IBV_LINK_LAYER_INFINIBAND) else gids.ETHERNET
+        for i in range(attr.gid_tbl_len):
+            try:
+                gid = str(ctx.query_gid(port, i))
+                kind = ctx.query_gid_type(port, i) if layer == gids.ETHERNET else 0
+            except PyverbsError:
+                continue  # an empty slot (rxe, mlx5 answer so)
+            if gid.replace(":", "").strip("0") == "":
+                continue
+            entries.append(gids.GidEntry(port, i, gid, "V2" in str(kind).upper() or int(kind) == 1, layer))
+    return entries, ports
+
+
+def _device_table(name: str) -> list[gids.GidEntry]:
+    """The GIDs of the device ``name`` (a context opened and closed for it)."""
+    ctx = Context(name=name)
+    try:
+        return _gid_table(ctx)[0]
+    finally:
+        ctx.close()
 
 
 def _view(mr, size: int) -> memoryview:
@@ -175,9 +233,10 @@ def _view(mr, size: int) -> memoryview:
 class RdmaRingHost(NoLaneReceiver):
     doorbell_fd = None  # a one-sided write wakes nobody: an idle consumer sleeps through ``sleep``
 
-    def __init__(self, ring_bytes: int, device: str | None = None) -> None:
+    def __init__(self, ring_bytes: int, options: RdmaOptions = RdmaOptions(), listen_address: str = "") -> None:
         self.ring_bytes = ring_bytes
-        self.dev = _Device(device)
+        self.dev = _Device(options, listen_address)
+        self.route: dict = {}  # where the current session's queue pair runs (``_Device.describe``)
         self.mr = None
         self._qps: list = []
         self._waker = None  # the current session's queue pair, where it can sleep (its primary side's mirror known)
@@ -214,8 +273,16 @@ class RdmaRingHost(NoLaneReceiver):
         peer = (msg or {}).get("qp")
         if not isinstance(peer, dict):
             raise TransportError(f"rdma transport: data hello from {conn.peer} carries no queue pair")
+        route = self.dev.route(conn.sock.getsockname()[0])
         qp, psn = self.dev.rc_qp(WAKE_RECVS), random.getrandbits(24)
-        self.dev.to_rts(qp, psn, peer)
+        try:
+            marking = self.dev.to_rts(qp, psn, route, peer)
+        except TransportError as exc:
+            qp.close()
+            conn.send({"type": "error", "reason": str(exc)})  # the primary side says it too
+            raise
+        self.route = self.dev.describe(route, marking)
+        log.info("rdma transport: queue pair %d for %s: %s", qp.qp_num, conn.peer, gids.said(self.route))
         mirror = peer.get("mirror")
         with self._lock:
             self._qps.append(qp)
@@ -223,7 +290,7 @@ class RdmaRingHost(NoLaneReceiver):
                 qp.bind(self.mr, int(mirror["addr"]), int(mirror["rkey"]), COMPLETION_TIMEOUT_S)
                 self._waker = qp if qp.lane_sleeper is not None else None
         self.interrupt()  # a consumer asleep on no session, or the last one's, looks at this one
-        conn.send({"type": "ready", "auth": auth, "qp": self.dev.facts(qp, psn)})
+        conn.send({"type": "ready", "auth": auth, "qp": self.dev.facts(qp, psn, route)})
         conn.sock.settimeout(None)
         try:
             conn.recv()  # returns (or raises) when the primary closes the session
@@ -289,9 +356,21 @@ class RdmaRemoteRing(NoLaneAnswers):
     answers_fd = None  # completions are polled: nothing to wait on
 
     def __init__(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int, secret: str = "",
-                 timeout_s: float = 10.0, device: str | None = None, tls: ssl.SSLContext | None = None) -> None:
+                 timeout_s: float = 10.0, options: RdmaOptions = RdmaOptions(),
+                 tls: ssl.SSLContext | None = None) -> None:
         self.remote_addr, self.rkey = int(params["addr"]), int(params["rkey"])
-        self.dev = _Device(device)
+        self._sock = connect(replica_addr, timeout_s, tls)  # first: its local address picks device, port and GID
+        try:
+            self._open(params, replica_addr, ring_bytes, secret, options)
+        except BaseException:
+            self._sock.close()
+            raise
+
+    def _open(self, params: dict, replica_addr: tuple[str, int], ring_bytes: int, secret: str,
+              options: RdmaOptions) -> None:
+        local = self._sock.getsockname()[0]
+        self.dev = _Device(options, local)
+        route = self.dev.route(local)
         self._size = size = region_bytes(ring_bytes)
         self._memory = mmap.mmap(-1, size + 64)  # the mirror, and 8 bytes for READ results at the end
         self.mr, self._anchor = self.dev.register(self._memory)
@@ -299,18 +378,19 @@ class RdmaRemoteRing(NoLaneAnswers):
         self._scratch = size
         self.qp, psn = self.dev.rc_qp(), random.getrandbits(24)
         self.qp.bind(self.mr, self.remote_addr, self.rkey)
-        self._sock = connect(replica_addr, timeout_s, tls)
         reply = control.client_handshake(ControlConnection(self._sock), secret, "data",
                                          session=params.get("session", ""),
-                                         qp=self.dev.facts(self.qp, psn, self.mr))
+                                         qp=self.dev.facts(self.qp, psn, route, self.mr))
         if reply.get("type") != "ready" or not isinstance(reply.get("qp"), dict):
             raise TransportError(f"rdma transport: replica {replica_addr[0]}:{replica_addr[1]} refused the data "
                                  f"connection: {reply.get('reason', reply.get('type'))}")
-        self.dev.to_rts(self.qp, psn, reply["qp"])
+        marking = self.dev.to_rts(self.qp, psn, route, reply["qp"])
         self._placed = self._published = 0  # the last write_seq whose frames' write completed; ... posted
-        log.info("rdma transport: queue pair %d on %s to %s (%s), GID index %d, MTU %d, inline writes up to %d "
-                 "bytes, %s", self.qp.qp_num, self.dev.name, reply["qp"].get("device", "?"), replica_addr[0],
-                 self.dev.gid_index, 128 << min(self.dev.mtu, int(reply["qp"]["mtu"])), self.qp.max_inline,
+        self.route = self.dev.describe(route, marking)
+        peer_mtu = min(self.dev.mtu_of(route), int(reply["qp"]["mtu"]))
+        log.info("rdma transport: queue pair %d to %s on %s (%s): %s, MTU %d, inline writes up to %d bytes, %s",
+                 self.qp.qp_num, replica_addr[0], reply["qp"].get("device", "?"), reply["qp"].get("gid", "?"),
+                 gids.said(self.route), 128 << peer_mtu, self.qp.max_inline,
                  "compiled" if self.qp.lane_path is not None else "through pyverbs")
 
     def write(self, offset: int, data) -> None:

@@ -117,8 +117,11 @@ class QueuePair:
         return self.qp.qp_num
 
     def connect(self, port: int, access: int, mtu: int, dest_qpn: int, rq_psn: int, sq_psn: int, dgid: bytes,
-                sgid_index: int, timeout: int, retry_cnt: int, rnr_retry: int, min_rnr_timer: int) -> None:
-        """INIT, RTR, RTS towards the peer's queue pair (RoCE: a global route to ``dgid``)."""
+                sgid_index: int, traffic_class: int, sl: int, dlid: int, timeout: int, retry_cnt: int, rnr_retry: int,
+                min_rnr_timer: int) -> None:
+        """INIT, RTR, RTS towards the peer's queue pair: RoCE (``dlid`` 0), a global route to
+        ``dgid`` from GID ``sgid_index``, packets marked ``traffic_class`` and ``sl``;
+        InfiniBand, the peer's LID ``dlid``."""
         from pyverbs.addr import GID, AHAttr, GlobalRoute
 
         attr = QPAttr(port_num=port)
@@ -127,9 +130,12 @@ class QueuePair:
         attr.dest_qp_num, attr.rq_psn, attr.sq_psn = dest_qpn, rq_psn, sq_psn
         attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
         attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = timeout, retry_cnt, rnr_retry, min_rnr_timer
-        route = GlobalRoute(dgid=GID(_gid_text(dgid)), sgid_index=sgid_index)
-        route.hop_limit = 64
-        attr.ah_attr = AHAttr(port_num=port, is_global=1, gr=route)
+        if dlid:
+            attr.ah_attr = AHAttr(port_num=port, dlid=dlid, sl=sl)
+        else:
+            route = GlobalRoute(dgid=GID(_gid_text(dgid)), sgid_index=sgid_index)
+            route.hop_limit, route.traffic_class = 64, traffic_class
+            attr.ah_attr = AHAttr(port_num=port, is_global=1, gr=route, sl=sl)
         try:
             self.qp.to_rts(attr)
         except PyverbsError as exc:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from bridge.config import RdmaOptions
 from bridge.lab.workload import connect
 from bridge.ops import doctor
 
@@ -41,6 +42,34 @@ def test_device_checks_on_a_sysfs_tree(tmp_path):
     found = statuses(doctor.rdma_checks("rdma", 1 << 20, sysfs=tmp_path))
     assert found["rxe0 port 1"] == "FAIL" and found["rxe0 GID type"] == "WARN"
     assert "memlock limit" in found
+
+
+def test_the_route_a_start_would_take_is_named_for_the_address(tmp_path):
+    """The device, port and GID whose address the control connection runs over, and the
+    marking; a link-local GID is a warning; a --gid-index that is missing a failure."""
+    for dev, addresses in (("mlx5_0", ["fe80:0000:0000:0000:0e42:a1ff:fe9b:1c2e", "0000:0000:0000:0000:0000:ffff:0a00:0005"]),
+                           ("mlx5_1", ["fe80:0000:0000:0000:0e42:a1ff:fe9b:1c2f", "0000:0000:0000:0000:0000:ffff:c612:0005"])):
+        port = tmp_path / dev / "ports" / "1"
+        (port / "gid_attrs" / "types").mkdir(parents=True)
+        (port / "gids").mkdir()
+        (port / "state").write_text("4: ACTIVE\n")
+        (port / "link_layer").write_text("Ethernet\n")
+        for i, gid in enumerate(addresses):
+            (port / "gids" / str(i)).write_text(gid + "\n")
+            (port / "gid_attrs" / "types" / str(i)).write_text("RoCE v2\n")
+        (port / "gids" / "2").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")  # an empty slot
+    routed = {c.name: c for c in doctor.rdma_checks("rdma", 1 << 20, sysfs=tmp_path, local_address="198.18.0.5",
+                                                    rdma=RdmaOptions(traffic_class=104, service_level=3))}
+    assert routed["rdma route"].status == "PASS"
+    assert routed["rdma route"].detail == ("mlx5_1 port 1, GID index 1 (198.18.0.5, RoCE v2), traffic class 104, "
+                                           "service level 3; the GID of 198.18.0.5, this side's end of the control "
+                                           "connection")
+    pinned = {c.name: c for c in doctor.rdma_checks("rdma", 1 << 20, sysfs=tmp_path,
+                                                    rdma=RdmaOptions(device="mlx5_0", gid_index=0))}
+    assert pinned["rdma route"].status == "WARN" and "GID index 0 (fe80::e42:a1ff:fe9b:1c2e" in \
+        pinned["rdma route"].detail
+    missing = {c.name: c for c in doctor.rdma_checks("rdma", 1 << 20, sysfs=tmp_path, rdma=RdmaOptions(gid_index=7))}
+    assert missing["rdma route"].status == "FAIL" and "no GID at index 7" in missing["rdma route"].detail
 
 
 def test_primary_and_replica_checks_against_the_sandbox(urls):

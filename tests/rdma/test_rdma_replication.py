@@ -5,11 +5,13 @@ host without a verbs device the module is skipped (the guest run is the real one
 import signal
 import socket
 import ssl
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from bridge.config import TlsFiles
+from bridge.config import RdmaOptions, TlsFiles
 from bridge.lab.ports import free_port
 from bridge.lab.procs import replica_process, wait_port
 from bridge.lab.workload import MixedWorkload, create_schema
@@ -96,6 +98,49 @@ def test_take_over_over_rdma_fences_the_old_writer(urls):
     take_over(urls, "rdma_takeover", "rdma")
 
 
+def _address_on_the_rxe_netdev(address: str) -> None:
+    """A second address on the guest's rxe netdev (dummy0), and its GID in rxe0's table."""
+    subprocess.run(["ip", "addr", "replace", f"{address}/24", "dev", "dummy0"], check=True)
+    wait_for(lambda: any(address in _read(p) or _mapped(address) in _read(p)
+                         for p in Path("/sys/class/infiniband").glob("*/ports/1/gids/*")),
+             timeout_s=10, what=f"rxe's GID of {address}")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _mapped(address: str) -> str:
+    """An IPv4 address as the tail of its GID in sysfs ("0a0c:0001" for 10.12.0.1)."""
+    a, b, c, d = (int(x) for x in address.split("."))
+    return f"{a << 8 | b:04x}:{c << 8 | d:04x}"
+
+
+def test_the_gid_of_the_address_the_pair_connects_through_is_chosen_and_named(urls):
+    """A second address on the rxe netdev, and the pair connected through it: both queue
+    pairs use its IPv4-mapped RoCE v2 GID (before, the primary side took GID index 0, the
+    link-local fe80:: one), mark their packets as asked, and say so in status; replication
+    is equal."""
+    _address_on_the_rxe_netdev("10.12.0.1")
+    marking = RdmaOptions(traffic_class=104, service_level=3)
+    pair = BridgePair(urls, "rdma", secret="s3cret", insecure_transport=True)
+    try:
+        pair.start_replica(host="10.12.0.1")
+        pair.start_primary(rdma=marking)
+        create_schema(pair.primary, "rdma_gid")
+        MixedWorkload(pair.primary, "rdma_gid", seed=9).run(150)
+        pair.assert_same("rdma_gid")
+        for route in (pair.primary_node.status()["rdma"], pair.replica_node.status()["rdma"]):
+            assert (route["gid"], route["roce_v2"], route["traffic_class"], route["service_level"]) == \
+                ("10.12.0.1", True, 104, 3), route  # the replica side takes the primary side's marking
+            assert route["chosen_by"].startswith("the GID of 10.12.0.1"), route
+    finally:
+        pair.stop()
+
+
 def test_doctor_passes_the_device_checks_on_a_real_verbs_device():
     from bridge.ops import doctor
 
@@ -106,6 +151,8 @@ def test_doctor_passes_the_device_checks_on_a_real_verbs_device():
     assert found[port.replace("port 1", "GID type")] == "PASS", doctor.render(checks)  # a RoCE v2 GID
     assert found["memlock limit"] == "PASS", doctor.render(checks)
     assert not any(c.status == "FAIL" for c in checks), doctor.render(checks)
+    routed = {c.name: c for c in doctor.rdma_checks("rdma", 1 << 20, local_address="10.11.0.1")}["rdma route"]
+    assert routed.status == "PASS" and "GID index 1 (10.11.0.1, RoCE v2)" in routed.detail, routed
 
 
 def taken_from_frozen_ring(pid: int, node) -> int:
