@@ -122,13 +122,39 @@ class TransportError(BridgeError):
     """The link to the replica's ring failed (connection lost, refused, closed)."""
 
 
+# enum ibv_wc_status (infiniband/verbs.h) as ibv_wc_status_str names each
+WC_STATUS_NAMES = {
+    0: "success", 1: "local length error", 2: "local QP operation error", 3: "local EE context operation error",
+    4: "local protection error", 5: "Work Request Flushed Error", 6: "memory management operation error",
+    7: "bad response error", 8: "local access error", 9: "remote invalid request error", 10: "remote access error",
+    11: "remote operation error", 12: "transport retry counter exceeded", 13: "RNR retry counter exceeded",
+    14: "local RDD violation error", 15: "remote invalid RD request", 16: "aborted error",
+    17: "invalid EE context number", 18: "invalid EE context state", 19: "fatal error", 20: "response timeout error",
+    21: "general error", 22: "TM error", 23: "TM software rendezvous",
+}
+_LOST = "the link or the peer's queue pair is gone (it resumes in a new session)"
+_ACCESS = ("the peer refused the memory access: its region is gone or its key changed (a new session fenced "
+           "this writer, or the replica side restarted)")
+_LENGTH = "a request longer than the peer accepts (a bug: please report it with the log)"
+WC_STATUS_MEANING = {
+    1: _LENGTH, 4: "a local buffer outside its registered region (a bug: please report it with the log)",
+    5: "an earlier error put the queue pair in the error state; its requests are flushed", 8: _ACCESS,
+    9: _LENGTH, 10: _ACCESS, 11: "the peer could not carry out the request", 12: _LOST, 13: _LOST, 19: _LOST,
+    20: _LOST,
+}
+
+
 class RdmaError(TransportError):
     """The rdma transport's work requests: a verbs call that failed, or an error completion."""
 
     @classmethod
     def completion(cls, status: int, opcode: int) -> "RdmaError":
-        return cls(f"rdma transport: work completion error status {status} (opcode {opcode}): the link or the "
-                   "replica's QP is gone")
+        """An error completion, named as libibverbs' ``ibv_wc_status_str`` names it, with what
+        it most likely means: a lost link or peer, memory the peer no longer offers (a new
+        session fenced this writer), or a request the bridge got wrong."""
+        name = WC_STATUS_NAMES.get(status, "unknown")
+        return cls(f"rdma transport: work completion error: {name} (status {status}, opcode {opcode}): "
+                   f"{WC_STATUS_MEANING.get(status, 'the queue pair is in the error state')}")
 
     @classmethod
     def timed_out(cls, timeout_s: float) -> "RdmaError":

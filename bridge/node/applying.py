@@ -91,7 +91,7 @@ class ApplyLoop:
         receiver = self.host.lane_receiver(session.consumer.region)  # tcp: the lane reads the data connection itself
         sleeper = self.host.lane_sleeper()  # rdma: the lane sleeps on the session's queue pair
         if not runner.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes, doorbell,
-                          LANE_WAIT_MS, receiver, sleeper):
+                          LANE_WAIT_MS, receiver, sleeper, int(cfg.spin_s * 1e6)):
             return False
         done = runner.last
         self.counts.lane_groups_applied(done.groups, done.txns, done.beats, done.events, done.largest)

@@ -18,7 +18,7 @@ from bridge.apply.applier import Applier
 from bridge.apply.parallel import ParallelApplier
 from bridge.apply.protocol import ApplierLike
 from bridge.config import SECRET_ENV, ReplicaConfig, is_loopback
-from bridge.errors import BridgeError, ConfigError, EndCode, RemoteProtocolError
+from bridge.errors import BridgeError, ConfigError, EndCode, RemoteProtocolError, TransportError
 from bridge.model import GtidSet
 from bridge.node import admin, realtime
 from bridge.node.applying import ApplyLoop
@@ -164,7 +164,14 @@ class ReplicaNode(ApplyLoop):
         session = self.current
         if session is not None:
             consumer = session.consumer
-            if self.host.sleep(lambda: consumer.published or bool(self._pending or self._stash) or self._stop.is_set()):
+            try:
+                if self.host.sleep(lambda: consumer.published or bool(self._pending or self._stash) or
+                                   self._stop.is_set()):
+                    return
+            except TransportError as exc:  # rdma: the session's queue pair failed
+                with self._lock:
+                    if self.current is session:
+                        self._end_session(str(exc), EndCode.ERROR)
                 return
         time.sleep(self.cfg.poll_idle_s)
 

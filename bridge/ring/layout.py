@@ -21,6 +21,7 @@ RING_MAGIC = int.from_bytes(b"RDMABRG", "little") << 8 | RING_LAYOUT_VERSION
 HEADER = struct.Struct("<QQIIQII")
 DATA_OFFSET = 64
 WRITE_SEQ_AT, HEAD_AT, TAIL_AT, ACK_SEQ_AT, SIZE_AT, WAITING_AT = 8, 16, 20, 24, 32, 36
+SCRATCH_AT = 40  # 8 bytes the replica side's rdma announce reads into (bridge/transport/_verbs.pyx), never read
 PUBLISH_AT, PUBLISH_BYTES = WRITE_SEQ_AT, 12  # write_seq and head: what a publish writes
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")

@@ -23,7 +23,7 @@ WRITE, READ, WRITE_IMM = _twin.WRITE, _twin.READ, _twin.WRITE_IMM
 from bridge.transport.verbs_c cimport (BV_FAILED, BV_PENDING, BV_READ, BV_WRITE, BV_WRITE_IMM, bv_path, bv_post,
                                        bv_queue, bv_reap, bv_sleep_done, bv_sleep_prepare, bv_sleeper,
                                        bv_sleeper_init, bv_sleeper_shut, bv_wait, publish_post, wake_peer)
-from bridge.wire.layouts cimport PUBLISH_BYTES, WAITING_AT, WRITE_SEQ_AT
+from bridge.wire.layouts cimport PUBLISH_BYTES, SCRATCH_AT, WAITING_AT, WRITE_SEQ_AT
 from bridge.wire.native_c cimport rd64, wr32
 
 
@@ -138,16 +138,23 @@ cdef struct Sleep:
     bv_path *path
     bv_wake *chan
     uint64_t timeout_ns  # an announcement's completion waited for at most this long
+    int status  # the first receive completion in error's (0: none)
 
 
 cdef int _announce(void *owner) noexcept nogil:
     """The replica side sleeps: its ring's waiting word (in the registered ring, the path's
-    local buffer) written into the primary side's mirror, and the write's completion waited
-    for, so that a publish the primary side completes from now on finds it: 0 or the error."""
+    local buffer) written into the primary side's mirror, then an 8-byte RDMA READ of that
+    mirror (into the ring header's scratch bytes), both completions waited for. A write's
+    completion says the peer's NIC has it, not that the peer's CPU can see it; a READ
+    behind it on the same queue pair is answered only once the write is placed (an RC
+    responder carries out a queue pair's requests in order), so a publish the primary side
+    completes from now on finds the word: 0 or the error."""
     cdef Sleep *s = <Sleep *>owner
     cdef int err
     wr32(<uint8_t *>s.path.local + WAITING_AT, 1)
     err = bv_queue(s.path, BV_WRITE, WAITING_AT, 4, WAITING_AT)
+    if err == 0:
+        err = bv_queue(s.path, BV_READ, SCRATCH_AT, 8, WAITING_AT)
     if err == 0:
         err = bv_post(s.path, 1)
     return err if err else bv_wait(s.path, s.timeout_ns)
@@ -160,7 +167,7 @@ cdef int _taken(void *owner) noexcept nogil:
     cdef ibv_cq *cq
     cdef void *ctx
     cdef ibv_wc wc[16]
-    cdef int events = 0, consumed = 0, n
+    cdef int events = 0, consumed = 0, n, i
     while ibv_get_cq_event(s.chan.channel, &cq, &ctx) == 0:
         events += 1
     if events:
@@ -169,7 +176,12 @@ cdef int _taken(void *owner) noexcept nogil:
         n = ibv_poll_cq(s.chan.cq, 16, wc)
         if n <= 0:
             break
+        for i in range(n):
+            if wc[i].status != 0 and s.status == 0:  # flushed, or worse: the queue pair is in the error state
+                s.status = wc[i].status
         consumed += n
+    if s.status:
+        return -1  # no receive posted again: its session ends (RdmaRingHost.sleep)
     if events == 0 and consumed == 0:
         return 0  # still armed
     if consumed and bv_wake_recv(<ibv_qp *>s.path.qp, consumed) != 0:
@@ -214,6 +226,16 @@ cdef class QueuePair:
     def max_inline(self, uint32_t n):
         """At most ``n`` bytes inline from now on (never more than the device gave)."""
         self.path.max_inline = min(n, self.path.max_inline)
+
+    @property
+    def max_msg(self):
+        """The longest write it posts (its port's max_msg_sz, read at ``connect``)."""
+        return self.path.max_msg
+
+    @max_msg.setter
+    def max_msg(self, uint32_t n):
+        """Lowered only (a test holds writes to a small size as a port with a small max_msg_sz would)."""
+        self.path.max_msg = max(1, min(n, self.path.max_msg))
 
     @property
     def lane_path(self):
@@ -297,6 +319,14 @@ cdef class QueuePair:
         with nogil:
             fd = bv_sleep_prepare(&self.sleeper)
         return fd if fd >= 0 else None
+
+    @property
+    def sleep_failure(self):
+        """Why this queue pair can sleep no more (a receive completed in error: the queue pair
+        is in the error state), or None."""
+        if not self.sleeper.failed:
+            return None
+        return str(RdmaError.completion(self.sleep.status, 129))  # IBV_WC_RECV_RDMA_WITH_IMM: a wakeup's receive
 
     def sleep_done(self):
         """After a sleep: the wakeups that woke it taken."""

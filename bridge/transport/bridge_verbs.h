@@ -52,6 +52,7 @@ typedef struct bv_path {
     uint64_t local, remote;   /* the mirror's address here, the ring's at the replica */
     uint32_t lkey, rkey;
     uint32_t max_inline;      /* the queue pair's max_inline_data */
+    uint32_t max_msg;         /* its port's max_msg_sz: no write longer (a longer one is split, merges stop short) */
     uint32_t depth;           /* its send queue's depth */
     int outstanding;          /* signaled work requests posted and not completed */
     int unsignaled;           /* posted since the last signaled one */
@@ -124,11 +125,19 @@ static inline int bv_post(bv_path *p, int signaled) {
 }
 
 /* Queues one work request (an RDMA WRITE that continues the last queued one in both the
-   mirror and the ring is merged into it), posting the chain first when it is full. */
+   mirror and the ring is merged into it while the two stay within the port's max_msg_sz; a
+   longer one goes as several), posting the chain first when it is full. */
 static inline int bv_queue(bv_path *p, int kind, uint64_t at, uint32_t len, uint64_t to) {
     int last = p->queued - 1, rc;
+    while (len > p->max_msg) {
+        if ((rc = bv_queue(p, kind, at, p->max_msg, to)) != 0)
+            return rc;
+        at += p->max_msg;
+        to += p->max_msg;
+        len -= p->max_msg;
+    }
     if (kind == BV_WRITE && last >= 0 && p->kind[last] == BV_WRITE && p->at[last] + p->len[last] == at &&
-            p->to[last] + p->len[last] == to) {
+            p->to[last] + p->len[last] == to && (uint64_t)p->len[last] + len <= p->max_msg) {
         p->len[last] += len;
         return 0;
     }
@@ -215,6 +224,8 @@ typedef struct bv_sleeper {
     int open;                       /* the queue pair may be used */
     int fd;                         /* its completion channel's file descriptor */
     int said;                       /* the waiting word is up in the primary side's mirror */
+    int failed;                     /* a receive completed in error (the queue pair is in the error state):
+                                       no sleep through it any more, its session must end */
     uint64_t wakeups;               /* writes with immediate data taken */
     void *owner;                    /* what the calls below act on */
     int (*announce)(void *owner);   /* 0, or an errno or BV_FAILED */
@@ -235,18 +246,20 @@ static inline void bv_took(bv_sleeper *s) {
     if (n > 0) {
         s->wakeups += (uint64_t)n;
         s->said = 0;
+    } else if (n < 0) {
+        s->failed = 1;
     }
 }
 
 /* Before a sleep: the wakeups that came taken and, where the word is not up, the
-   announcement made: the fd to wait on, or -1 (closed, or the announcement failed:
-   the caller polls). */
+   announcement made: the fd to wait on, or -1 (closed, failed, or the announcement failed:
+   the caller polls, or ends the session where ``failed`` says so). */
 static inline int bv_sleep_prepare(bv_sleeper *s) {
     int fd = -1;
     pthread_mutex_lock(&s->lock);
-    if (s->open) {
+    if (s->open && !s->failed) {
         bv_took(s);
-        if (s->said || s->announce(s->owner) == 0) {
+        if (!s->failed && (s->said || s->announce(s->owner) == 0)) {
             s->said = 1;
             fd = s->fd;
         }

@@ -75,6 +75,7 @@ static inline int bv_open(bv_path *p, bv_wake *wake, struct ibv_pd *pd, int dept
     p->cq = cq;
     p->depth = (uint32_t)depth;
     p->max_inline = init.cap.max_inline_data;
+    p->max_msg = 1u << 30;  /* until bv_connect reads the port's */
     return 0;
 }
 
@@ -86,7 +87,10 @@ static inline int bv_connect(bv_path *p, int port, int access, int mtu, uint32_t
                              int dlid, int timeout, int retry_cnt, int rnr_retry, int min_rnr_timer) {
     struct ibv_qp *qp = (struct ibv_qp *)p->qp;
     struct ibv_qp_attr a;
+    struct ibv_port_attr port_attr;
     int rc;
+    if (ibv_query_port(qp->context, (uint8_t)port, &port_attr) == 0 && port_attr.max_msg_sz > 0)
+        p->max_msg = port_attr.max_msg_sz < (1u << 30) ? port_attr.max_msg_sz : (1u << 30);
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
     a.port_num = port;

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.config import RdmaOptions
-from bridge.errors import TransportError
+from bridge.errors import RdmaError, TransportError
 from bridge.ring.layout import ACK_SEQ_AT, init_region, region_bytes
 from bridge.transport import gids, verbs
 from bridge.transport.base import LaneTarget, NoLaneAnswers, NoLaneReceiver
@@ -313,9 +313,16 @@ class RdmaRingHost(NoLaneReceiver):
         once, and again only after a wakeup, which the primary side sends once per time it
         finds the word set, clearing it: a timeout with nothing to do costs no write, and a
         burst while the word is up costs one wakeup, never more receives than are posted
-        (the queue pair's sleeper, shared with the compiled apply lane: bridge_verbs.h)."""
+        (the queue pair's sleeper, shared with the compiled apply lane: bridge_verbs.h).
+        RdmaError where a receive of its queue pair completed in error (the queue pair is in
+        the error state: every later sleep would return at once): the caller ends the session."""
         drain(self._interrupt)  # before the session is looked up: one that comes after it interrupts
         qp = self.lane_sleeper()
+        if qp is not None and qp.sleep_failure:
+            with self._lock:
+                if self._waker is qp:
+                    self._waker = None  # said once: the session ends, the next one brings a new queue pair
+            raise RdmaError(f"{qp.sleep_failure}; the session ends")
         return qp is not None and sleep_on_queue_pair(qp, has_work, timeout_s, self._interrupt)
 
     def lane_sleeper(self):

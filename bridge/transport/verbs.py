@@ -104,6 +104,8 @@ class QueuePair:
                     raise RdmaError.call("open a queue pair", str(exc)) from exc
                 inline_bytes //= 4
         self.max_inline = self.qp.query(e.IBV_QP_CAP)[1].cap.max_inline_data
+        self.max_msg = 1 << 30  # until ``connect`` reads the port's max_msg_sz
+        self._ctx = domain.ctx
         self.local, self.lkey, self.remote, self.rkey = 0, 0, 0, 0
         self.view: memoryview | None = None  # the local buffer
         self._queued: list[list[int]] = []  # [kind, at, length, to]
@@ -130,6 +132,7 @@ class QueuePair:
         attr.dest_qp_num, attr.rq_psn, attr.sq_psn = dest_qpn, rq_psn, sq_psn
         attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
         attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = timeout, retry_cnt, rnr_retry, min_rnr_timer
+        self.max_msg = min(self._ctx.query_port(port).max_msg_sz or 1 << 30, 1 << 30)
         if dlid:
             attr.ah_attr = AHAttr(port_num=port, dlid=dlid, sl=sl)
         else:
@@ -208,12 +211,19 @@ class QueuePair:
     def sleep_done(self) -> None:
         """Nothing was taken: nothing woke it."""
 
+    sleep_failure = None  # it never sleeps, so no receive of its can complete in error
+
     # --- work requests ------------------------------------------------------------------
 
     def _queue(self, kind: int, at: int, length: int, to: int) -> None:
+        """One work request queued: merged into the last where it continues it in both buffers
+        and the two stay within the port's max_msg_sz; split where it is longer."""
+        while length > self.max_msg:
+            self._queue(kind, at, self.max_msg, to)
+            at, to, length = at + self.max_msg, to + self.max_msg, length - self.max_msg
         last = self._queued[-1] if self._queued else None
         if kind == WRITE and last is not None and last[0] == WRITE and last[1] + last[2] == at and \
-                last[3] + last[2] == to:
+                last[3] + last[2] == to and last[2] + length <= self.max_msg:
             last[2] += length
             return
         if len(self._queued) == CHAIN:

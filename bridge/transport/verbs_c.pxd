@@ -25,12 +25,12 @@ cdef extern from "bridge_verbs.h" nogil:
         void *qp
         void *cq
         uint64_t local, remote
-        uint32_t lkey, rkey, max_inline, depth
+        uint32_t lkey, rkey, max_inline, max_msg, depth
         int outstanding, unsignaled, status, opcode, queued
         uint32_t imm, publishes
 
     ctypedef struct bv_sleeper:
-        int open, fd, said
+        int open, fd, said, failed
         uint64_t wakeups
 
     void bv_sleeper_init(bv_sleeper *s, void *owner, int (*announce)(void *) noexcept nogil,

@@ -23,6 +23,7 @@ cdef enum:
     ACK_SEQ_AT = 24
     SIZE_AT = 32
     WAITING_AT = 36
+    SCRATCH_AT = 40  # 8 bytes of the replica side's own: where its announce's flushing RDMA READ lands
     PUBLISH_BYTES = 12  # write_seq and head, side by side: what a publish writes
     DATA_OFFSET = 64
 

@@ -73,6 +73,35 @@ def test_a_queue_pair_in_the_error_state_resumes_with_nothing_lost_or_applied_tw
         pair.stop()
 
 
+def test_an_idle_replica_side_whose_queue_pair_fails_ends_the_session_once_without_a_busy_loop(urls):
+    """The replica side's queue pair moved to the error state while it sleeps on it: its
+    posted receives complete in error (flushed). Before, every later sleep returned at once
+    (a core burnt) and nothing ended the session until the primary side wrote again. Now the
+    replica side ends the session, the primary side starts a new one with no write of its
+    own, the process idles on little CPU, and replication goes on equal."""
+    pair = BridgePair(urls, "rdma").start()
+    try:
+        create_schema(pair.primary, "rdma_recv_error")
+        MixedWorkload(pair.primary, "rdma_recv_error", seed=11).run(50)
+        pair.sync()
+        before = pair.primary_node.counts.reconnects
+        waker = pair.replica_node.host.lane_sleeper()
+        if waker is None:
+            pytest.skip("the pure-Python queue pair does not sleep on a completion channel")
+        waker.break_link()
+        wait_for(lambda: pair.primary_node.counts.reconnects > before and pair.replica_node.current is not None
+                 and pair.replica_node.host.lane_sleeper() not in (None, waker),
+                 timeout_s=30, what="a new session after the replica side's queue pair failed")
+        time.sleep(0.5)  # the new session settles
+        cpu = time.process_time()
+        time.sleep(2)
+        assert time.process_time() - cpu < 0.5, "both sides idle, yet the process burnt CPU"
+        MixedWorkload(pair.primary, "rdma_recv_error", seed=12).run(100)
+        pair.assert_same("rdma_recv_error")
+    finally:
+        pair.stop()
+
+
 def test_replication_over_rdma_with_its_setup_connection_over_tls(urls, tmp_path):
     """The control channel and the queue-pair exchange go through TLS; the one-sided
     writes into the ring do not (RDMA has no TLS; docs/operations.md says so)."""

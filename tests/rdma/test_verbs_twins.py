@@ -134,3 +134,31 @@ def test_without_inline_writes_the_header_goes_with_every_publish(monkeypatch, t
     finally:
         remote.close()
         hosted.close()
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_writes_longer_than_the_port_takes_go_as_several_and_merges_stop_short(monkeypatch, twin):
+    """A port's max_msg_sz bounds one RDMA WRITE (Soft-RoCE's is 8 MiB, a large chunk or a
+    long merge of contiguous frames could pass it): held to 256 bytes here, every frame
+    still arrives whole."""
+    monkeypatch.setattr(rdma, "VERBS", twin)
+    hosted = HostedRing("rdma")
+    remote, producer = rdma.RdmaRemoteRing(hosted.host.params(), hosted.addr, RING), RingProducer(RING)
+    consumer = RingConsumer(hosted.host.region)
+    try:
+        assert remote.qp.max_msg >= 1 << 20  # the port's (rxe: 8 MiB)
+        remote.qp.max_msg = 256
+        sent = []
+        for n in range(12):
+            payload = bytes([n + 1]) * (100 + 90 * n)
+            sent.append(payload)
+            for p in producer.append(FrameKind.TXN, payload):
+                remote.write(p.offset, producer.region[p.offset:p.offset + p.length])
+            remote.publish(producer.write_seq, producer.head)
+            frame = consumer.poll()
+            assert frame is not None and frame.payload == payload
+            consumer.acknowledge(frame.seq)
+            producer.acknowledge(remote.read_ack())
+    finally:
+        remote.close()
+        hosted.close()

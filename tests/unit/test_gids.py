@@ -91,3 +91,15 @@ def test_addresses_no_gid_can_have():
     assert gid_of("localhost") is None
     assert str(gid_of("10.0.0.5")) == "::ffff:a00:5" and str(gid_of("fe80::1%eth0")) == "fe80::1"
     assert has_address(CONNECTX, "198.18.0.5") and not has_address(CONNECTX, "127.0.0.1")
+
+
+def test_error_completions_are_named_as_libibverbs_names_them_and_told_apart():
+    from bridge.errors import RdmaError
+
+    lost = str(RdmaError.completion(12, 1))
+    assert "transport retry counter exceeded (status 12, opcode 1)" in lost and "link or the peer" in lost
+    fenced = str(RdmaError.completion(10, 1))
+    assert "remote access error" in fenced and "a new session fenced this writer" in fenced
+    assert "local length error" in str(RdmaError.completion(1, 0)) and "a bug" in str(RdmaError.completion(1, 0))
+    assert "Work Request Flushed Error" in str(RdmaError.completion(5, 129))
+    assert "unknown (status 99" in str(RdmaError.completion(99, 0))

@@ -4,6 +4,7 @@ position events bridge.apply.binlog.build makes for the general path. And what t
 lane leaves to the general path, it leaves untouched: no byte sent, no frame taken."""
 
 import base64
+import os
 import socket
 import threading
 import time
@@ -20,6 +21,7 @@ from bridge.ring.layout import (
     DATA_OFFSET,
     HEADER,
     RING_MAGIC,
+    WAITING_AT,
     WRITE_SEQ_AT,
     read_u32,
     read_u64,
@@ -28,7 +30,7 @@ from bridge.ring.layout import (
 from bridge.ring.producer import RingProducer
 from bridge.wire import binlog, hotpath
 from bridge.wire.codec import encode_transaction
-from bridge.wire.frame import HEADER_BYTES, FrameKind
+from bridge.wire.frame import HEADER_BYTES, FrameKind, frame_bytes
 
 CLASSES = [twin_lane.Lane] + ([apply_lane.Lane] if apply_lane.COMPILED else [])
 
@@ -197,8 +199,7 @@ def test_frames_whole_before_the_header_says_so_are_applied_and_a_torn_one_waits
     its own check, and one still being written (its crc not right yet) is not there."""
     txns = [Transaction(f"0-1-{n}", (ROWS,), (1000 + n, 2000 + n)) for n in (6, 7)]
     region = ring(txns, published=False)
-    torn_at = DATA_OFFSET + read_u32(region, DATA_OFFSET + 4) + HEADER_BYTES  # the second frame's header
-    torn_at = (torn_at + 7) & ~7
+    torn_at = DATA_OFFSET + frame_bytes(read_u32(region, DATA_OFFSET + 4))  # the second frame's header
     region[torn_at + HEADER_BYTES + 3] ^= 0xFF  # a payload byte of frame 2 not written yet
     lane = make(cls, build.PositionTable(255, 6), fmt(False))
     lane.set_position(0, GtidSet.parse("0-1-5"))
@@ -206,6 +207,42 @@ def test_frames_whole_before_the_header_says_so_are_applied_and_a_torn_one_waits
     assert ran == 1
     assert read_u64(region, WRITE_SEQ_AT) == 0 and read_u64(region, ACK_SEQ_AT) == 1
     assert lane.gtids == "0-1-6" and lane.expected_seq == 2 and seen[0].endswith(b"';COMMIT")
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_with_spin_us_a_frame_that_comes_while_the_run_polls_needs_no_doorbell(cls):
+    """start-replica --spin-us in the lane: after its last frame the run polls the ring
+    before it sleeps, so a frame placed meanwhile finds the consumer not waiting (its
+    producer rings nothing) and is applied in the same run. Without it the consumer is
+    asleep on the doorbell (its waiting word up)."""
+    whole = ring([Transaction("0-1-6", (ROWS,), (1006, 2006))])
+    for spin_us, waiting in ((900_000, 0), (0, 1)):
+        region = bytearray(whole)
+        region[DATA_OFFSET:] = bytes(len(region) - DATA_OFFSET)
+        write_publish(region, 0, 0)
+        seen_waiting = []
+
+        def place_later():
+            time.sleep(0.05)
+            seen_waiting.append(read_u32(region, WAITING_AT))  # what a producer looks at before it rings
+            region[DATA_OFFSET:] = whole[DATA_OFFSET:]
+
+        lane = make(cls, build.PositionTable(255, 6), fmt(False))
+        lane.set_position(0, GtidSet.parse("0-1-5"))
+        doorbell = os.eventfd(0, os.EFD_NONBLOCK)  # never rung
+        client, server = socket.socketpair()
+        with client, server:
+            server.settimeout(5)
+            peer = threading.Thread(target=lambda: answering(server, [OK, OK]))
+            peer.start()
+            writer = threading.Thread(target=place_later)
+            writer.start()
+            ran = lane.run(region, 0, 1, 3, client, 100, 100, 1 << 20, 1 << 20, doorbell, 1000, None, None, spin_us)
+            writer.join(5)
+            peer.join(5)
+        os.close(doorbell)
+        assert seen_waiting == [waiting], f"spin {spin_us} µs"
+        assert ran == 1 and lane.gtids == "0-1-6"
 
 
 @pytest.mark.parametrize("cls", CLASSES)

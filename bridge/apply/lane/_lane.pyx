@@ -14,6 +14,7 @@ from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
+from posix.time cimport nanosleep, timespec
 
 from bridge.apply.lane import lane as _twin
 from bridge.apply.lane import mysqlpos as _mysqlpos
@@ -129,21 +130,25 @@ cdef class Lane:
 
     def run(self, region, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, sock, long max_txns,
             long max_events, Py_ssize_t max_bytes, Py_ssize_t limit, int doorbell=-1, int wait_ms=0,
-            Receiver receiver=None, sleeper=None):
+            Receiver receiver=None, sleeper=None, long spin_us=0):
         """``receiver``: the tcp data connection's compiled receiver (bridge.transport._receiver)
         of this ring: where the run would sleep it holds the connection and carries out
         the placements itself (one thread woken per transaction, not two), until it returns.
         ``sleeper``: rdma, the queue pair an idle run sleeps through (its ``lane_sleeper``,
-        bridge_verbs.h), held by the caller while the run lasts."""
+        bridge_verbs.h), held by the caller while the run lasts. ``spin_us``: after the last
+        frame the ring is polled this long, a zero sleep apart (as the twin), before it sleeps."""
         cdef Py_buffer r
         cdef Placements *pl = NULL
         cdef bint held = False, slept
+        cdef timespec zero
         cdef uint8_t *b
         cdef int got, fd = sock.fileno()
         cdef bint tcp = sock.family != _socket.AF_UNIX
-        cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>wait_ms * 1000000, now
+        cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>wait_ms * 1000000, now, idle_since = 0
+        cdef uint64_t spin_ns = <uint64_t>spin_us * 1000 if spin_us > 0 else 0
         cdef int lowat = 2 * OK_BYTES_MIN, one = 1
         cdef bv_sleeper *verbs = <bv_sleeper *><uintptr_t>((sleeper.lane_sleeper or 0) if sleeper is not None else 0)
+        zero.tv_sec, zero.tv_nsec = 0, 0
         self.tail, self.expected_seq = tail, expected_seq
         self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0
         self.heartbeat, self.heartbeat_ns = None, 0
@@ -165,6 +170,12 @@ cdef class Lane:
                     if ring_ready(b, self.tail, self.expected_seq, epoch) or now >= deadline or \
                             doorbell < 0 and receiver is None and verbs == NULL:
                         return self.txns  # the next frame is the general path's, or nothing to wait on
+                    if idle_since == 0:
+                        idle_since = now
+                    if now - idle_since < spin_ns:
+                        with nogil:
+                            nanosleep(&zero, NULL)  # --spin-us: a zero sleep lasts Linux's timer slack, ~50-70 µs
+                        continue
                     if receiver is not None and not held:
                         pl = &receiver.s
                         with nogil:
@@ -179,8 +190,10 @@ cdef class Lane:
                                          <int>((deadline - now) // 1000000) + 1, pl, verbs)
                     if not slept:
                         return self.txns  # rdma: the queue pair cannot sleep (closed, broken); the caller polls
-                elif now >= deadline:
-                    return self.txns
+                else:
+                    idle_since = 0
+                    if now >= deadline:
+                        return self.txns
         finally:
             if held:
                 give(pl)

@@ -162,7 +162,8 @@ class Lane:
     # --- one group ------------------------------------------------------------------
 
     def run(self, region, tail: int, expected_seq: int, epoch: int, sock, max_txns: int, max_events: int,
-            max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0, receiver=None, sleeper=None) -> int:
+            max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0, receiver=None, sleeper=None,
+            spin_us: int = 0) -> int:
         """Apply the frames ready in ``region`` from ``tail`` (seq ``expected_seq``), a
         group at a time (each one replica transaction on ``sock``), until the ring's next
         frame is not the lane's, or for ``wait_ms``: while the ring is empty it sleeps on
@@ -172,8 +173,11 @@ class Lane:
         ``receiver``: the compiled lane reads the tcp data connection itself while it runs
         (bridge/transport/_placements.pxi); this twin leaves it to the receiver thread,
         which rings the doorbell: the same frames, the same bytes, one wakeup more.
-        ``sleeper``: rdma, the queue pair the run sleeps through instead (bridge.transport.doorbell)."""
+        ``sleeper``: rdma, the queue pair the run sleeps through instead (bridge.transport.doorbell).
+        ``spin_us`` (start-replica --spin-us): after the last frame, the ring is polled this
+        long, a zero sleep apart, before the run sleeps."""
         deadline = time.monotonic() + wait_ms / 1000
+        idle_since = None
         self.tail, self.expected_seq = tail, expected_seq
         self.groups = self.largest = self.txns = self.beats = self.events = self.given_back = 0
         self.heartbeat, self._stamps = None, []
@@ -184,15 +188,22 @@ class Lane:
             if got == NOTHING:
                 if self._ready(region, epoch) or doorbell < 0 and sleeper is None:
                     return self.txns  # the next frame is the general path's, or nothing to wait on
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     return self.txns
+                idle_since = idle_since or now
+                if now - idle_since < spin_us / 1e6:
+                    time.sleep(0)  # --spin-us: a zero sleep lasts Linux's timer slack, ~50-70 µs
+                    continue
                 if sleeper is None:
                     _sleep(region, doorbell, lambda: self._ready(region, epoch), int(left * 1000) + 1)
                 elif not sleep_on_queue_pair(sleeper, lambda: self._ready(region, epoch), left):
                     return self.txns  # the queue pair cannot sleep (closed, broken, pyverbs'): the caller polls
-            elif time.monotonic() >= deadline:
-                return self.txns
+            else:
+                idle_since = None
+                if time.monotonic() >= deadline:
+                    return self.txns
 
     def _ready(self, region, epoch: int) -> bool:
         return frame_ready(region, self.tail, self.expected_seq, epoch, hotpath.frame_at)
