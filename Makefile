@@ -164,7 +164,7 @@ rdma-guest: $(STAMP)
 # ~10 min per run under software emulation; the guest is given 30).
 test-rdma: rdma-guest
 	GUEST_TIMEOUT_S=1800 bash tests/rdma/run_guest.sh 'python3 -m pytest -q -p no:cacheprovider tests/rdma tests/conformance && \
-	  python3 -m pytest -q -p no:cacheprovider tests/faults/test_fanout.py -k rdma && \
+	  python3 -m pytest -q -p no:cacheprovider tests/faults/test_fanout.py tests/integration/test_idle_replica.py -k rdma && \
 	  RDMA_BRIDGE_PURE_PYTHON=1 python3 -m pytest -q -p no:cacheprovider tests/conformance tests/rdma/test_verbs_twins.py'
 
 # The rdma transport in the guest, in one run: placement latency next to perftest's ib_write_lat

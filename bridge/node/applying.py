@@ -23,7 +23,8 @@ from bridge.wire.codec import decode_chunk, decode_transaction
 from bridge.wire.frame import FrameKind
 
 log = logging.getLogger("bridge.node.replica")
-LANE_WAIT_MS = 50  # the apply lane returns this often at most (stop, a new session, progress, status)
+LANE_WAIT_MS = 1000  # an idle apply lane sleeps this long at most (a stop or a new session interrupts it)
+LANE_BUSY_MS = 50  # a lane that applied something returns within this long (counters, progress, status)
 
 
 class ApplyLoop:
@@ -82,7 +83,8 @@ class ApplyLoop:
 
     def _lane_step(self) -> bool:
         """The common case in compiled calls (bridge.apply.lane), for up to LANE_WAIT_MS,
-        sleeping on the doorbell while the ring is empty: True when it applied anything."""
+        sleeping on the doorbell while the ring is empty (LANE_BUSY_MS once it applied a
+        group; the host's ``interrupt`` cuts its sleep short): True when it applied anything."""
         cfg, session = self.cfg, self.current
         if session.apply_mode != "binlog" or self._until is not None or not self.scope.everything:
             return False
@@ -91,7 +93,8 @@ class ApplyLoop:
         receiver = self.host.lane_receiver(session.consumer.region)  # tcp: the lane reads the data connection itself
         sleeper = self.host.lane_sleeper()  # rdma: the lane sleeps on the session's queue pair
         if not runner.run(session.consumer, cfg.group_max_txns, cfg.group_max_rows, cfg.group_max_bytes, doorbell,
-                          LANE_WAIT_MS, receiver, sleeper, int(cfg.spin_s * 1e6)):
+                          LANE_WAIT_MS, receiver, sleeper, int(cfg.spin_s * 1e6), LANE_BUSY_MS,
+                          self.host.lane_interrupt_fd):
             return False
         done = runner.last
         self.counts.lane_groups_applied(done.groups, done.txns, done.beats, done.events, done.largest)

@@ -124,7 +124,7 @@ class FanOutNode(FanShipLoop, PrimaryNode):
         try:
             member.link.raise_if_down()
             member.link.say_alive()
-            if refresh:
+            if refresh and member.producer.backlog_frames:  # all acknowledged: nothing to learn, no answer to ask
                 member.producer.acknowledge(member.remote.last_ack())
             member.drain()
         except TransportError as exc:

@@ -53,7 +53,7 @@ from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 
 log = logging.getLogger(__name__)
-ACK_REFRESH_S = 0.05  # how often the ring backlog (status, metrics) learns the replica's ack
+ACK_REFRESH_S = 0.05  # how often the ring backlog (status, metrics) learns the replica's ack, while it has one
 
 
 class PrimaryNode(ShipLoop):
@@ -301,8 +301,8 @@ class PrimaryNode(ShipLoop):
         self._report_progress()
         member = self.member
         now = time.monotonic()
-        if now >= self._ack_refresh_at and member.remote is not None:
-            self._ack_refresh_at = now + ACK_REFRESH_S
+        if now >= self._ack_refresh_at and member.remote is not None and member.producer.backlog_frames:
+            self._ack_refresh_at = now + ACK_REFRESH_S  # nothing unacknowledged: no answer asked (tcp: a wakeup less)
             member.producer.acknowledge(member.remote.last_ack())
         link = member.link
         link.raise_if_down()

@@ -313,6 +313,7 @@ class ReplicaNode(ApplyLoop):
         if not msg.get("take_over"):
             self.writers.wait_for_leaving(msg)
         self._session_waiting.set()
+        self.host.interrupt()  # an idle apply lane holds the node's lock while it sleeps: it lets go now
         try:
             return self._open_session(conn, msg, proof)
         finally:
@@ -341,6 +342,7 @@ class ReplicaNode(ApplyLoop):
                 id=secrets.token_hex(8), epoch=epoch, control=conn, apply_mode=mode,
                 consumer=RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1, epoch=epoch),
                 has_format=self.applier.format is not None)
+            self.host.interrupt()  # a general path asleep on the last session's ring looks at this one
             return control.welcome(auth=proof, **{
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
                     "params": {**self.host.params(), "session": self.current.id},

@@ -21,7 +21,7 @@ from bridge.transport.posix_io cimport (EFD_CLOEXEC, EFD_NONBLOCK, MSG_DONTWAIT,
                                         pollfd, recv, send)
 from bridge.wire.layouts cimport (ACK_SEQ_AT, HEAD_AT, OP_ANSWER, OP_HEAD_BYTES, OP_PUBLISH, OP_PUBLISH_ANSWER,
                                   OP_SEQ_BYTES, OP_WRITE, WAITING_AT, WRITE_SEQ_AT)
-from bridge.wire.native_c cimport (cas_int, load_acquire_u32, load_acquire_u64, load_int, rd32, store_int,
+from bridge.wire.native_c cimport (cas_int, fence_full, load_acquire_u32, load_acquire_u64, load_int, rd32, store_int,
                                    store_release_u64)
 
 ENDED_CLOSED, ENDED_OS_ERROR, ENDED_BAD_HEAD, ENDED_DOORBELL = CLOSED, OS_ERROR, BAD_HEAD, DOORBELL
@@ -98,6 +98,7 @@ cdef int _answer(Placements *s) noexcept nogil:
 cdef int _ring(Placements *s) noexcept nogil:
     """The doorbell, if the consumer sleeps on it (bridge.transport.doorbell.Doorbell.ring)."""
     cdef uint64_t one = 1
+    fence_full()  # the published seq out before the flag is read (the consumer: the other way round)
     if load_acquire_u32(s.region + WAITING_AT) == 0:
         return 0
     if write(s.bell, &one, 8) < 0 and errno != EAGAIN:

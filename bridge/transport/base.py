@@ -79,10 +79,12 @@ class RingHost(Protocol):
     # the compiled receiver of the data connection writing into ``region`` (the session's
     # ring), which an apply lane may read the connection through while it runs; None: none
     def lane_receiver(self, region: memoryview) -> object | None: ...
-    # an idle consumer's wait until the primary side wakes it (bounded: DOORBELL_WAIT_S), where
+    # an idle consumer's wait until the primary side wakes it (a safety bound: DOORBELL_WAIT_S), where
     # the host wakes it otherwise than by ``doorbell_fd``; False: it cannot (the consumer polls)
     def sleep(self, has_work, timeout_s: float = ...) -> bool: ...
-    def interrupt(self) -> None: ...  # a ``sleep`` cut short (the node stops)
+    def interrupt(self) -> None: ...  # a ``sleep`` (an apply lane's too) cut short: the node stops, a session opens
+    # the fd an idle apply lane also waits on, which ``interrupt`` makes readable (rdma); None: the doorbell is it
+    lane_interrupt_fd: int | None
     # rdma: the queue pair an idle apply lane sleeps through (its ``lane_sleeper``); None: the
     # doorbell (shm, tcp), or nothing to sleep on
     def lane_sleeper(self) -> object | None: ...
@@ -104,10 +106,14 @@ class DoorbellSleep:
         return True
 
     def interrupt(self) -> None:
-        """Nothing to cut short: a sleep on the doorbell lasts DOORBELL_WAIT_S at most."""
+        """A sleep on the doorbell (the general path's or the apply lane's) cut short: the
+        doorbell rung with no frame, so the sleeper goes back to its caller."""
+        self.doorbell.wake()
 
     def lane_sleeper(self) -> None:
         return None  # the lane sleeps on ``doorbell_fd``
+
+    lane_interrupt_fd = None  # ... which ``interrupt`` rings too
 
 
 class NoLaneAnswers:

@@ -325,6 +325,11 @@ class RdmaRingHost(NoLaneReceiver):
             raise RdmaError(f"{qp.sleep_failure}; the session ends")
         return qp is not None and sleep_on_queue_pair(qp, has_work, timeout_s, self._interrupt)
 
+    @property
+    def lane_interrupt_fd(self) -> int:
+        """What ``interrupt`` makes readable: an idle apply lane asleep on the queue pair waits on it too."""
+        return self._interrupt
+
     def lane_sleeper(self):
         """The current session's queue pair, where this side can sleep on it (the compiled
         one, its primary side's mirror known), else None."""

@@ -43,7 +43,8 @@ class LaneRunner:
         self._held_until = 0  # the general path applies through this seq first
 
     def run(self, consumer, max_txns: int, max_events: int, max_bytes: int, doorbell: int = -1,
-            wait_ms: int = 0, receiver=None, sleeper=None, spin_us: int = 0) -> int:
+            wait_ms: int = 0, receiver=None, sleeper=None, spin_us: int = 0, busy_ms: int = 0,
+            interrupt_fd: int | None = None) -> int:
         """Apply groups through the lane (for up to ``wait_ms``, sleeping on ``doorbell``
         while the ring is empty, or holding the tcp data connection of ``receiver``, or over
         rdma on the queue pair ``sleeper``): the frames applied, 0 when the general path
@@ -55,7 +56,7 @@ class LaneRunner:
         lane = self.last = self.lane
         got = lane.run(consumer.region, consumer.tail, consumer.expected_seq, consumer.epoch,
                        dbconn.raw_socket(applier.conn), max_txns, max_events, max_bytes, applier.max_query_bytes,
-                       doorbell, wait_ms, receiver, sleeper, spin_us)
+                       doorbell, wait_ms, receiver, sleeper, spin_us, busy_ms, interrupt_fd)
         if lane.groups:
             consumer.took_and_acked(lane.expected_seq - 1, lane.tail)
             gtids = GtidSet.parse(lane.gtids) if lane.mysql else \

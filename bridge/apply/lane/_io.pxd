@@ -15,7 +15,14 @@ cdef enum:
     LOST_CONNECTION = -2  # round_trip: the connection broke, or answered nonsense
 
 
-cdef bint sleep_on(uint8_t *b, int doorbell, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, int wait_ms,
-                   Placements *pl, bv_sleeper *verbs) noexcept nogil
+cdef enum:
+    # sleep_on: how the sleep ended
+    SLEEP_CANNOT = 0  # rdma: the queue pair cannot sleep (closed, failed): the caller polls
+    SLEEP_WOKEN = 1  # a frame, placements on the held connection, or the time was up
+    SLEEP_RUNG = 2  # the doorbell (shm, tcp) or the interrupt fd (rdma) was readable: a frame, or an interrupt
+
+
+cdef int sleep_on(uint8_t *b, int doorbell, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, int wait_ms,
+                  Placements *pl, bv_sleeper *verbs, int interrupt) noexcept nogil
 cdef int round_trip(int fd, bint tcp, const char *packet, Py_ssize_t n, int answers, int *oks, uint8_t **error,
                     Py_ssize_t *error_len, Placements *pl) noexcept nogil

@@ -25,36 +25,43 @@ cdef enum:
     ANSWER_ROOM = 512  # both answers of a round trip fit, but for a long error message
 
 
-cdef inline bint sleep_verbs(uint8_t *b, bv_sleeper *sleeper, Py_ssize_t tail, uint64_t expected_seq,
-                             uint32_t epoch, int wait_ms) noexcept nogil:
+cdef inline int sleep_verbs(uint8_t *b, bv_sleeper *sleeper, Py_ssize_t tail, uint64_t expected_seq,
+                            uint32_t epoch, int wait_ms, int interrupt) noexcept nogil:
     """rdma: until the primary side wakes this side (a write with immediate data on the
-    queue pair's completion channel), at most ``wait_ms``: the wakeups taken, and this side
-    announced as sleeping in the primary side's mirror where it is not (its completion
-    waited for, so a publish from then on finds it), then the ring looked at once more.
-    False where it cannot sleep (the queue pair closed or broken): the caller polls."""
-    cdef pollfd waiter
-    cdef int fd = bv_sleep_prepare(sleeper)
+    queue pair's completion channel), ``interrupt`` is readable (drained here) or
+    ``wait_ms`` passed: the wakeups taken, and this side announced as sleeping in the
+    primary side's mirror where it is not (its completion waited for, so a publish from
+    then on finds it), then the ring looked at once more."""
+    cdef pollfd waiters[2]
+    cdef uint64_t drained
+    cdef int n = 1, fd = bv_sleep_prepare(sleeper), ended = SLEEP_WOKEN
     if fd < 0:
-        return False
+        return SLEEP_CANNOT
     if not ring_ready(b, tail, expected_seq, epoch):
-        waiter.fd, waiter.events, waiter.revents = fd, POLLIN, 0
-        poll(&waiter, 1, wait_ms)
+        waiters[0].fd, waiters[0].events, waiters[0].revents = fd, POLLIN, 0
+        if interrupt >= 0:
+            waiters[1].fd, waiters[1].events, waiters[1].revents = interrupt, POLLIN, 0
+            n = 2
+        if poll(waiters, n, wait_ms) > 0 and n == 2 and waiters[1].revents:
+            read(interrupt, &drained, 8)  # an eventfd's count, read without waiting
+            ended = SLEEP_RUNG
     bv_sleep_done(sleeper)
-    return True
+    return ended
 
 
-cdef bint sleep_on(uint8_t *b, int doorbell, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, int wait_ms,
-                   Placements *pl, bv_sleeper *verbs) noexcept nogil:
+cdef int sleep_on(uint8_t *b, int doorbell, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, int wait_ms,
+                  Placements *pl, bv_sleeper *verbs, int interrupt) noexcept nogil:
     """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting
     flag up meanwhile), or, where the run holds the tcp data connection (``pl``), until
     placements arrive on it: carried out here, no other thread woken; over rdma until the
-    primary side wakes the queue pair's ``verbs`` sleeper (``sleep_verbs``). False where it
-    cannot sleep (rdma: the queue pair closed or broken): the caller polls."""
+    primary side wakes the queue pair's ``verbs`` sleeper or ``interrupt`` is readable
+    (``sleep_verbs``). How it ended: SLEEP_CANNOT, SLEEP_WOKEN or SLEEP_RUNG (the doorbell:
+    the producer's, or the host's interrupt; the caller tells them apart by the ring)."""
     cdef pollfd waiters[2]
     cdef uint8_t drained[4096]
-    cdef int n = 0
+    cdef int n = 0, ended = SLEEP_WOKEN
     if verbs != NULL:
-        return sleep_verbs(b, verbs, tail, expected_seq, epoch, wait_ms)
+        return sleep_verbs(b, verbs, tail, expected_seq, epoch, wait_ms, interrupt)
     wr32(b + WAITING_AT, 1)
     fence_full()  # the flag up before the ring is looked at again (the producer: the other way round)
     if not ring_ready(b, tail, expected_seq, epoch):
@@ -64,12 +71,15 @@ cdef bint sleep_on(uint8_t *b, int doorbell, Py_ssize_t tail, uint64_t expected_
         if pollable(pl):
             waiters[n].fd, waiters[n].events, waiters[n].revents = pl.fd, POLLIN, 0
             n += 1
-        if poll(waiters, n, wait_ms) > 0 and pl != NULL and waiters[n - 1].fd == pl.fd and waiters[n - 1].revents:
-            drain_lane(pl)
+        if poll(waiters, n, wait_ms) > 0:
+            if doorbell >= 0 and waiters[0].revents:
+                ended = SLEEP_RUNG
+            if pl != NULL and waiters[n - 1].fd == pl.fd and waiters[n - 1].revents:
+                drain_lane(pl)
     if doorbell >= 0:
         read(doorbell, drained, sizeof(drained))  # non-blocking: every byte rung, or the eventfd's counter
     wr32(b + WAITING_AT, 0)
-    return True
+    return ended
 
 
 cdef void wait_answers(int fd, Placements *pl, int timeout_ms) noexcept nogil:

@@ -19,7 +19,8 @@ from posix.time cimport nanosleep, timespec
 from bridge.apply.lane import lane as _twin
 from bridge.apply.lane import mysqlpos as _mysqlpos
 
-from bridge.apply.lane._io cimport ANSWERS_WAIT_MS, FAILED_ANSWER, OK_BYTES_MIN, round_trip, sleep_on
+from bridge.apply.lane._io cimport (ANSWERS_WAIT_MS, FAILED_ANSWER, OK_BYTES_MIN, SLEEP_CANNOT, SLEEP_RUNG,
+                                    round_trip, sleep_on)
 from bridge.apply.lane._position cimport DOMAINS, POSITION_MAX, add_gtid, mysql_gno, parse_gtid, position_event
 from bridge.transport._receiver cimport Receiver, give, take
 from bridge.transport.posix_io cimport SO_RCVLOWAT, SOL_SOCKET, setsockopt
@@ -130,22 +131,26 @@ cdef class Lane:
 
     def run(self, region, Py_ssize_t tail, uint64_t expected_seq, uint32_t epoch, sock, long max_txns,
             long max_events, Py_ssize_t max_bytes, Py_ssize_t limit, int doorbell=-1, int wait_ms=0,
-            Receiver receiver=None, sleeper=None, long spin_us=0):
+            Receiver receiver=None, sleeper=None, long spin_us=0, int busy_ms=0, interrupt_fd=None):
         """``receiver``: the tcp data connection's compiled receiver (bridge.transport._receiver)
         of this ring: where the run would sleep it holds the connection and carries out
         the placements itself (one thread woken per transaction, not two), until it returns.
         ``sleeper``: rdma, the queue pair an idle run sleeps through (its ``lane_sleeper``,
         bridge_verbs.h), held by the caller while the run lasts. ``spin_us``: after the last
-        frame the ring is polled this long, a zero sleep apart (as the twin), before it sleeps."""
+        frame the ring is polled this long, a zero sleep apart (as the twin), before it sleeps.
+        ``busy_ms``, ``interrupt_fd``: as the twin's (bridge.apply.lane.lane)."""
         cdef Py_buffer r
         cdef Placements *pl = NULL
-        cdef bint held = False, slept
+        cdef bint held = False
+        cdef int slept
         cdef timespec zero
         cdef uint8_t *b
         cdef int got, fd = sock.fileno()
         cdef bint tcp = sock.family != _socket.AF_UNIX
         cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>wait_ms * 1000000, now, idle_since = 0
         cdef uint64_t spin_ns = <uint64_t>spin_us * 1000 if spin_us > 0 else 0
+        cdef uint64_t busy_ns = <uint64_t>busy_ms * 1000000 if busy_ms > 0 else 0
+        cdef int interrupt = interrupt_fd if interrupt_fd is not None else -1
         cdef int lowat = 2 * OK_BYTES_MIN, one = 1
         cdef bv_sleeper *verbs = <bv_sleeper *><uintptr_t>((sleeper.lane_sleeper or 0) if sleeper is not None else 0)
         zero.tv_sec, zero.tv_nsec = 0, 0
@@ -187,11 +192,15 @@ cdef class Lane:
                         now = now_ns(CLOCK_MONOTONIC)
                     with nogil:
                         slept = sleep_on(b, doorbell, self.tail, self.expected_seq, epoch,
-                                         <int>((deadline - now) // 1000000) + 1, pl, verbs)
-                    if not slept:
+                                         <int>((deadline - now) // 1000000) + 1, pl, verbs, interrupt)
+                    if slept == SLEEP_CANNOT:
                         return self.txns  # rdma: the queue pair cannot sleep (closed, broken); the caller polls
+                    if slept == SLEEP_RUNG and not ring_ready(b, self.tail, self.expected_seq, epoch):
+                        return self.txns  # rung with nothing to take: the host's interrupt (stop, a new session)
                 else:
                     idle_since = 0
+                    if busy_ns and now + busy_ns < deadline:
+                        deadline = now + busy_ns
                     if now >= deadline:
                         return self.txns
         finally:

@@ -25,7 +25,6 @@ what it read are attributes (``seq``, ``tail``, ``expected_seq``, ``txns``,
 from __future__ import annotations
 
 import binascii
-import os
 import select
 import socket
 import struct
@@ -36,9 +35,9 @@ from bridge.apply.connection import ANSWERS_WAIT_MS, GTID_AUTOMATIC, OK_BYTES_MI
 from bridge.apply.lane.mysqlpos import MysqlPosition, mysql_position
 from bridge.model import HEARTBEAT_TABLE
 from bridge.ring.consumer import frame_ready, next_frame
-from bridge.ring.layout import ACK_SEQ_AT, SIZE_AT, TAIL_AT, WAITING_AT
+from bridge.ring.layout import ACK_SEQ_AT, SIZE_AT, TAIL_AT
 from bridge.server import sqlnames
-from bridge.transport.doorbell import sleep_on_queue_pair
+from bridge.transport.doorbell import sleep_on_queue_pair, wait_for_doorbell
 from bridge.wire import hotpath
 from bridge.wire.binlog import UPDATE_ROWS_V1
 from bridge.wire.frame import FrameKind
@@ -163,7 +162,7 @@ class Lane:
 
     def run(self, region, tail: int, expected_seq: int, epoch: int, sock, max_txns: int, max_events: int,
             max_bytes: int, limit: int, doorbell: int = -1, wait_ms: int = 0, receiver=None, sleeper=None,
-            spin_us: int = 0) -> int:
+            spin_us: int = 0, busy_ms: int = 0, interrupt_fd: int | None = None) -> int:
         """Apply the frames ready in ``region`` from ``tail`` (seq ``expected_seq``), a
         group at a time (each one replica transaction on ``sock``), until the ring's next
         frame is not the lane's, or for ``wait_ms``: while the ring is empty it sleeps on
@@ -175,7 +174,10 @@ class Lane:
         which rings the doorbell: the same frames, the same bytes, one wakeup more.
         ``sleeper``: rdma, the queue pair the run sleeps through instead (bridge.transport.doorbell).
         ``spin_us`` (start-replica --spin-us): after the last frame, the ring is polled this
-        long, a zero sleep apart, before the run sleeps."""
+        long, a zero sleep apart, before the run sleeps. ``busy_ms``: once a group is applied
+        the run returns within this long (the node adds up its counters), while an idle run
+        sleeps up to ``wait_ms``; a sleep that ends with nothing to take (the host's
+        ``interrupt``: the doorbell rung with no frame, or ``interrupt_fd`` over rdma) returns."""
         deadline = time.monotonic() + wait_ms / 1000
         idle_since = None
         self.tail, self.expected_seq = tail, expected_seq
@@ -197,12 +199,17 @@ class Lane:
                     time.sleep(0)  # --spin-us: a zero sleep lasts Linux's timer slack, ~50-70 µs
                     continue
                 if sleeper is None:
-                    _sleep(region, doorbell, lambda: self._ready(region, epoch), int(left * 1000) + 1)
-                elif not sleep_on_queue_pair(sleeper, lambda: self._ready(region, epoch), left):
+                    wait_for_doorbell(region, doorbell, lambda: self._ready(region, epoch), left)
+                elif not sleep_on_queue_pair(sleeper, lambda: self._ready(region, epoch), left, interrupt_fd):
                     return self.txns  # the queue pair cannot sleep (closed, broken, pyverbs'): the caller polls
+                if not self._ready(region, epoch):
+                    return self.txns  # woken with nothing to take: interrupted (or its time is up)
             else:
                 idle_since = None
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if busy_ms:
+                    deadline = min(deadline, now + busy_ms / 1000)
+                if now >= deadline:
                     return self.txns
 
     def _ready(self, region, epoch: int) -> bool:
@@ -316,23 +323,6 @@ class Lane:
             if ship_ns:
                 stages.record("deliver", (picked - ship_ns) / 1000)
                 stages.record("bridge", (done - read_ns) / 1000)
-
-
-def _sleep(region, doorbell: int, ready, wait_ms: int) -> None:
-    """Until the producer rings ``doorbell`` (bridge.transport.doorbell: the ring's waiting
-    flag up meanwhile, then ``ready`` asked once more)."""
-    region[WAITING_AT:WAITING_AT + 4] = _U32.pack(1)
-    try:
-        if not ready():
-            waiter = select.poll()
-            waiter.register(doorbell, select.POLLIN)
-            waiter.poll(wait_ms)
-        try:
-            os.read(doorbell, 4096)
-        except BlockingIOError:
-            pass
-    finally:
-        region[WAITING_AT:WAITING_AT + 4] = _U32.pack(0)
 
 
 def query_bytes(events: int) -> int:
