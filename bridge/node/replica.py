@@ -299,12 +299,12 @@ class ReplicaNode(ApplyLoop):
         writer = self.writers.current
         log.info("session %s (epoch %d): primary side %s at %s resumes after seq %d", self.session, welcome["epoch"],
                  writer, conn.peer, welcome["applied_seq"])
-        conn.sock.settimeout(None)
         try:
+            conn.sock.settimeout(None)
             while True:
                 conn.recv()  # heartbeats (bridge.node.fencing) and future control messages
                 self.writers.heard(writer.id)
-        except BridgeError as exc:
+        except (BridgeError, OSError) as exc:  # OSError: the session was ended (its connection closed) meanwhile
             log.info("session %s: control channel ended: %s", self.session, exc)
         finally:
             self.writers.gone(writer.id)
