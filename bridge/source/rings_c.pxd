@@ -14,6 +14,10 @@ from bridge.wire.layouts cimport DATA_OFFSET, HEAD_AT, WAITING_AT, WRITE_SEQ_AT
 from bridge.wire.native_c cimport CLOCK_MONOTONIC, fence_full, fence_release, now_ns, rd32, wr32, wr64
 
 
+cdef enum:
+    WAKE_GRACE_NS = 5000000  # rings_settle: how long a sleeping further member's completion is waited for
+
+
 cdef struct Ring:
     # a ring the run feeds (0: the first; then each further one, fan-out): its producer's
     # mirror, the replica's shared ring (shm; over tcp its link carries the frames; over rdma
@@ -71,14 +75,16 @@ cdef inline int ring_store_publish(Ring *ring) noexcept nogil:
 cdef inline int rings_settle(Ring *rings, int n_rings, int need, uint64_t timeout_ns) noexcept nogil:
     """rdma: the rings' completions polled in turn (a spin; the caller holds no GIL) until the
     first ring and ``need`` rings in all hold what they published (a semi-sync ACK's
-    quorum; else the first alone: the others' are taken at a later publish), each
-    woken as its completion arrives where its replica side sleeps: 0, or the first
-    ring's failure; a further ring that fails is dead, one that is slow stays pending."""
-    cdef int k, err, held, live, first = 0
+    quorum; else the first alone), and every further ring whose replica side sleeps holds
+    it too, for up to WAKE_GRACE_NS after the first (so that each sleeping member is woken
+    in this placement, as its completion arrives, not at the next one; a slower one's
+    completion is taken at a later publish): 0, or the first ring's failure; a further
+    ring that fails is dead, one that is slow stays pending."""
+    cdef int k, err, held, live, asleep, first = 0
     cdef unsigned spins = 0
-    cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + timeout_ns
+    cdef uint64_t now, deadline = now_ns(CLOCK_MONOTONIC) + timeout_ns, grace_until = 0
     while True:
-        held = live = 0
+        held = live = asleep = 0
         for k in range(n_rings):
             if rings[k].dead:
                 continue
@@ -89,6 +95,7 @@ cdef inline int rings_settle(Ring *rings, int n_rings, int need, uint64_t timeou
                     rings[k].pending = 0
                     err = wake_peer(rings[k].verbs, rings[k].seq - 1)
                 if err == BV_PENDING:
+                    asleep += rd32(<uint8_t *>rings[k].verbs.local + WAITING_AT) != 0
                     continue
                 if err:
                     rings[k].dead, rings[k].fail = k > 0, err
@@ -96,9 +103,17 @@ cdef inline int rings_settle(Ring *rings, int n_rings, int need, uint64_t timeou
                         first = err
                     continue
             held += 1
-        if first or not rings[0].pending and (held >= need or live < need):
-            break  # held, or a quorum no longer possible (the ACK is handed back)
-        bv_relax(&spins)
+        if first:
+            break
+        if not rings[0].pending and (held >= need or live < need):  # held, or a quorum no longer possible
+            if asleep == 0:
+                break
+            now = now_ns(CLOCK_MONOTONIC)
+            if grace_until == 0:
+                grace_until = now + WAKE_GRACE_NS
+            elif now >= grace_until:
+                break  # a sleeping member's completion is slow: it is woken at a later publish
+        bv_relax(rings[0].verbs, &spins)
         if (spins & 1023) == 0 and now_ns(CLOCK_MONOTONIC) >= deadline:
             if rings[0].pending:
                 first = rings[0].fail = ETIMEDOUT

@@ -58,6 +58,7 @@ cdef extern from "bridge_verbs_setup.h":
                    const uint8_t *dgid, int sgid_index, int traffic_class, int sl, int dlid, int timeout,
                    int retry_cnt, int rnr_retry, int min_rnr_timer) nogil
     uint32_t bv_qp_num(const bv_path *p) nogil
+    void bv_address(const bv_path *p, int *traffic_class, int *sl, int *sgid_index, int *port) nogil
     int bv_break(bv_path *p) nogil
     void bv_close(bv_path *p) nogil
     int bv_wake_open(bv_wake *w, ibv_context *ctx, int recvs) nogil
@@ -218,6 +219,13 @@ cdef class QueuePair:
     def qp_num(self):
         return bv_qp_num(&self.path)
 
+    def address(self):
+        """(traffic class, service level, source GID index, port) as the device holds them for
+        this queue pair once connected (ibv_query_qp), -1 each where it cannot say."""
+        cdef int tc, sl, sgid, port
+        bv_address(&self.path, &tc, &sl, &sgid, &port)
+        return tc, sl, sgid, port
+
     @property
     def max_inline(self):
         return self.path.max_inline
@@ -226,6 +234,16 @@ cdef class QueuePair:
     def max_inline(self, uint32_t n):
         """At most ``n`` bytes inline from now on (never more than the device gave)."""
         self.path.max_inline = min(n, self.path.max_inline)
+
+    @property
+    def soft(self):
+        """A software device (Soft-RoCE, soft-iWARP): its completions come from kernel tasks on
+        these CPUs, so a spin for one yields the CPU now and then; a NIC's spin never does."""
+        return bool(self.path.soft)
+
+    @soft.setter
+    def soft(self, bint value):
+        self.path.soft = value
 
     @property
     def max_msg(self):

@@ -53,6 +53,7 @@ typedef struct bv_path {
     uint32_t lkey, rkey;
     uint32_t max_inline;      /* the queue pair's max_inline_data */
     uint32_t max_msg;         /* its port's max_msg_sz: no write longer (a longer one is split, merges stop short) */
+    int soft;                 /* a software device (Soft-RoCE, soft-iWARP): a spin yields the CPU now and then */
     uint32_t depth;           /* its send queue's depth */
     int outstanding;          /* signaled work requests posted and not completed */
     int unsignaled;           /* posted since the last signaled one */
@@ -181,11 +182,19 @@ static inline int bv_reap(bv_path *p) {
 #endif
 }
 
-/* One more empty poll of a spin: after BV_SPINS_BEFORE_YIELD of them each yields the CPU
-   first (Soft-RoCE completes in kernel tasks on these CPUs; a real NIC needs none). */
-static inline void bv_relax(unsigned *spins) {
-    if (++*spins > BV_SPINS_BEFORE_YIELD)
+/* One more empty poll of a spin on ``p``: on a software device (``soft``: Soft-RoCE and
+   soft-iWARP complete in kernel tasks on the same CPUs) each after BV_SPINS_BEFORE_YIELD of
+   them yields the CPU first; on a NIC, which completes by itself in microseconds, it only
+   eases the spin (no system call). */
+static inline void bv_relax(const bv_path *p, unsigned *spins) {
+    if (p->soft && ++*spins > BV_SPINS_BEFORE_YIELD)
         sched_yield();
+    else if (!p->soft) {
+        ++*spins;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
 }
 
 /* Polls until every signaled request completed: 0; BV_FAILED or an errno as bv_reap;
@@ -196,7 +205,7 @@ static inline int bv_wait(bv_path *p, uint64_t timeout_ns) {
     unsigned spins = 0;
     int rc;
     while ((rc = bv_reap(p)) == BV_PENDING) {
-        bv_relax(&spins);
+        bv_relax(p, &spins);
         if ((spins & 1023) == 0) {
             uint64_t now = bv_now_ns();
             if (deadline == 0)

@@ -76,6 +76,7 @@ static inline int bv_open(bv_path *p, bv_wake *wake, struct ibv_pd *pd, int dept
     p->depth = (uint32_t)depth;
     p->max_inline = init.cap.max_inline_data;
     p->max_msg = 1u << 30;  /* until bv_connect reads the port's */
+    p->soft = 1;  /* until the caller says the device is a NIC (QueuePair.soft) */
     return 0;
 }
 
@@ -130,6 +131,20 @@ static inline int bv_connect(bv_path *p, int port, int access, int mtu, uint32_t
     a.max_rd_atomic = 1;
     return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* What the queue pair's address vector holds, as the device took it (ibv_query_qp): its
+   traffic class, service level, source GID index and port, or -1 each where the query failed. */
+static inline void bv_address(const bv_path *p, int *traffic_class, int *sl, int *sgid_index, int *port) {
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr init;
+    *traffic_class = *sl = *sgid_index = *port = -1;
+    if (ibv_query_qp((struct ibv_qp *)p->qp, &a, IBV_QP_AV, &init) == 0) {
+        *traffic_class = a.ah_attr.grh.traffic_class;
+        *sl = a.ah_attr.sl;
+        *sgid_index = a.ah_attr.grh.sgid_index;
+        *port = a.ah_attr.port_num;
+    }
 }
 
 static inline uint32_t bv_qp_num(const bv_path *p) {

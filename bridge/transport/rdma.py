@@ -66,6 +66,8 @@ _compiled = native.pick(PART)
 COMPILED = _compiled is not None
 VERBS = _compiled if _compiled is not None else verbs  # its Domain, memory regions and QueuePair
 SEND_DEPTH = 512
+HUGE_PAGE_BYTES = 2 << 20
+SOFTWARE_VENDOR_IDS = (0xFFFFFF, 0x626D74)  # rdma_rxe's RXE_VENDOR_ID, siw's SIW_VENDOR_ID
 WAKE_RECVS = 64  # receives the replica side keeps posted for the primary side's wakeups
 INLINE_BYTES = 256  # asked for; the device may give less (QueuePair.max_inline)
 COMPLETION_TIMEOUT_S = 10.0
@@ -117,6 +119,8 @@ class _Device:
             raise TransportError(f"rdma transport: {self.name} has no active port with a GID (`ibv_devinfo -v` "
                                  "shows its ports)")
         self.fw = _firmware(self.name)
+        # Soft-RoCE and soft-iWARP (their vendor ids; a NIC completes by itself, these in kernel tasks)
+        self.soft = self.ctx.query_device().vendor_id in SOFTWARE_VENDOR_IDS or self.name.startswith(("rxe", "siw"))
         self.domain = VERBS.Domain(self.name)
 
     def route(self, local_address: str) -> gids.Route:
@@ -124,7 +128,9 @@ class _Device:
         return gids.choose(self.table, self.name, local_address, self.options.port, self.options.gid_index)
 
     def rc_qp(self, wake_recvs: int = 0):
-        return VERBS.QueuePair(self.domain, SEND_DEPTH, INLINE_BYTES, wake_recvs)
+        qp = VERBS.QueuePair(self.domain, SEND_DEPTH, INLINE_BYTES, wake_recvs)
+        qp.soft = self.soft
+        return qp
 
     def register(self, memory: mmap.mmap):
         """``memory`` registered for local and remote writes and remote reads; the caller
@@ -226,6 +232,19 @@ def _device_table(name: str) -> list[gids.GidEntry]:
         ctx.close()
 
 
+def _ring_memory(size: int) -> mmap.mmap:
+    """Anonymous memory for a ring or its mirror, in transparent huge pages where the host
+    has them (``madvise``: a 2 MiB page per TLB entry instead of 512 4 KiB ones, for the NIC's
+    translation too; a host without them keeps small pages)."""
+    memory = mmap.mmap(-1, size)
+    if size >= HUGE_PAGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            memory.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass  # transparent huge pages off: small pages, as before
+    return memory
+
+
 def _view(mr, size: int) -> memoryview:
     return memoryview((ctypes.c_ubyte * size).from_address(mr.buf)).cast("B")
 
@@ -260,7 +279,7 @@ class RdmaRingHost(NoLaneReceiver):
             self._waker = None
         self.interrupt()
         size = region_bytes(self.ring_bytes)
-        memory = mmap.mmap(-1, size)
+        memory = _ring_memory(size)
         mr, anchor = self.dev.register(memory)
         if self.mr is not None:
             self.mr.close()
@@ -384,7 +403,7 @@ class RdmaRemoteRing(NoLaneAnswers):
         self.dev = _Device(options, local)
         route = self.dev.route(local)
         self._size = size = region_bytes(ring_bytes)
-        self._memory = mmap.mmap(-1, size + 64)  # the mirror, and 8 bytes for READ results at the end
+        self._memory = _ring_memory(size + 64)  # the mirror, and 8 bytes for READ results at the end
         self.mr, self._anchor = self.dev.register(self._memory)
         self.mirror = _view(self.mr, size + 64)
         self._scratch = size

@@ -144,6 +144,15 @@ class QueuePair:
         except PyverbsError as exc:
             raise RdmaError.call("move the queue pair to RTS", str(exc)) from exc
 
+    def address(self) -> tuple[int, int, int, int]:
+        """(traffic class, service level, source GID index, port) as the device holds them
+        for this queue pair once connected (ibv_query_qp), -1 each where it cannot say."""
+        try:
+            ah = self.qp.query(e.IBV_QP_AV)[0].ah_attr
+        except PyverbsError:
+            return -1, -1, -1, -1
+        return ah.traffic_class, ah.sl, ah.sgid_index, ah.port_num
+
     def bind(self, mr, remote: int, rkey: int, timeout_s: float = 0) -> None:
         """The local buffer (a registered region) and the remote one (its address and rkey)
         (``timeout_s``: the compiled twin's sleeper's; none here)."""
@@ -212,6 +221,7 @@ class QueuePair:
         """Nothing was taken: nothing woke it."""
 
     sleep_failure = None  # it never sleeps, so no receive of its can complete in error
+    soft = True  # its waits give the CPU (and the interpreter lock) away on every empty poll, device or not
 
     # --- work requests ------------------------------------------------------------------
 

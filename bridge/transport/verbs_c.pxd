@@ -26,6 +26,7 @@ cdef extern from "bridge_verbs.h" nogil:
         void *cq
         uint64_t local, remote
         uint32_t lkey, rkey, max_inline, max_msg, depth
+        int soft
         int outstanding, unsignaled, status, opcode, queued
         uint32_t imm, publishes
 
@@ -42,7 +43,7 @@ cdef extern from "bridge_verbs.h" nogil:
     int bv_post(bv_path *p, int signaled) noexcept
     int bv_queue(bv_path *p, int kind, uint64_t at, uint32_t length, uint64_t to) noexcept
     int bv_reap(bv_path *p) noexcept
-    void bv_relax(unsigned *spins) noexcept
+    void bv_relax(const bv_path *p, unsigned *spins) noexcept
     int bv_wait(bv_path *p, uint64_t timeout_ns) noexcept
 
 
