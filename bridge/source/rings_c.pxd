@@ -15,7 +15,7 @@ from bridge.wire.native_c cimport CLOCK_MONOTONIC, fence_full, fence_release, no
 
 
 cdef enum:
-    WAKE_GRACE_NS = 5000000  # rings_settle: how long a sleeping further member's completion is waited for
+    WAKE_GRACE_NS = 1000000  # rings_settle: how long a sleeping further member's completion is waited for
 
 
 cdef struct Ring:
@@ -34,17 +34,20 @@ cdef struct Ring:
     int fail  # ... why (an errno, a link's FAIL_*, or BV_FAILED: an error completion)
     int owes  # a further ring had no space for a transaction this run (handed back in ``owed``)
     int pending  # rdma: its last publish's completion not seen yet (its replica side may not hold it)
+    int late  # rdma: a sleeping replica side's completion outlasted WAKE_GRACE_NS in this run: not waited for again
 
 
 cdef inline int ring_copy(Ring *ring, Py_ssize_t used, bint wrapped) noexcept nogil:
     """shm: the ``used`` bytes a placement took from the ring's head, from the mirror into
     the shared ring (the ring's end first where it ``wrapped``); rdma: into the registered
-    mirror, and their RDMA WRITEs queued: 0, or the errno of posting a full chain."""
+    mirror (nothing to copy where the producer frames there itself), and their RDMA WRITEs
+    queued: 0, or the errno of posting a full chain."""
     cdef Py_ssize_t head = ring.head, first = ring.size - head if wrapped else used
     cdef int err = 0
-    memcpy(ring.shared + DATA_OFFSET + head, ring.mirror + head, first)
-    if wrapped:
-        memcpy(ring.shared + DATA_OFFSET, ring.mirror, used - first)
+    if ring.shared + DATA_OFFSET != ring.mirror:  # rdma: the producer frames into the registered mirror itself
+        memcpy(ring.shared + DATA_OFFSET + head, ring.mirror + head, first)
+        if wrapped:
+            memcpy(ring.shared + DATA_OFFSET, ring.mirror, used - first)
     if ring.verbs != NULL:
         err = bv_queue(ring.verbs, BV_WRITE, DATA_OFFSET + head, first, DATA_OFFSET + head)
         if err == 0 and wrapped:
@@ -75,11 +78,12 @@ cdef inline int ring_store_publish(Ring *ring) noexcept nogil:
 cdef inline int rings_settle(Ring *rings, int n_rings, int need, uint64_t timeout_ns) noexcept nogil:
     """rdma: the rings' completions polled in turn (a spin; the caller holds no GIL) until the
     first ring and ``need`` rings in all hold what they published (a semi-sync ACK's
-    quorum; else the first alone), and every further ring whose replica side sleeps holds
-    it too, for up to WAKE_GRACE_NS after the first (so that each sleeping member is woken
-    in this placement, as its completion arrives, not at the next one; a slower one's
-    completion is taken at a later publish): 0, or the first ring's failure; a further
-    ring that fails is dead, one that is slow stays pending."""
+    quorum; else the first alone, and then every further ring whose replica side sleeps,
+    for up to WAKE_GRACE_NS after the first, so that each sleeping member is woken in this
+    placement as its completion arrives, not at the next one; a member whose completion
+    outlasts it, a dead one, is not waited for again in this run, and an ACK's quorum
+    never waits for it): 0, or the first ring's failure; a further ring that fails is
+    dead, one that is slow stays pending."""
     cdef int k, err, held, live, asleep, first = 0
     cdef unsigned spins = 0
     cdef uint64_t now, deadline = now_ns(CLOCK_MONOTONIC) + timeout_ns, grace_until = 0
@@ -95,7 +99,8 @@ cdef inline int rings_settle(Ring *rings, int n_rings, int need, uint64_t timeou
                     rings[k].pending = 0
                     err = wake_peer(rings[k].verbs, rings[k].seq - 1)
                 if err == BV_PENDING:
-                    asleep += rd32(<uint8_t *>rings[k].verbs.local + WAITING_AT) != 0
+                    if need <= 1 and not rings[k].late and rd32(<uint8_t *>rings[k].verbs.local + WAITING_AT):
+                        asleep += 1
                     continue
                 if err:
                     rings[k].dead, rings[k].fail = k > 0, err
@@ -112,7 +117,10 @@ cdef inline int rings_settle(Ring *rings, int n_rings, int need, uint64_t timeou
             if grace_until == 0:
                 grace_until = now + WAKE_GRACE_NS
             elif now >= grace_until:
-                break  # a sleeping member's completion is slow: it is woken at a later publish
+                for k in range(1, n_rings):
+                    if rings[k].pending:
+                        rings[k].late = 1  # slow or dead: woken at a later publish, not waited for again
+                break
         bv_relax(rings[0].verbs, &spins)
         if (spins & 1023) == 0 and now_ns(CLOCK_MONOTONIC) >= deadline:
             if rings[0].pending:
