@@ -97,10 +97,11 @@ class Member:
         self.ack_floor = welcome["applied_seq"]
 
     def _open_ring(self, welcome: dict) -> None:
+        remote = open_remote(self.transport, welcome["params"], self.address, welcome["ring_bytes"],
+                             self.cfg.secret, self.tls, self.cfg.rdma)
         self.producer = RingProducer(welcome["ring_bytes"], next_seq=welcome["applied_seq"] + 1,
-                                     epoch=welcome["epoch"])
-        self.link.remote = open_remote(self.transport, welcome["params"], self.address, welcome["ring_bytes"],
-                                       self.cfg.secret, self.tls, self.cfg.rdma)
+                                     epoch=welcome["epoch"], region=remote.producer_region())
+        self.link.remote = remote
 
     def resend(self, welcome: dict, frames: list, unplaced, settle: Callable[[], None]) -> None:
         """A new session on a kept binlog stream: ``frames`` (the ring's copies past the

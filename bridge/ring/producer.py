@@ -37,10 +37,15 @@ class PlacedRun:
 
 
 class RingProducer:
-    def __init__(self, size: int, next_seq: int = 1, head: int = 0, epoch: int = 0) -> None:
+    def __init__(self, size: int, next_seq: int = 1, head: int = 0, epoch: int = 0, region=None) -> None:
+        """``region``: writable memory of DATA_OFFSET + ``size`` bytes, zeroed, to frame into
+        (the rdma transport's registered mirror: its one-sided writes read the frames where
+        they were framed, with no copy); None: a buffer of its own."""
         self.size = check_ring_bytes(size)
         self.epoch = epoch  # the session's: every frame carries it
-        self.region = bytearray(DATA_OFFSET + size)
+        if region is not None and len(region) != DATA_OFFSET + size:
+            raise LocalProtocolError(f"ring producer: a region of {len(region)} bytes for a {size}-byte ring")
+        self.region = region if region is not None else bytearray(DATA_OFFSET + size)
         self.head = head
         self.next_seq = next_seq
         self.used = 0

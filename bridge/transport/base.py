@@ -58,6 +58,8 @@ class RemoteRing(Protocol):
 
     # --- a ship lane writing this ring itself (bridge.node.shipping, fanship) ---------
     def lane_target(self) -> LaneTarget | None: ...  # None: the general path places (TLS, messages queued)
+    # memory a ring producer frames into directly (rdma: the registered mirror), or None: its own
+    def producer_region(self) -> object | None: ...
     def lane_published(self, write_seq: int) -> None: ...  # a lane published up to ``write_seq``
     # the answers asked for and not read yet, handed to the lane for its run: (how many,
     # the next one's bytes read so far, the seq published when the last was asked for)

@@ -7,8 +7,9 @@ hello carries its RC queue pair (QPN, PSN, GID, MTU); the replica creates a QP f
 it, moves it to RTS, and answers ``ready`` with its own. Nothing else crosses that
 connection: it stays open only to tell the replica when the session ends.
 
-Primary side (``RdmaRemoteRing``): a local mirror MR; each placement is copied into
-the mirror and queued as an RDMA WRITE (contiguous ones merged), all posted as one
+Primary side (``RdmaRemoteRing``): a local mirror MR, which the ring producer frames into
+itself (``producer_region``: no copy); each placement is queued as an RDMA WRITE
+(contiguous ones merged), all posted as one
 chain, and ``publish`` returns once its signaled last write completed: the responder
 acknowledged every write, so the frames are in the replica's memory, where the consumer
 takes each by its own seq and crc (``held``, the semi-sync ``received`` confirmation).
@@ -404,6 +405,7 @@ class RdmaRemoteRing(NoLaneAnswers):
         route = self.dev.route(local)
         self._size = size = region_bytes(ring_bytes)
         self._memory = _ring_memory(size + 64)  # the mirror, and 8 bytes for READ results at the end
+        self._framed_here = False  # the producer frames into the mirror itself (``producer_region``)
         self.mr, self._anchor = self.dev.register(self._memory)
         self.mirror = _view(self.mr, size + 64)
         self._scratch = size
@@ -424,9 +426,18 @@ class RdmaRemoteRing(NoLaneAnswers):
                  gids.said(self.route), 128 << peer_mtu, self.qp.max_inline,
                  "compiled" if self.qp.lane_path is not None else "through pyverbs")
 
+    def producer_region(self) -> memoryview:
+        """The mirror's ring part, for the producer to frame into: its one-sided writes then
+        read the frames where they were framed (one copy fewer). A view of the mmap itself, so
+        the memory stays mapped while the producer holds it (a new session's resend reads the
+        last session's frames after its remote closed); from then on ``write`` copies nothing."""
+        self._framed_here = True
+        return memoryview(self._memory)[:self._size]
+
     def write(self, offset: int, data) -> None:
         n = len(data)
-        self.mirror[offset:offset + n] = data
+        if not self._framed_here:  # else ``data`` is already there: the producer frames into the mirror
+            self.mirror[offset:offset + n] = data
         self.qp.place(offset, n)
 
     def lane_target(self) -> LaneTarget:

@@ -122,6 +122,10 @@ class ShmRemoteRing(NoLaneAnswers):
         write_publish(self._view, write_seq, head)
         self._bell.ring(self._view)
 
+    def producer_region(self) -> None:
+        """None: the producer frames into memory of its own (its frames are copied or sent)."""
+        return None
+
     def lane_target(self) -> LaneTarget:
         """What a ship lane (bridge.source.ship) writes and rings itself: the shared ring,
         and the doorbell's fd; its stores are their own confirmation (the lane may send

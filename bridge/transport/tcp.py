@@ -129,6 +129,10 @@ class TcpRemoteRing:
             self._asked_through = write_seq
         self._send()
 
+    def producer_region(self) -> None:
+        """None: the producer frames into memory of its own (its frames are copied or sent)."""
+        return None
+
     def lane_target(self) -> LaneTarget | None:
         """What a ship lane (bridge.source.ship) sends its WRITE and PUBLISH messages on:
         the data socket; None over TLS (the lane writes the plain socket). The lane may

@@ -2,6 +2,7 @@
 run by `make test-rdma` inside the Soft-RoCE guest, with MariaDB in the guest. On a
 host without a verbs device the module is skipped (the guest run is the real one)."""
 
+import ctypes
 import signal
 import socket
 import ssl
@@ -38,6 +39,29 @@ def test_mixed_workload_replicates_over_rdma_and_both_sides_match(urls):
         assert result.digests["over_rdma.ledger"][0].rows > 3000
         assert pair.primary_node.counts.transactions_shipped >= 1000  # some workload steps change no row: no transaction
         assert pair.primary_node.counts.lane_runs > 0  # the ship lane placed over rdma itself
+    finally:
+        pair.stop()
+
+
+def test_the_producer_frames_into_the_registered_mirror_and_a_resend_reads_the_last_sessions(urls):
+    """One copy fewer on the primary side: the ring producer's memory is the registered mirror
+    its queue pair writes from (no copy between them). After a lost session the frames the
+    replica had not applied are sent again from the last session's producer, whose memory
+    stays mapped though its remote is closed; both databases end equal."""
+    pair = BridgePair(urls, "rdma", ring_bytes=1 << 16).start()
+    try:
+        create_schema(pair.primary, "rdma_framed_here")
+        MixedWorkload(pair.primary, "rdma_framed_here", seed=13).run(100)
+        pair.sync()
+        member = pair.primary_node.member
+        mirror = member.remote.lane_target().remote
+        assert ctypes.addressof(ctypes.c_char.from_buffer(member.producer.region)) == \
+            ctypes.addressof(ctypes.c_char.from_buffer(mirror))
+        before = pair.primary_node.counts.reconnects
+        pair.primary_node.link.control.sock.shutdown(socket.SHUT_RDWR)
+        MixedWorkload(pair.primary, "rdma_framed_here", seed=14).run(200)
+        pair.assert_same("rdma_framed_here")
+        assert pair.primary_node.counts.reconnects > before
     finally:
         pair.stop()
 
