@@ -17,8 +17,10 @@ STOP_TIMEOUT_S = 15.0
 
 
 class BridgeProcess:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: str) -> None:
-        self.name, self.args, self.env = name, args, {**os.environ, **env}
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: str,
+                 launcher: tuple[str, ...] = ()) -> None:
+        """``launcher``: a command it runs under (``ip netns exec NAME``, say)."""
+        self.name, self.args, self.env, self.launcher = name, args, {**os.environ, **env}, launcher
         self.metrics_address = f"127.0.0.1:{_free_port()}"  # its /metrics and /status
         self.args += ["--metrics", self.metrics_address]
         self.log_path = os.path.join(log_dir, f"bridge-{name}.log")
@@ -26,7 +28,7 @@ class BridgeProcess:
 
     def start(self) -> BridgeProcess:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "bridge", *self.args], env=self.env,
+            self.proc = subprocess.Popen([*self.launcher, sys.executable, "-m", "bridge", *self.args], env=self.env,
                                          stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         return self
 
@@ -77,17 +79,17 @@ def primary_process(source_url: str, port: int, transport: str, start_gtid: str,
 START_TIMEOUT_S = 90.0
 
 
-def wait_port(port: int, timeout_s: float = START_TIMEOUT_S, alive=lambda: None) -> None:
-    """Until the replica side listens on ``port``; ``alive`` fails as soon as its process died."""
+def wait_port(port: int, timeout_s: float = START_TIMEOUT_S, alive=lambda: None, host: str = "127.0.0.1") -> None:
+    """Until the replica side listens on ``host:port``; ``alive`` fails as soon as its process died."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         alive()
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.05)
-    raise BridgeError(f"replica bridge did not listen on 127.0.0.1:{port} within {timeout_s:.0f}s")
+    raise BridgeError(f"replica bridge did not listen on {host}:{port} within {timeout_s:.0f}s")
 
 
 def start_pair(replica: BridgeProcess, primary: BridgeProcess, port: int):

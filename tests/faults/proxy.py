@@ -14,9 +14,11 @@ from collections import Counter
 
 
 class FaultProxy:
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], listener: socket.socket | None = None) -> None:
+        """``listener``: a listening socket made elsewhere (in another network namespace, say)
+        in place of one on 127.0.0.1 here; connections to ``target`` are made from this one."""
         self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = listener or socket.create_server(("127.0.0.1", 0))
         self.address = self.listener.getsockname()[:2]
         self.injected: Counter = Counter()
         self.delay_s = 0.0
