@@ -1,0 +1,251 @@
+"""The relay's listener and its sessions: one thread per connected replica, through the
+handshake, the password check, the queries and ``p.COM_REGISTER_SLAVE``, then the binlog
+dump: the events of a ``Feed`` from the position the replica asked for, as packets, with
+a heartbeat whenever nothing was sent for the replica's heartbeat period."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+from bridge.errors import BridgeError, RemoteProtocolError
+from bridge.relay import auth, events
+from bridge.relay import protocol as p
+from bridge.relay.answers import Session, SourceFacts
+from bridge.relay.protocol import Reader, err_packet, ok_packet
+
+log = logging.getLogger(__name__)
+
+ER_ACCESS_DENIED, ER_UNKNOWN_COM = 1045, 1047
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+DEFAULT_HEARTBEAT_S = 30.0  # a replica that sets no period (MariaDB's and MySQL's default is slave_net_timeout/2)
+
+
+class FeedError(BridgeError):
+    """A position the feed cannot serve: the replica gets error 1236 with this text, as a
+    source answers a GTID it no longer has."""
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRequest:
+    """What a replica asked to be sent: MariaDB's GTID state (``@slave_connect_state``,
+    text) or MySQL's executed set (``p.COM_BINLOG_DUMP_GTID``, encoded), else a file and
+    position."""
+
+    file: str
+    position: int
+    replica_server_id: int
+    checksum: bool  # the replica asked for the primary's checksum (events come with their crc32)
+    mariadb_state: str | None = None
+    mysql_gtids: bytes | None = None
+    capability: int = 0  # @mariadb_slave_capability
+    flags: int = 0  # the dump command's (MySQL's BINLOG_THROUGH_GTID, ...)
+
+
+class Stream(Protocol):
+    def next(self, timeout_s: float) -> bytes | None:
+        """The next event (bytes as the source wrote them, crc32 included when asked), or
+        None when none came within ``timeout_s``."""
+
+    def close(self) -> None: ...
+
+
+class Feed(Protocol):
+    def open(self, request: DumpRequest) -> Stream:
+        """The events from the position ``request`` names; FeedError when there are none."""
+
+
+class Closed(Exception):
+    """The replica closed its connection."""
+
+
+class Connection:
+    """Packets over one socket, numbered as the protocol numbers them."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.seq = sock, 0
+        self.rfile = sock.makefile("rb")
+
+    def read(self) -> bytes:
+        data = bytearray()
+        while True:
+            head = self.rfile.read(4)
+            if len(head) < 4:
+                raise Closed()
+            size = int.from_bytes(head[:3], "little")
+            self.seq = (head[3] + 1) % 256
+            body = self.rfile.read(size)
+            if len(body) < size:
+                raise Closed()
+            data += body
+            if size < p.MAX_PAYLOAD:
+                return bytes(data)
+
+    def write(self, *payloads: bytes) -> None:
+        out = bytearray()
+        for payload in payloads:
+            view = memoryview(payload)
+            while True:
+                part = view[:p.MAX_PAYLOAD]
+                out += len(part).to_bytes(3, "little") + bytes([self.seq]) + part
+                self.seq = (self.seq + 1) % 256
+                view = view[p.MAX_PAYLOAD:]
+                if len(part) < p.MAX_PAYLOAD:
+                    break
+        self.sock.sendall(out)
+
+
+class RelayServer:
+    """Serves ``feed`` on ``listen`` to replicas that log in as ``user`` with ``password``."""
+
+    def __init__(self, listen: tuple[str, int], facts: SourceFacts, feed: Feed, user: str, password: str) -> None:
+        self.facts, self.feed, self.user, self.password = facts, feed, user, password
+        self.plugin = auth.NATIVE if facts.mariadb else auth.CACHING_SHA2
+        self.listener = socket.create_server(listen)
+        self.address = self.listener.getsockname()[:2]
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self._sessions: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self.served = 0  # dumps started
+        self._thread = threading.Thread(target=self._accept, name="relay-listener", daemon=True)
+
+    def start(self) -> RelayServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()
+        with self._lock:
+            for sock in list(self._sessions):
+                _shut(sock)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, peer = self.listener.accept()
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._sessions.add(sock)
+            threading.Thread(target=self._session, args=(sock, peer), name="relay-session", daemon=True).start()
+
+    def _session(self, sock: socket.socket, peer) -> None:
+        conn = Connection(sock)
+        try:
+            if self._login(conn):
+                self._commands(conn, Session(self.facts))
+        except Closed:
+            pass
+        except (OSError, RemoteProtocolError) as exc:
+            if not self._stop.is_set():
+                log.info("relay: the replica at %s:%s left: %s", *peer[:2], exc)
+        finally:
+            with self._lock:
+                self._sessions.discard(sock)
+            _shut(sock)
+
+    def _login(self, conn: Connection) -> bool:
+        salt = auth.nonce()
+        conn.write(p.handshake(self.facts.version, next(self._ids), salt, self.plugin, p.SERVER_CAPABILITIES))
+        hello = p.client_hello(conn.read())
+        if hello.wants_tls:
+            conn.write(err_packet(ER_ACCESS_DENIED, "28000", "this relay does not offer TLS (it listens on loopback)"))
+            return False
+        answer, plugin = hello.auth, hello.plugin or self.plugin
+        if plugin not in (auth.NATIVE, auth.CACHING_SHA2):
+            plugin = self.plugin
+            conn.write(p.auth_switch(plugin, salt))
+            answer = conn.read()
+        if hello.user != self.user or not auth.matches(plugin, self.password, salt, answer):
+            conn.write(err_packet(ER_ACCESS_DENIED, "28000", f"Access denied for user '{hello.user}' (using password: "
+                                                             f"{'YES' if answer else 'NO'})"))
+            return False
+        if plugin == auth.CACHING_SHA2:
+            conn.write(b"\x01" + auth.FAST_AUTH_SUCCESS[1:])
+        conn.write(ok_packet())
+        return True
+
+    def _commands(self, conn: Connection, session: Session) -> None:
+        while not self._stop.is_set():
+            packet = conn.read()
+            command, body = packet[0], packet[1:]
+            if command == p.COM_QUIT:
+                return
+            if command == p.COM_QUERY:
+                query = body.decode("utf-8", "replace")
+                answer = session.answer(query)
+                log.debug("relay: %r -> %s", query, "error" if answer[0][:1] == b"\xff" else "answered")
+                conn.write(*answer)
+            elif command in (p.COM_PING, p.COM_REGISTER_SLAVE, p.COM_INIT_DB):
+                conn.write(ok_packet())
+            elif command in (p.COM_BINLOG_DUMP, p.COM_BINLOG_DUMP_GTID):
+                self._dump(conn, session, _dump_request(command, body, session))
+                return
+            else:
+                conn.write(err_packet(ER_UNKNOWN_COM, "08S01", f"Unknown command 0x{command:02x}"))
+
+    def _dump(self, conn: Connection, session: Session, request: DumpRequest) -> None:
+        try:
+            stream = self.feed.open(request)
+        except FeedError as exc:
+            conn.write(err_packet(ER_MASTER_FATAL_ERROR_READING_BINLOG, "HY000", str(exc)))
+            return
+        self.served += 1
+        period_ns = session.variable("master_heartbeat_period") or session.variable("source_heartbeat_period")
+        heartbeat_s = int(period_ns) / 1e9 if period_ns else DEFAULT_HEARTBEAT_S
+        try:
+            self._stream(conn, stream, request, heartbeat_s)
+        except FeedError as exc:  # the feed lost its place: the replica is told, as by a source, and reconnects
+            conn.write(err_packet(ER_MASTER_FATAL_ERROR_READING_BINLOG, "HY000", str(exc)))
+        finally:
+            stream.close()
+
+    def _stream(self, conn: Connection, stream: Stream, request: DumpRequest, heartbeat_s: float) -> None:
+        file, position = request.file, request.position
+        while not self._stop.is_set():
+            event = stream.next(heartbeat_s)
+            if event is None:
+                conn.write(b"\x00" + events.heartbeat(file, position, self.facts.server_id, request.checksum))
+                continue
+            if events.kind(event) == events.ROTATE_EVENT:
+                file, position = events.rotated_to(event, request.checksum)
+            elif events.next_position(event):
+                position = events.next_position(event)
+            conn.write(b"\x00" + event)
+
+
+def _dump_request(command: int, body: bytes, session: Session) -> DumpRequest:
+    r = Reader(body, "the replica's binlog dump command")
+    asked = session.variable("master_binlog_checksum") or session.variable("source_binlog_checksum")  # MySQL 8.0.26+
+    checksum = str(asked or "NONE").upper() != "NONE"
+    if command == p.COM_BINLOG_DUMP:
+        position = r.u32()
+        r.u16()  # flags
+        server_id = r.u32()
+        file = r.rest().rstrip(b"\0").decode()
+        state = session.variable("slave_connect_state")
+        return DumpRequest(file, position, server_id, checksum, mariadb_state=None if state is None else str(state),
+                           capability=int(session.variable("mariadb_slave_capability") or 0))
+    flags = r.u16()
+    server_id = r.u32()
+    file = r.take(r.u32()).decode()
+    position = r.u64()
+    gtids = r.take(r.u32()) if r.left >= 4 else b""
+    return DumpRequest(file, position, server_id, checksum, mysql_gtids=gtids, flags=flags)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+

@@ -1,0 +1,117 @@
+"""The relay's served protocol with a real client over a real socket (PyMySQL, which speaks
+both password plugins a replica uses), and the events it makes itself, checked as a
+replica checks them."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pymysql
+import pytest
+
+from bridge.relay import auth, events
+from bridge.relay.answers import Session, SourceFacts
+from bridge.relay.server import DumpRequest, FeedError, RelayServer
+
+MARIADB = SourceFacts(version="5.5.5-11.8.3-MariaDB-log", server_id=1, checksum="CRC32",
+                      variables={"gtid_domain_id": "0"})
+MYSQL = SourceFacts(version="9.7.0", server_id=7, checksum="CRC32",
+                    variables={"gtid_mode": "ON", "server_uuid": "3e11fa47-71ca-11e1-9e33-c80aa9429562"})
+
+
+class NoEvents:
+    def open(self, request: DumpRequest):
+        raise FeedError("no binlog here")
+
+
+@pytest.fixture(params=[MARIADB, MYSQL], ids=["mariadb", "mysql"])
+def served(request):
+    server = RelayServer(("127.0.0.1", 0), request.param, NoEvents(), "relay", "pw-1").start()
+    yield server
+    server.close()
+
+
+def _connect(server: RelayServer, password: str = "pw-1") -> pymysql.Connection:
+    return pymysql.connect(host=server.address[0], port=server.address[1], user="relay", password=password,
+                           ssl_disabled=True, connect_timeout=5, read_timeout=5)
+
+
+def _one(conn, query: str):
+    with conn.cursor() as cur:
+        cur.execute(query)
+        return cur.fetchone()
+
+
+def test_a_client_logs_in_with_the_plugin_of_the_primarys_flavor_and_gets_the_primarys_answers(served):
+    conn = _connect(served)
+    try:
+        assert conn.get_server_info() == served.facts.version
+        assert served.plugin == (auth.NATIVE if served.facts.mariadb else auth.CACHING_SHA2)
+        assert _one(conn, "SELECT @@GLOBAL.SERVER_ID") == (served.facts.server_id,)
+        assert _one(conn, "SHOW VARIABLES LIKE 'SERVER_ID'") == ("server_id", str(served.facts.server_id))
+        assert abs(int(_one(conn, "SELECT UNIX_TIMESTAMP()")[0]) - int(__import__("time").time())) <= 2
+        with conn.cursor() as cur:  # as a replica sets them: kept for the session, read back
+            cur.execute("SET @master_binlog_checksum= @@global.binlog_checksum, @slave_connect_state='0-1-5'")
+        assert _one(conn, "SELECT @master_binlog_checksum") == ("CRC32",)
+        assert _one(conn, "SELECT @slave_connect_state") == ("0-1-5",)
+        assert _one(conn, "SELECT @never_set") == (None,)
+        name = "gtid_domain_id" if served.facts.mariadb else "server_uuid"
+        assert _one(conn, f"SELECT @@GLOBAL.{name}") == (served.facts.variables[name],)
+        with pytest.raises(pymysql.MySQLError) as unknown:
+            _one(conn, "SELECT @@GLOBAL.no_such_variable")
+        assert unknown.value.args[0] == 1193
+        with pytest.raises(pymysql.MySQLError) as refused:
+            _one(conn, "DROP DATABASE x")
+        assert refused.value.args[0] == 1235 and "DROP DATABASE x" in refused.value.args[1]
+        conn.ping(reconnect=False)
+    finally:
+        conn.close()
+
+
+def test_a_wrong_password_or_user_is_refused_with_error_1045(served):
+    with pytest.raises(pymysql.MySQLError) as wrong:
+        _connect(served, password="pw-2")
+    assert wrong.value.args[0] == 1045 and "relay" in wrong.value.args[1]
+    with pytest.raises(pymysql.MySQLError) as empty:
+        _connect(served, password="")
+    assert empty.value.args[0] == 1045 and "using password: NO" in empty.value.args[1]
+
+
+def test_a_dump_the_feed_cannot_serve_gets_error_1236_with_the_feeds_reason(served):
+    conn = _connect(served)
+    try:
+        conn._execute_command(0x12, struct.pack("<IHI", 4, 0, 99))
+        with pytest.raises(pymysql.MySQLError) as failed:
+            conn._read_packet()
+        assert failed.value.args[0] == 1236 and "no binlog here" in failed.value.args[1]
+    finally:
+        conn.close()
+
+
+def test_the_events_the_relay_makes_carry_the_crc32_a_replica_checks():
+    for event in (events.heartbeat("bin.000003", 1234, 9, True), events.rotate("bin.000003", 4, 9, True)):
+        size, body = struct.unpack_from("<I", event, 9)[0], event[:-4]
+        assert size == len(event)
+        assert struct.unpack("<I", event[-4:])[0] == zlib.crc32(body)
+        assert struct.unpack_from("<H", event, 17)[0] & events.LOG_EVENT_ARTIFICIAL_F
+    beat = events.heartbeat("bin.000003", 1234, 9, False)
+    assert (events.kind(beat), events.next_position(beat), beat[19:]) == (events.HEARTBEAT_LOG_EVENT, 1234, b"bin.000003")
+    assert events.rotated_to(events.rotate("bin.000007", 4, 9, True), True) == ("bin.000007", 4)
+    assert events.rotated_to(events.rotate("bin.000007", 4, 9, False), False) == ("bin.000007", 4)
+
+
+def test_scrambles_match_the_servers_definitions():
+    salt = bytes(range(1, 21))
+    # mysql_native_password: SHA1(pw) XOR SHA1(salt + SHA1(SHA1(pw))), as PyMySQL computes it
+    assert auth.native_scramble("secret", salt) == pymysql._auth.scramble_native_password(b"secret", salt)
+    assert auth.sha2_scramble("secret", salt) == pymysql._auth.scramble_caching_sha2(b"secret", salt)
+    assert auth.matches(auth.NATIVE, "", salt, b"") and not auth.matches(auth.NATIVE, "x", salt, b"")
+    assert all(b != 0 for b in auth.nonce())
+
+
+def test_several_user_variables_in_one_set_and_quoted_values_are_kept():
+    session = Session(MARIADB)
+    session.answer("SET @a = 'it''s', @b=5, @c := \"x,y\", @d=NULL")
+    assert (session.variable("a"), session.variable("b"), session.variable("c"), session.variable("d")) == \
+        ("it's", 5, "x,y", None)
