@@ -12,11 +12,13 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.errors import BridgeError, RemoteProtocolError
+from bridge.errors import BridgeError, ConfigError, RemoteProtocolError
+from bridge.model import GtidSet
 from bridge.relay import auth, events
 from bridge.relay import protocol as p
 from bridge.relay.answers import Session, SourceFacts
 from bridge.relay.protocol import Reader, err_packet, ok_packet
+from bridge.wire.mysqlgtid import decode_gtid_set
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class DumpRequest:
     mysql_gtids: bytes | None = None
     capability: int = 0  # @mariadb_slave_capability
     flags: int = 0  # the dump command's (MySQL's BINLOG_THROUGH_GTID, ...)
+    gtids: GtidSet = GtidSet()  # what the replica has (MariaDB: its last GTID per domain): the feed serves the rest
 
 
 class Stream(Protocol):
@@ -232,13 +235,23 @@ def _dump_request(command: int, body: bytes, session: Session) -> DumpRequest:
         file = r.rest().rstrip(b"\0").decode()
         state = session.variable("slave_connect_state")
         return DumpRequest(file, position, server_id, checksum, mariadb_state=None if state is None else str(state),
-                           capability=int(session.variable("mariadb_slave_capability") or 0))
+                           capability=int(session.variable("mariadb_slave_capability") or 0),
+                           gtids=_parsed(str(state or "")))
     flags = r.u16()
     server_id = r.u32()
     file = r.take(r.u32()).decode()
     position = r.u64()
     gtids = r.take(r.u32()) if r.left >= 4 else b""
-    return DumpRequest(file, position, server_id, checksum, mysql_gtids=gtids, flags=flags)
+    parts = decode_gtid_set(gtids) if gtids else []
+    return DumpRequest(file, position, server_id, checksum, mysql_gtids=gtids, flags=flags,
+                       gtids=_parsed(",".join(f"{key}:{a}-{b}" for key, ivs in parts for a, b in ivs)))
+
+
+def _parsed(text: str) -> GtidSet:
+    try:
+        return GtidSet.parse(text)
+    except (ConfigError, ValueError) as exc:
+        raise RemoteProtocolError(f"the replica's GTID position {text[:200]!r}: {exc}") from None
 
 
 def _shut(sock: socket.socket) -> None:

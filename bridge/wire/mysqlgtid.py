@@ -94,3 +94,37 @@ def encode_gtid_set(parts: list[tuple[str, list[tuple[int, int]]]]) -> bytes:
             out += struct.pack("<QQ", first, last + 1)
     count = 1 << 56 | len(parts) << 8 | 1 if tagged else len(parts)
     return struct.pack("<Q", count) + bytes(out)
+
+
+def decode_gtid_set(data: bytes) -> list[tuple[str, list[tuple[int, int]]]]:
+    """``encode_gtid_set``'s inverse: the parts of a GTID set as a replica's
+    COM_BINLOG_DUMP_GTID carries it (closed intervals); malformed bytes are the peer's error."""
+    try:
+        (count,) = struct.unpack_from("<Q", data, 0)
+        tagged = count >> 56 == 1 and count & 0xFF == 1
+        pos, parts = 8, []
+        for _ in range((count >> 8) & 0xFFFF_FFFF_FFFF if tagged else count):
+            if pos + 16 > len(data):
+                raise IndexError("a uuid past the end")
+            key = uuid_text(data[pos:pos + 16])
+            pos += 16
+            if tagged:
+                length, pos = varlen(data, pos)
+                tag = data[pos:pos + length].decode("ascii")
+                pos += length
+                key = f"{key}:{tag}" if tag else key
+            (n,) = struct.unpack_from("<Q", data, pos)
+            pos += 8
+            intervals = []
+            for _ in range(n):
+                first, end = struct.unpack_from("<QQ", data, pos)
+                pos += 16
+                if not 0 < first < end:
+                    raise ValueError(f"interval [{first}, {end})")
+                intervals.append((first, end - 1))
+            parts.append((key, intervals))
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise RemoteProtocolError(f"a GTID set of {len(data)} bytes that does not parse: {exc}") from None
+    if pos != len(data):
+        raise RemoteProtocolError(f"a GTID set with {len(data) - pos} bytes after its end")
+    return parts

@@ -10,9 +10,13 @@ import zlib
 import pymysql
 import pytest
 
+from bridge.errors import RemoteProtocolError
 from bridge.relay import auth, events
 from bridge.relay.answers import Session, SourceFacts
+from bridge.relay.channel import RelayChannel
 from bridge.relay.server import DumpRequest, FeedError, RelayServer
+from bridge.server.flavor import Flavor
+from bridge.wire.mysqlgtid import decode_gtid_set, encode_gtid_set
 
 MARIADB = SourceFacts(version="5.5.5-11.8.3-MariaDB-log", server_id=1, checksum="CRC32",
                       variables={"gtid_domain_id": "0"})
@@ -115,3 +119,35 @@ def test_several_user_variables_in_one_set_and_quoted_values_are_kept():
     session.answer("SET @a = 'it''s', @b=5, @c := \"x,y\", @d=NULL")
     assert (session.variable("a"), session.variable("b"), session.variable("c"), session.variable("d")) == \
         ("it's", 5, "x,y", None)
+
+
+@pytest.mark.parametrize("parts", [
+    [],
+    [("3e11fa47-71ca-11e1-9e33-c80aa9429562", [(1, 5), (7, 7)])],
+    [("3e11fa47-71ca-11e1-9e33-c80aa9429562", [(1, 9)]), ("3e11fa47-71ca-11e1-9e33-c80aa9429562:audit", [(1, 2)]),
+     ("4f22ab58-71ca-11e1-9e33-c80aa9429562", [(3, 3)])],
+], ids=["empty", "one uuid", "tagged"])
+def test_a_replicas_gtid_set_is_read_back_as_the_dump_command_carries_it(parts):
+    assert decode_gtid_set(encode_gtid_set(parts)) == parts
+
+
+@pytest.mark.parametrize("data", [b"", struct.pack("<Q", 1) + bytes(10), struct.pack("<Q", 0) + b"x",
+                                  encode_gtid_set([("3e11fa47-71ca-11e1-9e33-c80aa9429562", [(1, 5)])])[:-3]],
+                         ids=["nothing", "short uuid", "trailing", "cut interval"])
+def test_a_malformed_gtid_set_is_the_replicas_error(data):
+    with pytest.raises(RemoteProtocolError):
+        decode_gtid_set(data)
+
+
+@pytest.mark.parametrize("version", ["9.7.0", "11.8.3-MariaDB"])
+def test_the_channel_statements_a_dba_is_given_name_the_password_and_never_show_it(version):
+    channel = RelayChannel(Flavor.from_version(version), "it's", "127.0.0.1", 3307, "relay", heartbeat_s=0.5)
+    printed = channel.printed()
+    assert "'<the relay password>'" in printed and "3307" in printed and "'relay'" in printed
+    if "MariaDB" in version:
+        assert printed.startswith("CHANGE MASTER 'it''s' TO") and "MASTER_USE_GTID=slave_pos" in printed
+        assert printed.endswith("START SLAVE 'it''s';")
+    else:
+        assert "SOURCE_AUTO_POSITION=1" in printed and "FOR CHANNEL 'it''s'" in printed
+        assert printed.endswith("START REPLICA FOR CHANNEL 'it''s';")
+    assert "HEARTBEAT_PERIOD=0.5" in printed and "SSL=0" in printed

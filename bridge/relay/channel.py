@@ -1,0 +1,70 @@
+"""The replica server's replication channel pointed at the relay: MySQL's
+``CHANGE REPLICATION SOURCE TO ... FOR CHANNEL``, MariaDB's ``CHANGE MASTER 'name' TO``,
+positioned by the replica's own GTIDs (a restart of either end resumes where the replica
+is), reconnecting every second while the relay is down, with heartbeats while idle, and
+without TLS: the relay listens on loopback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pymysql
+
+from bridge.server.flavor import Flavor
+
+ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST = 1617, 3074
+
+
+@dataclass(frozen=True, slots=True)
+class RelayChannel:
+    """One channel of the replica server, fed by the relay at ``host:port``."""
+
+    flavor: Flavor
+    name: str
+    host: str
+    port: int
+    user: str
+    heartbeat_s: float = 1.0
+
+    def _named(self) -> str:
+        return self.name.replace("'", "''")
+
+    def change(self) -> tuple[str, tuple]:
+        """(statement, parameters: host, port, user, then the password's place)."""
+        if self.flavor.is_mysql:
+            return ("CHANGE REPLICATION SOURCE TO SOURCE_HOST=%s, SOURCE_PORT=%s, SOURCE_USER=%s, SOURCE_PASSWORD=%s, "
+                    f"SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, SOURCE_HEARTBEAT_PERIOD={self.heartbeat_s:g}, "
+                    f"SOURCE_SSL=0 FOR CHANNEL '{self._named()}'", (self.host, self.port, self.user))
+        return (f"CHANGE MASTER '{self._named()}' TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, "
+                f"MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, "
+                f"MASTER_HEARTBEAT_PERIOD={self.heartbeat_s:g}, MASTER_SSL=0", (self.host, self.port, self.user))
+
+    @property
+    def start(self) -> str:
+        return f"START REPLICA FOR CHANNEL '{self._named()}'" if self.flavor.is_mysql else \
+            f"START SLAVE '{self._named()}'"
+
+    @property
+    def stop(self) -> str:
+        return f"STOP REPLICA FOR CHANNEL '{self._named()}'" if self.flavor.is_mysql else \
+            f"STOP SLAVE '{self._named()}'"
+
+    def configure(self, cur, password: str) -> None:
+        """Stop the channel if it runs, point it at the relay, start it (on ``cur``, a
+        cursor of an account with the privileges to: REPLICATION_SLAVE_ADMIN on MySQL,
+        REPLICATION SLAVE ADMIN on MariaDB)."""
+        try:
+            cur.execute(self.stop)
+        except pymysql.MySQLError as exc:  # a channel that does not exist yet: nothing to stop
+            if not exc.args or exc.args[0] not in (ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST):
+                raise
+        statement, params = self.change()
+        cur.execute(statement, (*params, password))
+        cur.execute(self.start)
+
+    def printed(self) -> str:
+        """The statements for a DBA to run (``--relay-configure no``): the password is
+        named, never shown."""
+        statement, params = self.change()
+        quoted = tuple(f"'{p}'" if isinstance(p, str) else str(p) for p in params)
+        return (statement % (*quoted, "'<the relay password>'") + f";\n{self.start};")
