@@ -2,7 +2,7 @@
 ``CHANGE REPLICATION SOURCE TO ... FOR CHANNEL``, MariaDB's ``CHANGE MASTER 'name' TO``,
 positioned by the replica's own GTIDs (a restart of either end resumes where the replica
 is), reconnecting every second while the relay is down, with heartbeats while idle, and
-without TLS: the relay listens on loopback."""
+without TLS unless asked for (the relay listens on loopback by default)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class RelayChannel:
     port: int
     user: str
     heartbeat_s: float = 1.0
+    tls_ca: str | None = None  # TLS, the relay's certificate verified against this CA (a path the server reads)
 
     def _named(self) -> str:
         return self.name.replace("'", "''")
@@ -34,10 +35,18 @@ class RelayChannel:
         if self.flavor.is_mysql:
             return ("CHANGE REPLICATION SOURCE TO SOURCE_HOST=%s, SOURCE_PORT=%s, SOURCE_USER=%s, SOURCE_PASSWORD=%s, "
                     f"SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, SOURCE_HEARTBEAT_PERIOD={self.heartbeat_s:g}, "
-                    f"SOURCE_SSL=0 FOR CHANNEL '{self._named()}'", (self.host, self.port, self.user))
+                    f"{self._tls('SOURCE')} FOR CHANNEL '{self._named()}'", (self.host, self.port, self.user))
         return (f"CHANGE MASTER '{self._named()}' TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, "
                 f"MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, "
-                f"MASTER_HEARTBEAT_PERIOD={self.heartbeat_s:g}, MASTER_SSL=0", (self.host, self.port, self.user))
+                f"MASTER_HEARTBEAT_PERIOD={self.heartbeat_s:g}, {self._tls('MASTER')}",
+                (self.host, self.port, self.user))
+
+    def _tls(self, prefix: str) -> str:
+        if self.tls_ca is None:
+            return f"{prefix}_SSL=0"
+        path = self.tls_ca.replace("'", "''").replace("%", "%%")  # in the statement's text, which has %s parameters
+        return (f"{prefix}_SSL=1, {prefix}_SSL_CA='{path}', "
+                f"{prefix}_SSL_VERIFY_SERVER_CERT=1")
 
     @property
     def start(self) -> str:

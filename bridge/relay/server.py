@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Protocol
@@ -73,6 +74,11 @@ class Connection:
         self.sock, self.seq = sock, 0
         self.rfile = sock.makefile("rb")
 
+    def start_tls(self, context: ssl.SSLContext) -> None:
+        """The rest of the connection over TLS (after the client's SSL request)."""
+        self.sock = context.wrap_socket(self.sock, server_side=True)
+        self.rfile = self.sock.makefile("rb")
+
     def read(self) -> bytes:
         data = bytearray()
         while True:
@@ -103,10 +109,12 @@ class Connection:
 
 
 class RelayServer:
-    """Serves ``feed`` on ``listen`` to replicas that log in as ``user`` with ``password``."""
+    """Serves ``feed`` on ``listen`` to replicas that log in as ``user`` with ``password``;
+    ``tls``: offered to a replica that asks for it (``relay_tls_context``)."""
 
-    def __init__(self, listen: tuple[str, int], facts: SourceFacts, feed: Feed, user: str, password: str) -> None:
-        self.facts, self.feed, self.user, self.password = facts, feed, user, password
+    def __init__(self, listen: tuple[str, int], facts: SourceFacts, feed: Feed, user: str, password: str,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.facts, self.feed, self.user, self.password, self.tls = facts, feed, user, password, tls
         self.plugin = auth.NATIVE if facts.mariadb else auth.CACHING_SHA2
         self.listener = socket.create_server(listen)
         self.address = self.listener.getsockname()[:2]
@@ -115,6 +123,7 @@ class RelayServer:
         self._sessions: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.served = 0  # dumps started
+        self.tls_logins = 0  # logins over TLS
         self._thread = threading.Thread(target=self._accept, name="relay-listener", daemon=True)
 
     def start(self) -> RelayServer:
@@ -156,11 +165,20 @@ class RelayServer:
 
     def _login(self, conn: Connection) -> bool:
         salt = auth.nonce()
-        conn.write(p.handshake(self.facts.version, next(self._ids), salt, self.plugin, p.SERVER_CAPABILITIES))
+        capabilities = p.SERVER_CAPABILITIES | (p.CLIENT_SSL if self.tls else 0)
+        conn.write(p.handshake(self.facts.version, next(self._ids), salt, self.plugin, capabilities))
         hello = p.client_hello(conn.read())
         if hello.wants_tls:
-            conn.write(err_packet(ER_ACCESS_DENIED, "28000", "this relay does not offer TLS (it listens on loopback)"))
-            return False
+            if self.tls is None:  # a client asks only when offered; this one did anyway
+                conn.write(err_packet(ER_ACCESS_DENIED, "28000", "this relay offers no TLS"))
+                return False
+            try:
+                conn.start_tls(self.tls)
+            except ssl.SSLError as exc:
+                log.info("relay: a replica's TLS handshake failed: %s", exc.reason or exc)
+                return False
+            self.tls_logins += 1
+            hello = p.client_hello(conn.read())
         answer, plugin = hello.auth, hello.plugin or self.plugin
         if plugin not in (auth.NATIVE, auth.CACHING_SHA2):
             plugin = self.plugin
@@ -222,6 +240,20 @@ class RelayServer:
             elif events.next_position(event):
                 position = events.next_position(event)
             conn.write(b"\x00" + event)
+
+
+def relay_tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """TLS as a source offers it: this certificate and key, no client certificate asked
+    (a replica authenticates with its password; MariaDB 11.4+ and MySQL 8+ replicas ask
+    for TLS by default)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"relay tls: certificate {cert} and key {key} cannot be loaded: "
+                          f"{getattr(exc, 'reason', None) or getattr(exc, 'strerror', None) or exc}") from exc
+    return context
 
 
 def _dump_request(command: int, body: bytes, session: Session) -> DumpRequest:

@@ -24,8 +24,11 @@ from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema
+from bridge.model import GtidSet
+from bridge.ops.certs import make_set
 from bridge.relay.answers import SourceFacts
-from bridge.relay.server import DumpRequest, FeedError, RelayServer
+from bridge.relay.channel import RelayChannel
+from bridge.relay.server import DumpRequest, FeedError, RelayServer, relay_tls_context
 from bridge.server import dbconn
 from bridge.server.flavor import Flavor
 from tests.conftest import sandbox_up, server_flavors
@@ -126,16 +129,26 @@ def replica_status(conn, flavor: Flavor) -> dict:
             "heartbeats": int(beats or 0)}
 
 
-def _point(conn, flavor: Flavor, port: int, password: str, fast: bool) -> None:
+def _native_position(conn, flavor: Flavor) -> GtidSet:
+    with conn.cursor() as cur:
+        cur.execute(flavor.replica_gtid_sql)
+        return GtidSet.parse(cur.fetchone()[0])
+
+
+def _back_to_the_primary(conn, flavor: Flavor, port: int, password: str) -> None:
     statement, params = flavor.change_source(port, NATIVE_USER, password, None)
     with conn.cursor() as cur:
         cur.execute(flavor.stop_replica)
         cur.execute(statement, params)
-        if fast:  # reconnect at once, a heartbeat every half second while idle, no TLS (the relay has none yet;
-            # MySQL 9.7 and MariaDB 11.8 replicas ask for it by default)
-            cur.execute("CHANGE REPLICATION SOURCE TO SOURCE_CONNECT_RETRY=1, SOURCE_HEARTBEAT_PERIOD=0.5, SOURCE_SSL=0"
-                        if flavor.is_mysql else "CHANGE MASTER TO MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=0.5, MASTER_SSL=0")
+        cur.execute("CHANGE REPLICATION SOURCE TO SOURCE_SSL=0" if flavor.is_mysql else "CHANGE MASTER TO MASTER_SSL=0")
         cur.execute(flavor.start_replica)
+
+
+def _to_the_relay(conn, flavor: Flavor, server: RelayServer, password: str, tls_ca: str | None = None) -> None:
+    """The native replica's own channel ('') pointed at the relay as the replica side points its server's."""
+    channel = RelayChannel(flavor, "", "127.0.0.1", server.address[1], NATIVE_USER, heartbeat_s=0.5, tls_ca=tls_ca)
+    with conn.cursor() as cur:
+        channel.configure(cur, password)
 
 
 @pytest.fixture(scope="module")
@@ -160,18 +173,23 @@ def relay(box):
     feed = PassThrough(urls["primary"])
     server = RelayServer(("127.0.0.1", 0), _facts(pconn, flavor), feed, NATIVE_USER, password).start()
     try:
-        yield server, feed, flavor, pconn, nconn, urls, password
+        yield server, feed, flavor, pconn, nconn, urls, password, box
     finally:
-        _point(nconn, flavor, primary_port, password, fast=False)
+        _back_to_the_primary(nconn, flavor, primary_port, password)
         server.close()
         pconn.close()
         nconn.close()
 
 
 def test_a_native_replica_replicates_through_the_relay_as_from_its_primary(relay):
-    server, feed, flavor, pconn, nconn, urls, password = relay
+    server, feed, flavor, pconn, nconn, urls, password, _ = relay
     schema = "relay_pass"
-    _point(nconn, flavor, server.address[1], password, fast=True)
+    with pconn.cursor() as cur:  # one transaction the native replica has before it moves: in its position
+        cur.execute("CREATE DATABASE IF NOT EXISTS relay_before")
+        cur.execute(flavor.gtid_position_sql)
+        before = GtidSet.parse(cur.fetchone()[0])
+    wait_for(lambda: _native_position(nconn, flavor).contains_all(before), "the native replica at the primary")
+    _to_the_relay(nconn, flavor, server, password)
     try:
         wait_for(lambda: replica_status(nconn, flavor)["io"] == "Yes", "the IO thread connected to the relay",
                  timeout_s=30)
@@ -188,15 +206,41 @@ def test_a_native_replica_replicates_through_the_relay_as_from_its_primary(relay
     assert status["heartbeats"] >= 2, ("no heartbeats reached the replica while it was idle", status)
     request = feed.opened[-1]
     assert request.checksum, request
+    assert request.gtids.contains_all(before) and before.contains_all(request.gtids), (str(request.gtids), str(before))
     assert (request.mysql_gtids is not None) == flavor.is_mysql and (request.mariadb_state is None) == flavor.is_mysql
     result = compare_databases(urls["primary_admin"], urls["native_admin"], [schema])
     assert result.ok and result.digests, [(d.table, d.missing, d.extra) for d in result.diffs]
 
 
 def test_a_wrong_password_is_refused_as_a_server_refuses_it(relay):
-    server, feed, flavor, _, nconn, _, _ = relay
-    _point(nconn, flavor, server.address[1], "not-the-password", fast=True)
+    server, feed, flavor, _, nconn, _, _, _ = relay
+    _to_the_relay(nconn, flavor, server, "not-the-password")
     wait_for(lambda: replica_status(nconn, flavor)["io_errno"] == 1045, "the IO thread refused with error 1045",
              timeout_s=30)
     assert f"Access denied for user '{NATIVE_USER}'" in replica_status(nconn, flavor)["io_error"]
     assert feed.opened == [] and server.served == 0
+
+
+def test_a_replica_that_asks_for_tls_gets_it_and_verifies_the_relays_certificate(relay):
+    server, feed, flavor, pconn, nconn, _, password, box = relay
+    # in the state directory, where the server (or its container) reads; the address first: MariaDB 10.11's
+    # replica matches the host it connects to against the certificate's common name, not its IP names
+    files = make_set(box.dir / "relay-tls", ["127.0.0.1", "localhost"])
+    tls = RelayServer(("127.0.0.1", 0), server.facts, feed, NATIVE_USER, password,
+                      tls=relay_tls_context(str(files.cert), str(files.key))).start()
+    try:
+        _to_the_relay(nconn, flavor, tls, password, tls_ca=str(files.ca))
+        with pconn.cursor() as cur:
+            cur.execute("CREATE DATABASE IF NOT EXISTS relay_tls")
+            cur.execute(flavor.gtid_position_sql)
+            written = GtidSet.parse(cur.fetchone()[0])
+        try:
+            wait_for(lambda: _native_position(nconn, flavor).contains_all(written), "the replica applied over TLS",
+                     timeout_s=30)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {replica_status(nconn, flavor)}") from None
+        status = replica_status(nconn, flavor)
+        assert (status["io"], status["io_errno"]) == ("Yes", 0), status
+        assert tls.tls_logins >= 1 and tls.served >= 1
+    finally:
+        tls.close()

@@ -10,11 +10,12 @@ import zlib
 import pymysql
 import pytest
 
-from bridge.errors import RemoteProtocolError
+from bridge.errors import ConfigError, RemoteProtocolError
+from bridge.ops.certs import make_set
 from bridge.relay import auth, events
 from bridge.relay.answers import Session, SourceFacts
 from bridge.relay.channel import RelayChannel
-from bridge.relay.server import DumpRequest, FeedError, RelayServer
+from bridge.relay.server import DumpRequest, FeedError, RelayServer, relay_tls_context
 from bridge.server.flavor import Flavor
 from bridge.wire.mysqlgtid import decode_gtid_set, encode_gtid_set
 
@@ -151,3 +152,27 @@ def test_the_channel_statements_a_dba_is_given_name_the_password_and_never_show_
         assert "SOURCE_AUTO_POSITION=1" in printed and "FOR CHANNEL 'it''s'" in printed
         assert printed.endswith("START REPLICA FOR CHANNEL 'it''s';")
     assert "HEARTBEAT_PERIOD=0.5" in printed and "SSL=0" in printed
+
+
+def test_a_client_that_asks_for_tls_gets_it_and_verifies_the_relays_certificate(tmp_path):
+    files = make_set(tmp_path, ["localhost", "127.0.0.1"])
+    for facts in (MARIADB, MYSQL):
+        server = RelayServer(("127.0.0.1", 0), facts, NoEvents(), "relay", "pw-1",
+                             tls=relay_tls_context(str(files.cert), str(files.key))).start()
+        try:
+            conn = pymysql.connect(host="127.0.0.1", port=server.address[1], user="relay", password="pw-1",
+                                   ssl_ca=str(files.ca), ssl_verify_cert=True, ssl_verify_identity=True,
+                                   connect_timeout=5, read_timeout=5)
+            try:
+                assert _one(conn, "SELECT @@GLOBAL.SERVER_ID") == (facts.server_id,)
+                assert conn._sock.version() in ("TLSv1.2", "TLSv1.3")
+            finally:
+                conn.close()
+            assert server.tls_logins == 1
+        finally:
+            server.close()
+
+
+def test_a_relay_certificate_that_cannot_be_loaded_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="relay tls: certificate .*missing.pem"):
+        relay_tls_context(str(tmp_path / "missing.pem"), str(tmp_path / "missing-key.pem"))
