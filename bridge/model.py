@@ -253,7 +253,19 @@ class RowEvents:
     events: int
 
 
-Change = RowChange | Statement | RowEvents
+@dataclass(frozen=True, slots=True)
+class Verbatim:
+    """A transaction's events as the primary wrote them (relay apply mode), each whole,
+    its checksum included: from its GTID event to its commit, or (a chunk) a run of them.
+    The replica server's own IO thread receives them. ``file``: the primary's binlog file
+    the first of them is in (their positions are that file's); ``events``: how many."""
+
+    file: str
+    data: bytes = field(repr=False)
+    events: int
+
+
+Change = RowChange | Statement | RowEvents | Verbatim
 
 
 def starts_with_repair_marker(changes) -> bool:

@@ -44,3 +44,13 @@ def rotated_to(event: bytes, checksum: bool) -> tuple[str, int]:
     """A Rotate event's (file, position)."""
     end = len(event) - (4 if checksum else 0)
     return event[HEADER.size + 8:end].decode(), struct.unpack_from("<Q", event, HEADER.size)[0]
+
+
+def with_next_position(event: bytes, position: int) -> bytes:
+    """``event`` with its header's next position set; a FORMAT_DESCRIPTION that carries
+    the crc32 algorithm (its byte before the last four is 1) gets its crc32 made again."""
+    out = bytearray(event)
+    struct.pack_into("<I", out, 13, position)
+    if kind(event) == FORMAT_DESCRIPTION_EVENT and len(out) > 5 and out[-5] == 1:
+        struct.pack_into("<I", out, len(out) - 4, zlib.crc32(out[:-4]))
+    return bytes(out)

@@ -15,7 +15,7 @@ import struct
 from decimal import Decimal, InvalidOperation
 
 from bridge.errors import LocalProtocolError, RemoteProtocolError
-from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction
+from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction, Verbatim
 from bridge.wire.hotpath import COMPACT_TAG
 from bridge.wire.native import hot
 
@@ -215,7 +215,8 @@ def encode_chunk(chunk: Chunk) -> bytearray:
 def _tables_and_changes(changes) -> tuple[tuple, tuple]:
     """Each table's names (schema, table, columns, key, row event flags) once per payload; a row change
     refers to them by index: ("r", kind, table index, before, after). A statement is
-    ("q", schema, sql, raw event); raw row events are ("e", events, tables, count)."""
+    ("q", schema, sql, raw event); raw row events are ("e", events, tables, count); a
+    transaction's events verbatim (relay mode) ("v", binlog file, events, count)."""
     index: dict[tuple, int] = {}
     out = []
     for c in changes:
@@ -223,6 +224,8 @@ def _tables_and_changes(changes) -> tuple[tuple, tuple]:
             out.append(("e", c.data, c.tables, c.events))
         elif isinstance(c, Statement):
             out.append(("q", c.schema, c.sql, c.raw))
+        elif isinstance(c, Verbatim):
+            out.append(("v", c.file, c.data, c.events))
         else:
             meta = (c.schema, c.table, c.columns, c.key, c.flags)
             i = index.setdefault(meta, len(index))
@@ -305,6 +308,8 @@ def _change_from(c, metas: tuple):
         return RowEvents(_bytes(c[1]), names, c[3])
     if c[0] == "q" and len(c) == 4:
         return Statement(schema=_text(c[1]), sql=_text(c[2]), raw=_bytes(c[3]))
+    if c[0] == "v" and len(c) == 4 and type(c[3]) is int and c[3] >= 0:
+        return Verbatim(_text(c[1]), _bytes(c[2]), c[3])
     raise ValueError(f"unknown change {c[:2]!r}")
 
 

@@ -24,13 +24,17 @@ from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema
-from bridge.model import GtidSet
+from bridge.model import Chunk, GtidSet
 from bridge.ops.certs import make_set
 from bridge.relay.answers import SourceFacts
 from bridge.relay.channel import RelayChannel
+from bridge.relay.feed import TransactionFeed
 from bridge.relay.server import DumpRequest, FeedError, RelayServer, relay_tls_context
 from bridge.server import dbconn
 from bridge.server.flavor import Flavor
+from bridge.source.verbatim import VerbatimGrouper
+from bridge.wire.codec import decode_chunk, decode_transaction, encode_chunk, encode_transaction
+from bridge.wire.mysqlgtid import encode_gtid_set
 from tests.conftest import sandbox_up, server_flavors
 from tests.helpers import wait_for
 
@@ -215,8 +219,11 @@ def test_a_native_replica_replicates_through_the_relay_as_from_its_primary(relay
 def test_a_wrong_password_is_refused_as_a_server_refuses_it(relay):
     server, feed, flavor, _, nconn, _, _, _ = relay
     _to_the_relay(nconn, flavor, server, "not-the-password")
-    wait_for(lambda: replica_status(nconn, flavor)["io_errno"] == 1045, "the IO thread refused with error 1045",
-             timeout_s=30)
+    try:
+        wait_for(lambda: replica_status(nconn, flavor)["io_errno"] == 1045, "the IO thread refused with error 1045",
+                 timeout_s=30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {replica_status(nconn, flavor)}") from None
     assert f"Access denied for user '{NATIVE_USER}'" in replica_status(nconn, flavor)["io_error"]
     assert feed.opened == [] and server.served == 0
 
@@ -244,3 +251,69 @@ def test_a_replica_that_asks_for_tls_gets_it_and_verifies_the_relays_certificate
         assert tls.tls_logins >= 1 and tls.served >= 1
     finally:
         tls.close()
+
+
+def test_the_primarys_transactions_grouped_verbatim_and_framed_reach_the_replica_equal(relay):
+    """What relay mode carries in the ring: the primary's dump grouped into whole
+    transactions (bridge.source.verbatim; small chunks, so long transactions leave in
+    several), through the codec as frames carry them, into a TransactionFeed the relay
+    serves from, opening each dump with its own ROTATE and FORMAT_DESCRIPTION."""
+    server, _, flavor, pconn, nconn, urls, password, _ = relay
+    schema = "relay_verbatim"
+    with pconn.cursor() as cur:
+        cur.execute(flavor.gtid_position_sql)
+        start = GtidSet.parse(cur.fetchone()[0])
+    wait_for(lambda: _native_position(nconn, flavor).contains_all(start), "the native replica at the primary")
+    asked = DumpRequest("", 4, 77, True, mariadb_state=None if flavor.is_mysql else str(start),
+                        mysql_gtids=encode_gtid_set([(k, list(ivs)) for k, ivs in start.mysql])
+                        if flavor.is_mysql else None, flags=4 if flavor.is_mysql else 0)
+    dump = PrimaryDump(urls["primary"], asked)
+    grouper, fed, format_event = VerbatimGrouper(checksum_bytes=4, chunk_bytes=4096), [], []
+    feed: list[TransactionFeed] = []
+    stop = threading.Event()
+
+    def pump() -> None:  # the primary side's part, and the ring's framing
+        while not stop.is_set():
+            event = dump.next(0.2)
+            if event is None:
+                continue
+            if event[4] == 15 and not format_event:
+                format_event.append(event)
+                feed.append(TransactionFeed(event, server.facts.server_id, before=start))
+            item = grouper.feed(event)
+            if item is not None:
+                frame = encode_chunk(item) if isinstance(item, Chunk) else encode_transaction(item)
+                item = decode_chunk(frame) if isinstance(item, Chunk) else decode_transaction(frame)
+                fed.append(item)
+                feed[0].append(item)
+
+    pumping = threading.Thread(target=pump, daemon=True)
+    pumping.start()
+    wait_for(lambda: feed, "the primary's FORMAT_DESCRIPTION", timeout_s=10)
+    verbatim = RelayServer(("127.0.0.1", 0), server.facts, feed[0], NATIVE_USER, password).start()
+    try:
+        _to_the_relay(nconn, flavor, verbatim, password)
+        create_schema(pconn, schema)
+        MixedWorkload(pconn, schema, seed=61).run(300)
+        with pconn.cursor() as cur:
+            cur.execute(f"ALTER TABLE {schema}.accounts ADD COLUMN note VARCHAR(20) NULL")
+            cur.execute(f"UPDATE {schema}.accounts SET note = 'x'")  # one long transaction: several chunks
+            cur.execute(flavor.gtid_position_sql)
+            written = GtidSet.parse(cur.fetchone()[0])
+        try:
+            wait_for(lambda: _native_position(nconn, flavor).contains_all(written), "the native replica applied "
+                     "every transaction through the verbatim feed", timeout_s=90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {replica_status(nconn, flavor)}") from None
+        status = replica_status(nconn, flavor)
+        assert (status["io"], status["sql"], status["io_errno"], status["sql_errno"]) == ("Yes", "Yes", 0, 0), status
+        assert any(isinstance(i, Chunk) and i.index > 0 for i in fed), "no transaction left in several chunks"
+        assert verbatim.served >= 1 and server.served == 0  # the native replica read this relay only
+        result = compare_databases(urls["primary_admin"], urls["native_admin"], [schema])
+        assert result.ok and result.digests, [(d.table, d.missing, d.extra) for d in result.diffs]
+    finally:
+        stop.set()
+        pumping.join(5)
+        dump.close()
+        feed[0].close()
+        verbatim.close()

@@ -1,0 +1,102 @@
+"""Relay mode's transactions as the primary wrote them: grouped whole from a dump's
+events (bridge.source.verbatim), carried by the codec, and served by the relay's feed
+(bridge.relay.feed) from a replica's GTID position, each dump opened with a ROTATE and
+the FORMAT_DESCRIPTION."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+
+from bridge.errors import RemoteProtocolError
+from bridge.model import Chunk, GtidSet, Transaction, Verbatim
+from bridge.relay import events
+from bridge.relay.feed import TransactionFeed
+from bridge.relay.server import DumpRequest, FeedError
+from bridge.source.verbatim import VerbatimGrouper
+from bridge.wire.codec import decode_chunk, decode_transaction, encode_chunk, encode_transaction
+from tests.binlog_packets import binlog_event, binlog_transaction
+
+FORMAT = binlog_event(15, struct.pack("<H", 4) + b"10.11.6-MariaDB".ljust(50, b"\0") + bytes(4) + b"\x13" +
+                      bytes(40) + b"\x01", next_position=256)
+
+
+def _group(txns: list[list[bytes]], chunk_bytes: int = 1 << 20, file: str = "bin.000001") -> list:
+    grouper, out = VerbatimGrouper(checksum_bytes=4, chunk_bytes=chunk_bytes, file=file), []
+    for events_ in txns:
+        for e in events_:
+            item = grouper.feed(e)
+            if item is not None:
+                out.append(item)
+    return out
+
+
+def test_each_transaction_is_kept_byte_for_byte_from_its_gtid_to_its_commit():
+    txns = [binlog_transaction(5, rows=3), binlog_transaction(6, flags=1), binlog_transaction(7, mysql=True),
+            binlog_transaction(8)]
+    grouped = _group(txns)
+    assert [t.gtid for t in grouped] == ["0-1-5", "0-1-6", "00010203-0405-0607-0809-0a0b0c0d0e0f:7", "0-1-8"]
+    for txn, events_ in zip(grouped, txns):
+        assert txn.changes == (Verbatim("bin.000001", b"".join(events_), len(events_)),)
+        assert decode_transaction(encode_transaction(txn)) == txn  # as a frame carries it
+
+
+def test_a_rotate_between_transactions_names_the_file_of_the_next_and_is_not_shipped():
+    rotate = events.rotate("bin.000002", 4, 1, True)
+    grouped = _group([binlog_transaction(5), [rotate, FORMAT], binlog_transaction(6)])
+    assert [t.changes[0].file for t in grouped] == ["bin.000001", "bin.000002"]
+    assert all(rotate not in t.changes[0].data for t in grouped)
+
+
+def test_a_long_transaction_leaves_in_chunks_that_join_to_its_events():
+    events_ = binlog_transaction(9, rows=40)
+    chunks = _group([events_], chunk_bytes=200)
+    assert len(chunks) > 2 and all(isinstance(c, Chunk) for c in chunks)
+    assert [c.index for c in chunks] == list(range(len(chunks))) and [c.last for c in chunks][-1]
+    assert b"".join(c.changes[0].data for c in chunks) == b"".join(events_)
+    assert all(decode_chunk(encode_chunk(c)) == c for c in chunks)
+
+
+def test_a_transaction_without_a_gtid_or_a_gtid_inside_another_is_refused():
+    with pytest.raises(RemoteProtocolError, match="without a GTID"):
+        _group([[binlog_event(34, bytes(42))]])
+    with pytest.raises(RemoteProtocolError, match="began before 0-1-5 committed"):
+        _group([binlog_transaction(5)[:2], binlog_transaction(6)])
+
+
+def _request(state: str | None) -> DumpRequest:
+    return DumpRequest("", 4, 9, True, mariadb_state=state, gtids=GtidSet.parse(state))
+
+
+def test_the_feed_serves_from_the_first_transaction_the_replica_lacks_after_a_rotate_and_the_format():
+    feed = TransactionFeed(FORMAT, server_id=1, before=GtidSet.parse("0-1-4"))
+    for item in _group([binlog_transaction(n) for n in (5, 6, 7)]):
+        feed.append(item)
+    stream = feed.open(_request("0-1-6"))
+    served = [stream.next(0.01) for _ in range(2 + len(binlog_transaction(7)))]
+    assert served[0] == events.rotate("bin.000001", 4, 1, True)
+    fmt = served[1]
+    assert events.kind(fmt) == 15 and events.next_position(fmt) == 0 and fmt[:13] == FORMAT[:13]
+    assert struct.unpack("<I", fmt[-4:])[0] == zlib.crc32(fmt[:-4])  # its crc made again for the new header
+    assert served[2:] == binlog_transaction(7)
+    assert stream.next(0.01) is None  # nothing more yet: the relay sends a heartbeat
+    feed.append(_group([binlog_transaction(8)], file="bin.000002")[0])
+    assert stream.next(0.01) == events.rotate("bin.000002", 4, 1, True)  # the file changed between two
+
+
+def test_a_replica_that_lacks_what_the_feed_no_longer_keeps_is_refused_not_served_past_it():
+    feed = TransactionFeed(FORMAT, server_id=1, before=GtidSet.parse("0-1-4"))
+    for item in _group([binlog_transaction(n) for n in (5, 6)]):
+        feed.append(item)
+    with pytest.raises(FeedError, match=r"lacks transactions the relay no longer keeps \(0-1-4\)"):
+        feed.open(_request("0-1-3"))  # 0-1-4 came before the feed began
+    stream = feed.open(_request("0-1-4"))
+    assert [stream.next(0.01) for _ in range(3)][2] == binlog_transaction(5)[0]
+    assert feed.forget(GtidSet.parse("0-1-5")) == 1 and str(feed.before) == "0-1-5"
+    with pytest.raises(FeedError, match="no longer keeps"):
+        feed.open(_request("0-1-4"))  # the replica server lost 0-1-5 (its relay log, say)
+    assert feed.open(_request("0-1-5")).next(0.01) == events.rotate("bin.000001", 4, 1, True)
+    with pytest.raises(FeedError, match="did not arrive verbatim"):
+        feed.append(Transaction("0-1-9", (object(),)))
