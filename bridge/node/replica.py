@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 
 HALTED_WAIT_S = 0.5  # how often a stopped apply loop looks at its stop flag
+NO_SESSION_WAIT_S = 1.0  # a safety bound: a new session and a stop wake the apply loop at once
 
 
 class ReplicaNode(ApplyLoop):
@@ -96,6 +97,7 @@ class ReplicaNode(ApplyLoop):
         self._lock = threading.Lock()
         self._session_waiting = threading.Event()
         self._stop = threading.Event()
+        self._woken = threading.Event()  # a session opened or a stop: the apply loop without a session looks
         self.address = self._listener.address
         self.writers = WriterSeat(cfg.channel)  # which primary side may feed the ring (bridge.node.fencing)
         self.halt: Halt | None = None  # applying stopped on this error (bridge.node.halt)
@@ -160,19 +162,24 @@ class ReplicaNode(ApplyLoop):
 
     def _idle_wait(self) -> None:
         """Sleep until the primary side wakes this side (the ring's doorbell; rdma: a write
-        with immediate data), or poll where the host cannot be woken (pyverbs' queue pair)."""
+        with immediate data), or poll where the host cannot be woken (pyverbs' queue pair).
+        Without a session, until one opens or the node stops."""
         session = self.current
-        if session is not None:
-            consumer = session.consumer
-            try:
-                if self.host.sleep(lambda: consumer.published or bool(self._pending or self._stash) or
-                                   self._stop.is_set()):
-                    return
-            except TransportError as exc:  # rdma: the session's queue pair failed
-                with self._lock:
-                    if self.current is session:
-                        self._end_session(str(exc), EndCode.ERROR)
+        if session is None:
+            self._woken.clear()
+            if self.current is None and not self._stop.is_set():
+                self._woken.wait(NO_SESSION_WAIT_S)
+            return
+        consumer = session.consumer
+        try:
+            if self.host.sleep(lambda: consumer.published or bool(self._pending or self._stash) or
+                               self._stop.is_set()):
                 return
+        except TransportError as exc:  # rdma: the session's queue pair failed
+            with self._lock:
+                if self.current is session:
+                    self._end_session(str(exc), EndCode.ERROR)
+            return
         time.sleep(self.cfg.poll_idle_s)
 
     def _report_progress(self) -> None:
@@ -264,6 +271,7 @@ class ReplicaNode(ApplyLoop):
 
     def stop(self) -> None:
         self._stop.set()
+        self._woken.set()
         self.host.interrupt()  # an idle apply loop asleep on the host looks at the stop now
 
     def close(self) -> None:
@@ -343,6 +351,7 @@ class ReplicaNode(ApplyLoop):
                 consumer=RingConsumer(self.host.region, expected_seq=pos.applied_seq + 1, epoch=epoch),
                 has_format=self.applier.format is not None)
             self.host.interrupt()  # a general path asleep on the last session's ring looks at this one
+            self._woken.set()  # ... and one that waited for a session
             return control.welcome(auth=proof, **{
                     "ring_bytes": self.cfg.ring_bytes, "transport": self.cfg.transport,
                     "params": {**self.host.params(), "session": self.current.id},

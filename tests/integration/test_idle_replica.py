@@ -13,7 +13,7 @@ import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.lab.ports import free_port
-from bridge.lab.procs import primary_process, replica_process, start_pair
+from bridge.lab.procs import primary_process, replica_process, start_pair, wait_port
 from bridge.lab.workload import connect
 from bridge.transport import rdma_available
 from bridge.transport.doorbell import DOORBELL_WAIT_S
@@ -85,3 +85,38 @@ def test_idle_replica_sleeps_and_each_spaced_transaction_wakes_it(sandbox, urls,
     result = compare_databases(urls["primary_admin"], urls["replica_admin"], [schema])
     assert result.ok, [(d.table, d.missing, d.extra) for d in result.diffs]
     assert result.digests[f"{schema}.t"][0].rows == SPACED_TXNS + 1
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_replica_side_waiting_for_its_primary_side_sleeps_and_serves_it_at_once(sandbox, urls, tmp_path, transport):
+    """Started alone, its primary side not there yet (or gone): it wakes a few times a
+    second at most (it polled every 200 µs, ~5,000 times a second), and a primary side
+    that connects then is served at once."""
+    _, info = sandbox
+    schema = channel = f"waiting_{transport}"
+    pconn, rconn = connect(urls["primary_admin"]), connect(urls["replica_admin"])
+    port = free_port()
+    replica = replica_process(info["replica"], port, transport, channel, str(tmp_path))
+    primary = primary_process(info["primary"], port, transport, primary_position(pconn), str(tmp_path),
+                              extra=("--heartbeat-interval", "0"))
+    replica.start()
+    try:
+        wait_port(port, alive=replica.check_alive)
+        time.sleep(1.0)  # its start's work done
+        pid = replica.proc.pid
+        before, woke = cpu_seconds(pid), wakeups(pid)
+        time.sleep(IDLE_S / 2)
+        share, rate = (cpu_seconds(pid) - before) / (IDLE_S / 2), (wakeups(pid) - woke) / (IDLE_S / 2)
+        primary.start()
+        with pconn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {schema}")
+            cur.execute(f"CREATE DATABASE {schema}")
+            cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY)")
+            cur.execute(f"INSERT INTO {schema}.t VALUES (1)")
+        wait_for(lambda: table_rows(rconn, schema) == 1, "the row once the primary side connected", timeout_s=30,
+                 alive=lambda: (replica.check_alive(), primary.check_alive()))
+    finally:
+        primary.stop()
+        replica.stop()
+    assert rate < MAX_WAKEUPS_PER_S, f"a replica side with no session woke {rate:.0f} times a second"
+    assert share < MAX_IDLE_CPU_SHARE, f"a replica side with no session used {share:.0%} of a core"
