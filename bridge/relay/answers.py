@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from bridge.relay.protocol import err_packet, ok_packet, result_set
+from bridge.server.flavor import Flavor
 
 ER_NOT_SUPPORTED_YET, ER_UNKNOWN_SYSTEM_VARIABLE = 1235, 1193
 
@@ -29,7 +30,7 @@ class SourceFacts:
 
     @property
     def mariadb(self) -> bool:
-        return "mariadb" in self.version.lower()
+        return not Flavor.from_version(self.version).is_mysql
 
     def global_value(self, name: str) -> str | int | None:
         name = name.lower()
