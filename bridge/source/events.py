@@ -56,8 +56,16 @@ class CommitRead:
 
 
 @dataclass(frozen=True, slots=True)
+class VerbatimRead:
+    """Any event of the dump kept whole, as the primary sent it, not decoded (relay apply
+    mode: bridge.source.verbatim groups them)."""
+
+    event: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatRead:
     """The primary is idle; lets loops check for stop requests."""
 
 
-SourceEvent = GtidStart | RowsRead | RawRowEvent | QueryRead | ContextRead | CommitRead | HeartbeatRead
+SourceEvent = GtidStart | RowsRead | RawRowEvent | QueryRead | ContextRead | CommitRead | HeartbeatRead | VerbatimRead

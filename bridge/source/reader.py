@@ -49,6 +49,7 @@ from bridge.source.events import (
     RawRowEvent,
     RowsRead,
     SourceEvent,
+    VerbatimRead,
 )
 from bridge.source.stream import LIBRARY, Handled, StreamConnection
 from bridge.wire import binlog
@@ -75,13 +76,16 @@ class BinlogReader:
 
     def __init__(self, url: MysqlUrl, server_id: int, gtid_set: str, heartbeat_s: float = 0.5,
                  flavor: Flavor | None = None, report_as: str = "rdma-bridge", fast_rows: bool = True,
-                 semi_sync: bool = False, raw_rows: bool = False) -> None:
-        """``flavor``: the primary's (bridge.server.flavor), read here when not given."""
+                 semi_sync: bool = False, raw_rows: bool = False, verbatim: bool = False) -> None:
+        """``flavor``: the primary's (bridge.server.flavor), read here when not given;
+        ``verbatim`` (relay apply mode): every event handed on whole (``VerbatimRead``),
+        none decoded, a MySQL compressed transaction still compressed."""
         self.url = url
         self._heartbeat_s = heartbeat_s
         flavor = flavor or _read_flavor(url)
         wrapper = type("_Stream", (StreamConnection,), {"semi_sync": semi_sync,
                                                          "semi_sync_variable": flavor.dump_semi_sync_variable,
+                                                         "verbatim": verbatim,
                                                          "fast_path": staticmethod(self._fast_event)})
         position = {"auto_position": gtid_set} if gtid_set else {}
         self._stream = BinLogStreamReader(
@@ -97,6 +101,7 @@ class BinlogReader:
         self._converters: dict[int, tuple] = {}
         self.fast_rows = fast_rows  # our row-image decoder where it covers the table (tests compare both)
         self.raw_rows = raw_rows  # binlog apply mode: TABLE_MAP and row events kept whole, not decoded
+        self.verbatim = verbatim
         self.format: binlog.FormatDescription | None = None  # the stream's FORMAT_DESCRIPTION event
         self.commit_pos = 0  # the binlog offset after the last commit (XID or QUERY event) read
         self._tables: dict[int, tuple] = {}  # id(library Table) -> (table, readers, key, column names)
@@ -208,6 +213,8 @@ class BinlogReader:
         if len(data) < 20 or data[0] != 0:
             return LIBRARY
         etype = data[5]
+        if self.verbatim:
+            return self._verbatim_event(etype, data)
         if etype == _XID_EVENT:
             self.commit_pos = int.from_bytes(data[14:18], "little")  # the event header's next position
             return _COMMIT
@@ -261,6 +268,18 @@ class BinlogReader:
                      for r in images)
         return RowsRead(kind, table.schema, table.table, columns, key, rows, end - 20,
                         int.from_bytes(data[26:28], "little"))
+
+    def _verbatim_event(self, etype: int, data: bytes):
+        """Relay apply mode: the event whole; the FORMAT_DESCRIPTION noted (the checksum's
+        length), a commit's position noted, a heartbeat told apart (nothing to ship)."""
+        if etype == binlog.HEARTBEAT:
+            return _HEARTBEAT
+        event = bytes(data[1:1 + binlog.event_size(data, 1)])
+        if etype == binlog.FORMAT_DESCRIPTION:
+            self.format = binlog.parse_format_description(event)
+        elif etype in (_XID_EVENT, binlog.QUERY, binlog.TRANSACTION_PAYLOAD):
+            self.commit_pos = int.from_bytes(event[13:17], "little")
+        return VerbatimRead(event)
 
     def _whole_event(self, etype: int, event: bytes):
         if etype == binlog.QUERY:

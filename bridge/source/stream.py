@@ -56,6 +56,7 @@ class StreamConnection(pymysql.connections.Connection):
     stashed = None  # a packet BinlogReader read itself but leaves to the library
     _stall_s: float | None = None  # the read timeout, once the kernel keeps it (SO_RCVTIMEO)
     _inner: deque | None = None  # the rest of a compressed transaction's events, as packets
+    verbatim = False  # relay apply mode: a compressed transaction stays one event, as the primary wrote it
 
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in _DUMP_COMMANDS:
@@ -118,7 +119,7 @@ class StreamConnection(pymysql.connections.Connection):
             if flag & SEMI_SYNC_ACK_REQUESTED:
                 self.ack_wanted = int.from_bytes(data[14:18], "little")  # header log_pos
                 self._next_seq_id = 1  # the server numbers afresh after an event that wants an ACK
-        if len(data) > 5 and data[5] == binlog.TRANSACTION_PAYLOAD:
+        if len(data) > 5 and data[5] == binlog.TRANSACTION_PAYLOAD and not self.verbatim:
             # MySQL's compressed transaction: its events handed on one by one
             first, *rest = (b"\0" + event for event in compressed.expand(bytes(data[1:])))
             self._inner = deque(rest)

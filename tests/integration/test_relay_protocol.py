@@ -32,7 +32,10 @@ from bridge.relay.feed import TransactionFeed
 from bridge.relay.server import DumpRequest, FeedError, RelayServer, relay_tls_context
 from bridge.server import dbconn
 from bridge.server.flavor import Flavor
+from bridge.source.events import VerbatimRead
+from bridge.source.reader import BinlogReader
 from bridge.source.verbatim import VerbatimGrouper
+from bridge.wire.binlog import split_events
 from bridge.wire.codec import decode_chunk, decode_transaction, encode_chunk, encode_transaction
 from bridge.wire.mysqlgtid import encode_gtid_set
 from tests.conftest import sandbox_up, server_flavors
@@ -317,3 +320,55 @@ def test_the_primarys_transactions_grouped_verbatim_and_framed_reach_the_replica
         dump.close()
         feed[0].close()
         verbatim.close()
+
+
+def test_the_primary_sides_reader_in_relay_mode_hands_each_transaction_as_the_primary_sent_it(relay):
+    """BinlogReader(verbatim=True), grouped, against the primary's own dump of the same
+    range: the same transactions, byte for byte. On MySQL a transaction the primary
+    compressed (binlog_transaction_compression) stays one TRANSACTION_PAYLOAD event."""
+    _, _, flavor, pconn, _, urls, _, _ = relay
+    schema = "relay_reader"
+    with pconn.cursor() as cur:
+        cur.execute(flavor.gtid_position_sql)
+        start = GtidSet.parse(cur.fetchone()[0])
+    reader = BinlogReader(urls["primary"], 4141, str(start), flavor=flavor, verbatim=True)
+    asked = DumpRequest("", 4, 78, True, mariadb_state=None if flavor.is_mysql else str(start),
+                        mysql_gtids=encode_gtid_set([(k, list(ivs)) for k, ivs in start.mysql])
+                        if flavor.is_mysql else None, flags=4 if flavor.is_mysql else 0)
+    dump = PrimaryDump(urls["primary"], asked)
+    try:
+        create_schema(pconn, schema)
+        MixedWorkload(pconn, schema, seed=62).run(100)
+        with pconn.cursor() as cur:
+            if flavor.is_mysql:
+                cur.execute("SET SESSION binlog_transaction_compression = ON")
+                cur.execute(f"UPDATE {schema}.accounts SET owner = CONCAT(owner, '!')")
+                cur.execute("SET SESSION binlog_transaction_compression = OFF")
+            cur.execute(flavor.gtid_position_sql)
+            last = GtidSet.parse(cur.fetchone()[0])
+        read = _grouped(lambda: reader.next_event(), last, lambda e: e.event if isinstance(e, VerbatimRead) else None)
+        dumped = _grouped(lambda: dump.next(5.0), last, lambda e: e)
+    finally:
+        reader.close()
+        dump.close()
+    assert [t.gtid for t in read] == [t.gtid for t in dumped] and len(read) >= 50
+    assert read == dumped
+    if flavor.is_mysql:
+        assert any(e[4] == 40 for t in read for e in split_events(t.changes[0].data)), "no compressed transaction"
+
+
+def _grouped(next_event, last: GtidSet, raw) -> list:
+    """Transactions grouped from ``next_event`` until every GTID of ``last`` was seen."""
+    grouper, out, seen = VerbatimGrouper(checksum_bytes=4, chunk_bytes=1 << 30), [], GtidSet()
+    deadline = time.monotonic() + 60
+    while not seen.contains_all(last):
+        assert time.monotonic() < deadline, f"only {seen} of {last} read"
+        event = next_event()
+        event = raw(event) if event is not None else None
+        if event is None:
+            continue
+        item = grouper.feed(event)
+        if item is not None:
+            out.append(item)
+            seen = seen.add_text(item.gtid)
+    return out
