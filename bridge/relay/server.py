@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 ER_ACCESS_DENIED, ER_UNKNOWN_COM = 1045, 1047
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+LOGIN_TIMEOUT_S = 30.0
 DEFAULT_HEARTBEAT_S = 30.0  # a replica that sets no period (MariaDB's and MySQL's default is slave_net_timeout/2)
 
 
@@ -72,25 +73,29 @@ class Connection:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.seq = sock, 0
-        self.rfile = sock.makefile("rb")
 
     def start_tls(self, context: ssl.SSLContext) -> None:
-        """The rest of the connection over TLS (after the client's SSL request)."""
+        """The rest of the connection over TLS (after the client's SSL request). Reads are
+        never buffered ahead: the TLS handshake's first bytes, sent right behind the SSL
+        request, are still in the socket for it."""
         self.sock = context.wrap_socket(self.sock, server_side=True)
-        self.rfile = self.sock.makefile("rb")
+
+    def _exactly(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            part = self.sock.recv(n - len(out))
+            if not part:
+                raise Closed()
+            out += part
+        return bytes(out)
 
     def read(self) -> bytes:
         data = bytearray()
         while True:
-            head = self.rfile.read(4)
-            if len(head) < 4:
-                raise Closed()
+            head = self._exactly(4)
             size = int.from_bytes(head[:3], "little")
             self.seq = (head[3] + 1) % 256
-            body = self.rfile.read(size)
-            if len(body) < size:
-                raise Closed()
-            data += body
+            data += self._exactly(size)
             if size < p.MAX_PAYLOAD:
                 return bytes(data)
 
@@ -150,8 +155,10 @@ class RelayServer:
 
     def _session(self, sock: socket.socket, peer) -> None:
         conn = Connection(sock)
+        sock.settimeout(LOGIN_TIMEOUT_S)  # a client that stops halfway through its login holds no thread
         try:
             if self._login(conn):
+                conn.sock.settimeout(None)
                 self._commands(conn, Session(self.facts))
         except Closed:
             pass
