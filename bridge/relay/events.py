@@ -1,49 +1,33 @@
 """The events a source writes itself rather than takes from its binlog (pure): the
 artificial Rotate that opens a dump and the heartbeats of an idle one, with the crc32 a
-replica that asked for checksums checks; and the fields of an event's header the relay
-reads to follow the primary's position."""
+replica that asked for checksums checks. Reading events is bridge.wire.binlog's."""
 
 from __future__ import annotations
 
 import struct
 import zlib
 
-HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server id, event size, next position, flags
-ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, HEARTBEAT_LOG_EVENT = 4, 15, 27
+from bridge.wire import binlog
+
 LOG_EVENT_ARTIFICIAL_F = 0x20
 
 
 def made_event(kind: int, body: bytes, server_id: int, next_position: int, checksum: bool) -> bytes:
     """An artificial event (timestamp 0) as the source sends it: ``checksum``: with its crc32."""
-    size = HEADER.size + len(body) + (4 if checksum else 0)
-    head = HEADER.pack(0, kind, server_id, size, next_position, LOG_EVENT_ARTIFICIAL_F)
-    event = head + body
+    size = binlog.HEADER_BYTES + len(body) + (4 if checksum else 0)
+    event = binlog.made_header(kind, server_id, size, next_position, LOG_EVENT_ARTIFICIAL_F) + body
     return event + struct.pack("<I", zlib.crc32(event)) if checksum else event
 
 
 def rotate(file: str, position: int, server_id: int, checksum: bool) -> bytes:
     """The dump's first event: where the stream is, in the primary's binlog coordinates."""
-    return made_event(ROTATE_EVENT, struct.pack("<Q", position) + file.encode(), server_id, 0, checksum)
+    return made_event(binlog.ROTATE, struct.pack("<Q", position) + file.encode(), server_id, 0, checksum)
 
 
 def heartbeat(file: str, position: int, server_id: int, checksum: bool) -> bytes:
     """Sent when nothing was sent for the replica's heartbeat period: the file and the
     position of the last event sent (the replica's Read_Master_Log_Pos stays true)."""
-    return made_event(HEARTBEAT_LOG_EVENT, file.encode(), server_id, position, checksum)
-
-
-def kind(event: bytes) -> int:
-    return event[4]
-
-
-def next_position(event: bytes) -> int:
-    return struct.unpack_from("<I", event, 13)[0]
-
-
-def rotated_to(event: bytes, checksum: bool) -> tuple[str, int]:
-    """A Rotate event's (file, position)."""
-    end = len(event) - (4 if checksum else 0)
-    return event[HEADER.size + 8:end].decode(), struct.unpack_from("<Q", event, HEADER.size)[0]
+    return made_event(binlog.HEARTBEAT, file.encode(), server_id, position, checksum)
 
 
 def with_next_position(event: bytes, position: int) -> bytes:
@@ -51,6 +35,6 @@ def with_next_position(event: bytes, position: int) -> bytes:
     the crc32 algorithm (its byte before the last four is 1) gets its crc32 made again."""
     out = bytearray(event)
     struct.pack_into("<I", out, 13, position)
-    if kind(event) == FORMAT_DESCRIPTION_EVENT and len(out) > 5 and out[-5] == 1:
+    if binlog.event_type(event) == binlog.FORMAT_DESCRIPTION and len(out) > 5 and out[-5] == 1:
         struct.pack_into("<I", out, len(out) - 4, zlib.crc32(out[:-4]))
     return bytes(out)

@@ -19,6 +19,7 @@ from bridge.relay import auth, events
 from bridge.relay import protocol as p
 from bridge.relay.answers import Session, SourceFacts
 from bridge.relay.protocol import Reader, err_packet, ok_packet
+from bridge.wire import binlog
 from bridge.wire.mysqlgtid import decode_gtid_set
 
 log = logging.getLogger(__name__)
@@ -242,10 +243,10 @@ class RelayServer:
             if event is None:
                 conn.write(b"\x00" + events.heartbeat(file, position, self.facts.server_id, request.checksum))
                 continue
-            if events.kind(event) == events.ROTATE_EVENT:
-                file, position = events.rotated_to(event, request.checksum)
-            elif events.next_position(event):
-                position = events.next_position(event)
+            if binlog.event_type(event) == binlog.ROTATE:
+                file, position = binlog.rotate_target(event, 4 if request.checksum else 0)
+            elif binlog.next_position(event):
+                position = binlog.next_position(event)
             conn.write(b"\x00" + event)
 
 

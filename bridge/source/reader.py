@@ -278,7 +278,7 @@ class BinlogReader:
         if etype == binlog.FORMAT_DESCRIPTION:
             self.format = binlog.parse_format_description(event)
         elif etype in (_XID_EVENT, binlog.QUERY, binlog.TRANSACTION_PAYLOAD):
-            self.commit_pos = int.from_bytes(event[13:17], "little")
+            self.commit_pos = binlog.next_position(event)
         return VerbatimRead(event)
 
     def _whole_event(self, etype: int, event: bytes):

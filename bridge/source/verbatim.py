@@ -58,7 +58,7 @@ class VerbatimGrouper:
             return self._add(event)
         if self._gtid is None:
             if kind == binlog.ROTATE:
-                self.file = _rotated_to(event, self.checksum_bytes)
+                self.file = binlog.rotate_target(event, self.checksum_bytes)[0]
             elif kind == binlog.MYSQL_ANONYMOUS_GTID:
                 raise RemoteProtocolError("relay: the primary wrote a transaction without a GTID (gtid_mode is not ON)")
             return None  # between transactions: not shipped
@@ -109,6 +109,3 @@ class VerbatimGrouper:
         self._gtid = None
         return txn
 
-
-def _rotated_to(event: bytes, checksum_bytes: int) -> str:
-    return bytes(event[binlog.HEADER_BYTES + 8:len(event) - checksum_bytes]).decode()

@@ -71,6 +71,22 @@ def event_size(event, at: int = 0) -> int:
     return int.from_bytes(event[at + 9:at + 13], "little")
 
 
+def next_position(event, at: int = 0) -> int:
+    """The header's next position: where the event ends in its binlog file (0: an event
+    that moves no position)."""
+    return int.from_bytes(event[at + 13:at + 17], "little")
+
+
+def made_header(kind: int, server_id: int, size: int, next_pos: int, flags: int, timestamp: int = 0) -> bytes:
+    return _HEADER.pack(timestamp, kind, server_id, size, next_pos, flags)
+
+
+def rotate_target(event, checksum_bytes: int) -> tuple[str, int]:
+    """A ROTATE event's (next file, position in it)."""
+    end = len(event) - checksum_bytes
+    return bytes(event[HEADER_BYTES + 8:end]).decode(), struct.unpack_from("<Q", event, HEADER_BYTES)[0]
+
+
 def split_events(data) -> Iterator[bytes]:
     """The events of a concatenation (each says its own size)."""
     at, end = 0, len(data)

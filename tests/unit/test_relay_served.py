@@ -17,6 +17,7 @@ from bridge.relay.answers import Session, SourceFacts
 from bridge.relay.channel import RelayChannel
 from bridge.relay.server import DumpRequest, FeedError, RelayServer, relay_tls_context
 from bridge.server.flavor import Flavor
+from bridge.wire import binlog
 from bridge.wire.mysqlgtid import decode_gtid_set, encode_gtid_set
 
 MARIADB = SourceFacts(version="5.5.5-11.8.3-MariaDB-log", server_id=1, checksum="CRC32",
@@ -101,9 +102,9 @@ def test_the_events_the_relay_makes_carry_the_crc32_a_replica_checks():
         assert struct.unpack("<I", event[-4:])[0] == zlib.crc32(body)
         assert struct.unpack_from("<H", event, 17)[0] & events.LOG_EVENT_ARTIFICIAL_F
     beat = events.heartbeat("bin.000003", 1234, 9, False)
-    assert (events.kind(beat), events.next_position(beat), beat[19:]) == (events.HEARTBEAT_LOG_EVENT, 1234, b"bin.000003")
-    assert events.rotated_to(events.rotate("bin.000007", 4, 9, True), True) == ("bin.000007", 4)
-    assert events.rotated_to(events.rotate("bin.000007", 4, 9, False), False) == ("bin.000007", 4)
+    assert (binlog.event_type(beat), binlog.next_position(beat), beat[19:]) == (binlog.HEARTBEAT, 1234, b"bin.000003")
+    assert binlog.rotate_target(events.rotate("bin.000007", 4, 9, True), 4) == ("bin.000007", 4)
+    assert binlog.rotate_target(events.rotate("bin.000007", 4, 9, False), 0) == ("bin.000007", 4)
 
 
 def test_scrambles_match_the_servers_definitions():

@@ -16,6 +16,7 @@ from bridge.relay import events
 from bridge.relay.feed import TransactionFeed
 from bridge.relay.server import DumpRequest, FeedError
 from bridge.source.verbatim import VerbatimGrouper
+from bridge.wire import binlog
 from bridge.wire.codec import decode_chunk, decode_transaction, encode_chunk, encode_transaction
 from tests.binlog_packets import binlog_event, binlog_transaction
 
@@ -78,7 +79,7 @@ def test_the_feed_serves_from_the_first_transaction_the_replica_lacks_after_a_ro
     served = [stream.next(0.01) for _ in range(2 + len(binlog_transaction(7)))]
     assert served[0] == events.rotate("bin.000001", 4, 1, True)
     fmt = served[1]
-    assert events.kind(fmt) == 15 and events.next_position(fmt) == 0 and fmt[:13] == FORMAT[:13]
+    assert binlog.event_type(fmt) == 15 and binlog.next_position(fmt) == 0 and fmt[:13] == FORMAT[:13]
     assert struct.unpack("<I", fmt[-4:])[0] == zlib.crc32(fmt[:-4])  # its crc made again for the new header
     assert served[2:] == binlog_transaction(7)
     assert stream.next(0.01) is None  # nothing more yet: the relay sends a heartbeat
