@@ -267,10 +267,7 @@ def test_the_primarys_transactions_grouped_verbatim_and_framed_reach_the_replica
         cur.execute(flavor.gtid_position_sql)
         start = GtidSet.parse(cur.fetchone()[0])
     wait_for(lambda: _native_position(nconn, flavor).contains_all(start), "the native replica at the primary")
-    asked = DumpRequest("", 4, 77, True, mariadb_state=None if flavor.is_mysql else str(start),
-                        mysql_gtids=encode_gtid_set([(k, list(ivs)) for k, ivs in start.mysql])
-                        if flavor.is_mysql else None, flags=4 if flavor.is_mysql else 0)
-    dump = PrimaryDump(urls["primary"], asked)
+    dump = PrimaryDump(urls["primary"], _asked_from(start, flavor, 77))
     grouper, fed, format_event = VerbatimGrouper(checksum_bytes=4, chunk_bytes=4096), [], []
     feed: list[TransactionFeed] = []
     stop = threading.Event()
@@ -332,10 +329,7 @@ def test_the_primary_sides_reader_in_relay_mode_hands_each_transaction_as_the_pr
         cur.execute(flavor.gtid_position_sql)
         start = GtidSet.parse(cur.fetchone()[0])
     reader = BinlogReader(urls["primary"], 4141, str(start), flavor=flavor, verbatim=True)
-    asked = DumpRequest("", 4, 78, True, mariadb_state=None if flavor.is_mysql else str(start),
-                        mysql_gtids=encode_gtid_set([(k, list(ivs)) for k, ivs in start.mysql])
-                        if flavor.is_mysql else None, flags=4 if flavor.is_mysql else 0)
-    dump = PrimaryDump(urls["primary"], asked)
+    dump = PrimaryDump(urls["primary"], _asked_from(start, flavor, 78))
     try:
         create_schema(pconn, schema)
         MixedWorkload(pconn, schema, seed=62).run(100)
@@ -346,8 +340,9 @@ def test_the_primary_sides_reader_in_relay_mode_hands_each_transaction_as_the_pr
                 cur.execute("SET SESSION binlog_transaction_compression = OFF")
             cur.execute(flavor.gtid_position_sql)
             last = GtidSet.parse(cur.fetchone()[0])
-        read = _grouped(lambda: reader.next_event(), last, lambda e: e.event if isinstance(e, VerbatimRead) else None)
-        dumped = _grouped(lambda: dump.next(5.0), last, lambda e: e)
+        read = _grouped(lambda: reader.next_event(), start, last,
+                        lambda e: e.event if isinstance(e, VerbatimRead) else None)
+        dumped = _grouped(lambda: dump.next(5.0), start, last, lambda e: e)
     finally:
         reader.close()
         dump.close()
@@ -357,9 +352,18 @@ def test_the_primary_sides_reader_in_relay_mode_hands_each_transaction_as_the_pr
         assert any(e[4] == 40 for t in read for e in split_events(t.changes[0].data)), "no compressed transaction"
 
 
-def _grouped(next_event, last: GtidSet, raw) -> list:
-    """Transactions grouped from ``next_event`` until every GTID of ``last`` was seen."""
-    grouper, out, seen = VerbatimGrouper(checksum_bytes=4, chunk_bytes=1 << 30), [], GtidSet()
+def _asked_from(start: GtidSet, flavor: Flavor, server_id: int) -> DumpRequest:
+    """A dump from ``start`` as a replica of ``flavor`` asks for it (MySQL: BINLOG_THROUGH_GTID)."""
+    if flavor.is_mysql:
+        return DumpRequest("", 4, server_id, True, flags=4,
+                           mysql_gtids=encode_gtid_set([(k, list(ivs)) for k, ivs in start.mysql]))
+    return DumpRequest("", 4, server_id, True, mariadb_state=str(start))
+
+
+def _grouped(next_event, start: GtidSet, last: GtidSet, raw) -> list:
+    """Transactions grouped from ``next_event`` (a dump from ``start``) until every GTID of
+    ``last`` was seen."""
+    grouper, out, seen = VerbatimGrouper(checksum_bytes=4, chunk_bytes=1 << 30), [], start
     deadline = time.monotonic() + 60
     while not seen.contains_all(last):
         assert time.monotonic() < deadline, f"only {seen} of {last} read"
