@@ -20,7 +20,7 @@ RATE ?= 2000
 SEMI_SYNC ?= received
 TRANSPORT ?= shm
 
-.PHONY: wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps rdma-guest test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool percona
+.PHONY: demo-relay wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps rdma-guest test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool percona
 
 # setup.py builds the compiled core, every bridge/*/*.pyx (Cython, fetched by pip for the build), with the C
 # compiler, Python headers and verbs.h (libibverbs-dev: the rdma transport's compiled queue pair) `compiler`
@@ -117,7 +117,7 @@ MATRIX_TESTS ?= tests/integration/test_dml_ddl.py tests/integration/test_semanti
   tests/integration/test_filter.py tests/integration/test_semisync.py tests/integration/test_apply_stop.py \
   tests/integration/test_doctor.py tests/integration/test_channels.py tests/integration/test_mysql.py \
   tests/integration/test_realtime.py tests/integration/test_read_only.py tests/integration/test_pt_heartbeat.py \
-  tests/integration/test_relay_protocol.py
+  tests/integration/test_relay_protocol.py tests/integration/test_relay_mode.py
 MATRIX ?= local,mariadb-11.8 mariadb-11.8 mysql-9.7 mysql-9.7,local local,mysql-9.7
 MATRIX_FULL ?= mysql-9.7 mysql-9.7,local
 test-matrix: deps containers percona
@@ -181,6 +181,10 @@ bench-rdma: rdma-guest
 # FLAVOR=mysql-9.7 (or mariadb-11.8): the same demo on servers in containers built here.
 demo: deps $(if $(FLAVOR),containers)
 	$(PY) -m bridge demo $(if $(FLAVOR),--flavor $(FLAVOR))
+
+# The same with the replica server's own replication threads applying (--apply-mode relay)
+demo-relay: deps $(if $(FLAVOR),containers)
+	$(PY) -m bridge demo --apply-mode relay $(if $(FLAVOR),--flavor $(FLAVOR))
 
 # The import contracts (setup.cfg), ruff (ruff.toml) and cython-lint on the compiled core;
 # `make test` runs it first.

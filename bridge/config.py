@@ -160,15 +160,15 @@ def parse_hostport(text: str) -> tuple[str, int]:
 SECRET_ENV = "RDMA_BRIDGE_SECRET"
 
 
-def read_secret(secret_file: str | None) -> str:
-    """The shared secret of the control channel: a file's first line, or the environment."""
+def read_secret(secret_file: str | None, env: str = SECRET_ENV) -> str:
+    """A secret (the control channel's by default): a file's first line, or the environment ``env``."""
     if secret_file:
         try:
             with open(secret_file) as f:
                 return f.readline().strip()
         except OSError as exc:
             raise ConfigError(f"read secret file {secret_file}: {exc.strerror}") from exc
-    return os.environ.get(SECRET_ENV, "")
+    return os.environ.get(env, "") if env else ""
 
 
 def is_loopback(host: str) -> bool:
@@ -245,6 +245,11 @@ class ReplicaConfig:
     # (the channel's recorded filter, if any, holds)
     channel_filter: str = ""
     rdma: RdmaOptions = RdmaOptions()
+    # apply mode relay (bridge.node.relaying): where the replica server's channel connects,
+    # whether this side points the channel there, and the password it logs in with ("": made at start)
+    relay_listen: tuple[str, int] = ("127.0.0.1", 0)
+    relay_configure: bool = True
+    relay_password: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)

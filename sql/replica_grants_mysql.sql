@@ -10,10 +10,12 @@
 -- TRANSACTION_GTID_TAG (8.3 and later): a transaction the primary committed with a
 -- tagged GTID (uuid:tag:n) commits with it here too. CONNECTION_ADMIN lets it write on a
 -- replica that runs read_only=ON (as replicas should; super_read_only=ON stops every
--- account, the applier too, and start-replica refuses it).
+-- account, the applier too, and start-replica refuses it). REPLICATION_SLAVE_ADMIN and
+-- REPLICATION CLIENT (--apply-mode relay only): the replica side points the server's
+-- channel at itself (CHANGE REPLICATION SOURCE, START/STOP REPLICA) and reads its status.
 CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{password}';
 GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES,
       CREATE VIEW, SHOW VIEW, TRIGGER, CREATE ROUTINE, ALTER ROUTINE, EXECUTE,
-      CREATE TEMPORARY TABLES, LOCK TABLES, EVENT ON *.* TO '{user}'@'127.0.0.1';
+      CREATE TEMPORARY TABLES, LOCK TABLES, EVENT, REPLICATION CLIENT ON *.* TO '{user}'@'127.0.0.1';
 GRANT REPLICATION_APPLIER, SET_ANY_DEFINER, ALLOW_NONEXISTENT_DEFINER, SYSTEM_USER, TRANSACTION_GTID_TAG,
-      CONNECTION_ADMIN ON *.* TO '{user}'@'127.0.0.1';
+      CONNECTION_ADMIN, REPLICATION_SLAVE_ADMIN ON *.* TO '{user}'@'127.0.0.1';

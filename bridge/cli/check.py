@@ -35,8 +35,8 @@ from bridge.errors import ConfigError
 @click.option("--server-id", type=int, default=4242, show_default=True,
               help="The start-primary --server-id to check: it must differ from every server id the primary "
                    "and its other replicas use.")
-@click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
-              help="The start-replica --apply-mode to check the replica user's privileges for.")
+@click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql", "relay"]), default="auto",
+              show_default=True, help="The start-replica --apply-mode to check the replica user's privileges for.")
 @tls_options
 @click.option("--clone-source", envvar="RDMA_BRIDGE_CLONE_SOURCE", default=None, metavar="URL",
               help="Also check what `rdma-bridge clone --source URL` needs: its account's privileges, tables a "

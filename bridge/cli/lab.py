@@ -117,12 +117,17 @@ def workload(target: str, schema: str, transactions: int, rate: float) -> None:
               help="The sandbox's servers: this host's MariaDB (default), or a version run in a container built "
                    "here from Debian's packages, e.g. --flavor mysql-9.7 (its own state directory, "
                    ".sandbox-mysql-9.7, unless --state-dir is given).")
-def demo(state_dir: str, transactions: int, transport: str, probes: int, flavor: str | None) -> None:
+@click.option("--apply-mode", type=click.Choice(["auto", "relay"]), default="auto", show_default=True,
+              help="auto: the replica side applies (binlog mode between servers of one flavor). relay: the replica "
+                   "server's own replication threads apply what the replica side serves them (its channel 'demo' "
+                   "shows in SHOW SLAVE 'demo' STATUS / SHOW REPLICA STATUS FOR CHANNEL 'demo').")
+def demo(state_dir: str, transactions: int, transport: str, probes: int, flavor: str | None,
+         apply_mode: str) -> None:
     """Sandbox up, both bridges started, a mixed workload, then a verified match."""
     from bridge.lab.demo import run_demo
 
     if flavor not in (None, LOCAL) and state_dir == DEFAULT_STATE_DIR:
         state_dir = f"{DEFAULT_STATE_DIR}-{flavor}"
     ok = run_demo(state_dir, transactions, transport, probes, echo=click.echo, progressbar=click.progressbar,
-                  flavor=flavor)
+                  flavor=flavor, apply_mode=apply_mode)
     sys.exit(0 if ok else 1)

@@ -51,13 +51,30 @@ def server_url_option(role: str, what: str):
               help="Replica connections applying in parallel. Transactions whose rows (primary and unique "
                    "keys) do not overlap run at once; commits stay in primary order, so the replica only "
                    "ever shows a prefix of the primary's history. DDL and large transactions run alone.")
-@click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql"]), default="auto", show_default=True,
+@click.option("--apply-mode", type=click.Choice(["auto", "binlog", "sql", "relay"]), default="auto",
+              show_default=True,
               help="binlog: the primary's row events are applied by the replica's own server (BINLOG statements, "
                    "as mariadb-binlog | mariadb does), so foreign-key cascades, triggers (never fired for "
                    "replicated rows), generated columns and every type behave as on a native replica; needs one "
                    "flavor on both sides and BINLOG REPLAY. sql: rows replayed as INSERT/UPDATE/DELETE, for a "
-                   "MySQL primary into MariaDB or the reverse; refused while the replica has triggers. auto: "
+                   "MySQL primary into MariaDB or the reverse; refused while the replica has triggers. relay: this "
+                   "side serves the primary's events to the replica server's own replication threads (a channel "
+                   "named --channel, pointed here: see --relay-listen), so the replica is a real replica: SHOW "
+                   "REPLICA STATUS, the primary's GTIDs, its parallel applier; one flavor on both sides. auto: "
                    "binlog when both servers are of one flavor, else sql.")
+@click.option("--relay-listen", callback=hostport_param, default="127.0.0.1:0", show_default=True,
+              metavar="HOST:PORT",
+              help="--apply-mode relay: where the replica server's channel connects to this side (port 0: any free "
+                   "one, the channel is pointed at it at each start).")
+@click.option("--relay-configure", type=click.Choice(["yes", "no"]), default="yes", show_default=True,
+              help="--apply-mode relay: yes: at each start, point the replica server's channel at this side (CHANGE "
+                   "REPLICATION SOURCE TO / CHANGE MASTER TO with GTID positioning, then START; the --target user "
+                   "needs REPLICATION_SLAVE_ADMIN, MariaDB REPLICATION SLAVE ADMIN). no: print the statement for you "
+                   "to run (give a fixed --relay-listen port and --relay-password-file).")
+@click.option("--relay-password-file", type=click.Path(dir_okay=False), default=None,
+              help="--apply-mode relay: a file whose first line is the password the replica server's channel logs in "
+                   "to this side with (user rdma_relay). Default: a new one at each start, set by --relay-configure "
+                   "yes.")
 @click.option("--spin-us", type=click.IntRange(min=0), default=0, show_default=True, metavar="MICROSECONDS",
               help="After a frame, keep polling the ring this long with zero sleeps (~70 µs apart: "
                    "Linux's timer slack; about a quarter of a core meanwhile), for a core given to the replica "
@@ -86,7 +103,8 @@ def server_url_option(role: str, what: str):
                    "network in clear text. Only for a network you trust.")
 @filter_options
 def start_replica(target: str, listen, transport: str, rdma, ring_bytes: int, channel: str, workers: int,
-                  apply_mode: str, spin_us: int, pin_near_nic: bool, realtime_priority: int, delay: float,
+                  apply_mode: str, relay_listen, relay_configure: str, relay_password_file: str | None, spin_us: int,
+                  pin_near_nic: bool, realtime_priority: int, delay: float,
                   account_statements: str, until_gtid: str, metrics,
                   secret_file: str, tls, insecure_transport: bool, rules) -> None:
     """Host the ring and apply what arrives into the replica, exactly once, in order.
@@ -104,6 +122,7 @@ def start_replica(target: str, listen, transport: str, rdma, ring_bytes: int, ch
     them, and a start that would add tables to a channel is refused (their
     earlier rows were never copied); narrowing is allowed.
     """
+    from bridge.node.relaying import RelayNode
     from bridge.node.replica import ReplicaNode
 
     if realtime_priority and spin_us:
@@ -118,8 +137,10 @@ def start_replica(target: str, listen, transport: str, rdma, ring_bytes: int, ch
                         metrics=metrics, secret=read_secret(secret_file), delay_s=delay,
                         until_gtid=str(GtidSet.parse(until_gtid)) if until_gtid else "", tls=tls,
                         insecure_transport=insecure_transport, channel_filter=rules.to_json() if rules else "",
-                        account_statements=account_statements, rdma=rdma)
-    node = ReplicaNode(cfg)
+                        account_statements=account_statements, rdma=rdma, relay_listen=relay_listen,
+                        relay_configure=relay_configure == "yes",
+                        relay_password=read_secret(relay_password_file, "") if relay_password_file else "")
+    node = RelayNode(cfg) if apply_mode == "relay" else ReplicaNode(cfg)
     _on_signals(node.stop)
     try:
         node.start()

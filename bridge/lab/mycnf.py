@@ -66,7 +66,9 @@ loose-rpl_semi_sync_source_timeout=1000
 MYSQL_PRIMARY_CNF = "log_bin=mysql-bin\n"
 # A replica keeps its GTIDs in mysql.gtid_executed without a binlog of its own, as the
 # MariaDB sandbox's replica has none: one fsync per commit, not two
-MYSQL_REPLICA_CNF = "skip-log-bin\n"
+# (relay_log_recovery: a replica whose server's own threads apply, apply mode relay, starts
+# again from what it executed after a crash, its relay log dropped: MySQL's crash-safe setting)
+MYSQL_REPLICA_CNF = "skip-log-bin\nrelay_log_recovery=ON\n"
 MYSQL_ROLES = {"primary": (1, MYSQL_PRIMARY_CNF), "replica": (2, MYSQL_REPLICA_CNF),
                "native": (3, MYSQL_REPLICA_CNF + "relay_log=relay-bin\n"), "primary2": (4, MYSQL_PRIMARY_CNF),
                "standby": (5, MYSQL_PRIMARY_CNF + "relay_log=relay-bin\nlog_replica_updates=ON\n")}

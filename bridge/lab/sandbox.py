@@ -274,11 +274,11 @@ class Sandbox:
         raise SandboxError(f"sandbox: {server.role} on port {server.port} not ready after "
                            f"{READY_TIMEOUT_S:.0f}s; error.log ends:\n{log}")
 
-    def _stop(self, server: ServerState) -> bool:
+    def _stop(self, server: ServerState, sig: int = signal.SIGTERM) -> bool:
         pid = read_pid(server.pid_file)
         if pid is None or not self._running(server):
             return False
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, sig)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if not alive(pid):
@@ -286,9 +286,9 @@ class Sandbox:
             time.sleep(0.05)
         raise SandboxError(f"sandbox: {server.role} (pid {pid}) did not stop within {READY_TIMEOUT_S:.0f}s")
 
-    def stop_server(self, role: str) -> None:
-        """Stop one server (fault tests); ``up`` starts it again."""
-        self._stop(self.server(json.loads(self.state_file.read_text()), role))
+    def stop_server(self, role: str, sig: int = signal.SIGTERM) -> None:
+        """Stop one server (fault tests; SIGKILL: a crash); ``up`` starts it again."""
+        self._stop(self.server(json.loads(self.state_file.read_text()), role), sig)
 
     # --- users -----------------------------------------------------------
 

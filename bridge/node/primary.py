@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from bridge.config import PrimaryConfig, backoff_s
-from bridge.errors import BridgeError, EndCode, SourceConnectionLost, TransportError
+from bridge.errors import BridgeError, ConfigError, EndCode, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.node import reporting
 from bridge.node.acking import SemiSyncAcks
@@ -37,18 +37,20 @@ from bridge.node.progress import Progress
 from bridge.node.shipping import ShipLoop, event_of
 from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.ops.statusdoc import PrimaryStatus
+from bridge.relay.answers import SourceFacts
 from bridge.server import catalog
 from bridge.server.flavor import Flavor
 from bridge.source import lanes, preflight
 from bridge.source.assembler import TransactionAssembler
 from bridge.source.behind import BehindMonitor
-from bridge.source.events import GtidStart
+from bridge.source.events import GtidStart, VerbatimRead
 from bridge.source.heartbeat import HeartbeatWriter
 from bridge.source.reader import BinlogReader
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
+from bridge.source.verbatim import VerbatimGrouper
 from bridge.transport import check_available, native_parts, tls
 from bridge.transport.sockets import ControlConnection, connect
-from bridge.wire import control, native
+from bridge.wire import binlog, control, native
 from bridge.wire.codec import encode_chunk, encode_transaction
 from bridge.wire.frame import FrameKind
 
@@ -101,6 +103,7 @@ class PrimaryNode(ShipLoop):
         self.acks = SemiSyncAcks(cfg.semi_sync, self.counts, self._stop)  # asked for, not yet covered
         self.behind = BehindMonitor(cfg.source, lambda: reporting.reading(self), cfg.behind_poll_s)
         self._collation_names: dict[str, str] = {}  # the primary's collations by id, for the replica side's messages
+        self._source: SourceFacts | None = None  # the primary as a replica side in relay mode presents it
 
     @property
     def link(self) -> Link | None:
@@ -150,11 +153,24 @@ class PrimaryNode(ShipLoop):
         now = self._preflight(check=False)
         preflight.check_position({**settings, **now}, resume, self.cfg.source)
         preflight.check_not_purged(GtidSet.parse(now["binlog_start"]), resume, self.cfg.source)
-        self.assembler = TransactionAssembler(chunk_bytes=min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4))
+        chunk_bytes = min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4)
+        relay = welcome["apply_mode"] == "relay"
+        if relay and len(self.cfg.replicas) > 1:
+            raise ConfigError(f"the replica side at {member.address[0]}:{member.address[1]} runs apply mode relay, "
+                              "which a fan-out (several --replica) does not serve yet: feed it from a primary side "
+                              "of its own")
+        if relay and self.cfg.semi_sync != "off":
+            raise ConfigError(f"--semi-sync {self.cfg.semi_sync}: the replica side at {member.address[0]}:"
+                              f"{member.address[1]} runs apply mode relay, where semi-sync is not served yet: start "
+                              "this side with --semi-sync off, or the replica side with --apply-mode binlog")
+        # relay: the events whole, grouped into transactions as they are (bridge.source.verbatim)
+        self.assembler = VerbatimGrouper(_checksum_bytes(settings), chunk_bytes) if relay else \
+            TransactionAssembler(chunk_bytes=chunk_bytes)
         member.open(welcome)
         self.reader = BinlogReader(self.cfg.source, self.cfg.server_id, str(resume), self.cfg.heartbeat_s,
                                    flavor=self.flavor, report_as=self.report_as,
-                                   semi_sync=self.cfg.semi_sync != "off", raw_rows=member.apply_mode == "binlog")
+                                   semi_sync=self.cfg.semi_sync != "off", raw_rows=member.apply_mode == "binlog",
+                                   verbatim=relay)
         self.counts.binlog_reopens += 1
         log.info("streaming %s from %s after seq %d to replica %s:%d over %s, apply mode %s", self.cfg.source,
                  resume or "the start of the binlog", welcome["applied_seq"], *member.address, member.transport,
@@ -168,6 +184,7 @@ class PrimaryNode(ShipLoop):
         try:
             self.flavor = Flavor.of(conn)
             settings = preflight.read_settings(conn)
+            self._source = SourceFacts.of_primary(settings)  # what a replica side in relay mode answers with
             settings["binlog_start"] = preflight.binlog_start(conn)
             if not check:
                 return settings
@@ -200,7 +217,7 @@ class PrimaryNode(ShipLoop):
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             flavor=self.flavor.kind, server_version=version,  # the replica picks the apply mode
             writer=self.writer, take_over=self.cfg.take_over,  # one writer per ring (bridge.node.fencing)
-            collations=self._collation_names),
+            collations=self._collation_names, source=self._source.to_json()),
             expect_type="welcome")
 
     def resume_link(self) -> None:
@@ -217,9 +234,12 @@ class PrimaryNode(ShipLoop):
         # that lost the one in force, or changed its apply mode, needs the binlog again
         stale = welcome["format"] != (member.format_sent.id if member.format_sent else "") or \
             welcome["apply_mode"] != member.apply_mode
-        if frames is None or repeated or stale:
+        # relay: the replica side serves from what its server holds; its feed starts again
+        if frames is None or repeated or stale or member.apply_mode == "relay":
             log.info("%s after seq %d: re-reading the binlog", "the replica refused the resent frame again"
-                     if repeated else "the replica's apply mode or binlog format differs" if stale else
+                     if repeated else "apply mode relay (the replica server's GTIDs say where)"
+                     if member.apply_mode == "relay" == welcome["apply_mode"] else
+                     "the replica's apply mode or binlog format differs" if stale else
                      "the ring no longer holds every frame", applied)
             self.disconnect()
             self.connect()
@@ -376,6 +396,12 @@ class PrimaryNode(ShipLoop):
         whole = reader.next_transaction(chunk_bytes) if idle else None
         if whole is None:
             event = reader.next_event()
+            if reader.verbatim:  # apply mode relay: the grouper takes every event whole (a heartbeat: nothing)
+                if type(event) is not VerbatimRead:
+                    return None
+                if event.event[4] == binlog.FORMAT_DESCRIPTION:
+                    self.assembler.checksum_bytes = reader.format.checksum_bytes
+                return self.assembler.feed(event.event)
             if idle and type(event) is GtidStart and not event.standalone:
                 whole = reader.rest_of_transaction(event.gtid, chunk_bytes)  # its GTID came alone
             if whole is None:
@@ -409,3 +435,8 @@ class PrimaryNode(ShipLoop):
         for service in (self.heartbeat, self.semi_sync, self.behind, self.metrics, self.gc_pauses):
             if service is not None:
                 service.close()
+
+
+def _checksum_bytes(settings: dict[str, str]) -> int:
+    """The length of each event's checksum in the dump: the dump asks for the primary's own."""
+    return 0 if settings.get("binlog_checksum", "").upper() in ("", "NONE") else 4

@@ -43,15 +43,20 @@ HALTED_WAIT_S = 0.5  # how often a stopped apply loop looks at its stop flag
 NO_SESSION_WAIT_S = 1.0  # a safety bound: a new session and a stop wake the apply loop at once
 
 
+def check_listen(cfg: ReplicaConfig) -> None:
+    """Beyond loopback, the control channel needs a secret and TLS (or the user's word)."""
+    if not cfg.secret and not is_loopback(cfg.listen[0]):
+        raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback the control channel "
+                          f"needs a shared secret (set {SECRET_ENV} or --secret-file on both sides)")
+    if cfg.tls is None and not cfg.insecure_transport and not is_loopback(cfg.listen[0]):
+        raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback every replicated row would "
+                          "cross the network in clear text: give --tls-cert, --tls-key and --tls-ca (both sides), "
+                          "or --insecure-transport on a network you trust")
+
+
 class ReplicaNode(ApplyLoop):
     def __init__(self, cfg: ReplicaConfig) -> None:
-        if not cfg.secret and not is_loopback(cfg.listen[0]):
-            raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback the control channel "
-                              f"needs a shared secret (set {SECRET_ENV} or --secret-file on both sides)")
-        if cfg.tls is None and not cfg.insecure_transport and not is_loopback(cfg.listen[0]):
-            raise ConfigError(f"listen on {cfg.listen[0]}:{cfg.listen[1]}: beyond loopback every replicated row would "
-                              "cross the network in clear text: give --tls-cert, --tls-key and --tls-ca (both sides), "
-                              "or --insecure-transport on a network you trust")
+        check_listen(cfg)
         self.cfg = cfg
         # first: a busy port is refused before anything else is touched
         self._listener = Listener(cfg.listen, cfg.secret, tls.prepare(cfg.tls, server_side=True))

@@ -307,7 +307,8 @@ def apply_mode_checks(conn, requested: str, primary_flavor: Flavor, replica_flav
     lacking = modes.missing(privileges, mode, replica_flavor)
     out.append(Check("FAIL" if lacking else "PASS", f"apply mode {mode} grants",
                      "missing " + "; ".join(f"{p} ({modes.why(p)})" for p in lacking) if lacking else
-                     "BINLOG and DEFINER privileges granted" if mode == "binlog" else "DEFINER privilege granted",
+                     "BINLOG and DEFINER privileges granted" if mode == "binlog" else
+                     "channel admin and monitor privileges granted" if mode == "relay" else "DEFINER privilege granted",
                      modes.grant_statement(lacking, user, host) if lacking else ""))
     return out
 

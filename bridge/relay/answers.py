@@ -28,6 +28,30 @@ class SourceFacts:
     checksum: str = "CRC32"  # @@binlog_checksum: CRC32 or NONE
     variables: dict[str, str] = field(default_factory=dict)  # further globals by lower-case name
 
+    # the primary's settings (bridge.source.preflight.read_settings) a replica asks for
+    ASKED = ("gtid_mode", "server_uuid", "gtid_domain_id")
+
+    @classmethod
+    def of_primary(cls, settings: dict[str, str]) -> SourceFacts:
+        """From the primary's settings as the primary side reads them: what its hello
+        carries to a replica side in relay mode."""
+        version = settings["version"]
+        if not Flavor.from_version(version).is_mysql:  # a MariaDB server's handshake says 5.5.5- first
+            version = "5.5.5-" + version.removeprefix("5.5.5-")
+        return cls(version=version, server_id=int(settings["server_id"]),
+                   checksum=settings.get("binlog_checksum") or "NONE",
+                   variables={n: settings[n] for n in cls.ASKED if settings.get(n)})
+
+    def to_json(self) -> dict:
+        return {"version": self.version, "server_id": self.server_id, "checksum": self.checksum,
+                "variables": dict(self.variables)}
+
+    @classmethod
+    def from_json(cls, given: dict) -> SourceFacts:
+        return cls(version=str(given["version"]), server_id=int(given["server_id"]),
+                   checksum=str(given.get("checksum") or "NONE"),
+                   variables={str(k): str(v) for k, v in dict(given.get("variables") or {}).items()})
+
     @property
     def mariadb(self) -> bool:
         return not Flavor.from_version(self.version).is_mysql

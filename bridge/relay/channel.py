@@ -50,13 +50,11 @@ class RelayChannel:
 
     @property
     def start(self) -> str:
-        return f"START REPLICA FOR CHANNEL '{self._named()}'" if self.flavor.is_mysql else \
-            f"START SLAVE '{self._named()}'"
+        return self.flavor.replica_channel("START", self.name)
 
     @property
     def stop(self) -> str:
-        return f"STOP REPLICA FOR CHANNEL '{self._named()}'" if self.flavor.is_mysql else \
-            f"STOP SLAVE '{self._named()}'"
+        return self.flavor.replica_channel("STOP", self.name)
 
     def configure(self, cur, password: str) -> None:
         """Stop the channel if it runs, point it at the relay, start it (on ``cur``, a

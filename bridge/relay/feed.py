@@ -6,21 +6,25 @@ binlog file changes between two transactions)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 
 from bridge.model import Chunk, Gtid, GtidSet, Transaction, Verbatim
 from bridge.relay import events
-from bridge.relay.server import DumpRequest, FeedError
+from bridge.relay.server import DumpRequest, FeedError, FeedGone
 from bridge.wire.binlog import split_events
 
 
 class TransactionFeed:
     """``format_event``: the primary's FORMAT_DESCRIPTION (checksum included, as its
-    binlog has it); ``server_id``: the primary's, for the events the relay makes;
-    ``before``: the GTIDs of everything before the feed's first transaction (where the
-    primary side's dump began). A dump from a position that lacks any of those is
-    refused: serving it from here would skip them."""
+    binlog has it; b"": the first transaction's ``format_event`` brings it);
+    ``server_id``: the primary's, for the events the relay makes; ``before``: the GTIDs
+    of everything before the feed's first transaction (where the primary side's dump
+    began). A dump from a position that lacks any of those is refused: serving it from
+    here would skip them. ``restart`` begins the feed again at another position (a new
+    session of the primary side): each open dump finds its place in it by what it has
+    sent, and goes on without reconnecting, unless it stopped inside a transaction."""
 
     def __init__(self, format_event: bytes, server_id: int, before: GtidSet) -> None:
         self.format_event, self.server_id = format_event, server_id
@@ -29,26 +33,62 @@ class TransactionFeed:
         self._first = 0  # the index of _items[0] since the feed began
         self._changed = threading.Condition()
         self._closed = False
+        self.generation = 0  # how many times the feed began again
+        self.bytes = 0  # of the events kept
+        self._streams: set[_Stream] = set()  # the dumps open
 
     def append(self, item: Transaction | Chunk) -> None:
         if not all(type(c) is Verbatim for c in item.changes):
             raise FeedError(f"relay: transaction {item.gtid} did not arrive verbatim (is the primary side's "
                             "apply mode relay?)")
         with self._changed:
-            self._items.append(item)
+            if item.format_event:
+                self.format_event = item.format_event
+            elif not self.format_event:
+                raise FeedError(f"relay: transaction {item.gtid} came before any FORMAT_DESCRIPTION")
+            self._items.append(item if item.format_event else dataclasses.replace(item, format_event=self.format_event))
+            self.bytes += _size(item)
             self._changed.notify_all()
 
     def forget(self, held: GtidSet) -> int:
         """Drop the transactions at the front that ``held`` (the replica server's GTIDs)
         has; returns how many."""
-        dropped = 0
         with self._changed:
-            while self._items and _held(held, self._items[0]):
-                item = self._items.popleft()
+            return self._drop(lambda item: _held(held, item))
+
+    def trim(self, limit_bytes: int) -> int:
+        """Past ``limit_bytes``, drop the transactions at the front that every open dump
+        has sent: a dump that needs them again later (the replica lost its relay log) is
+        refused (``open``), and the primary side reads them again."""
+        with self._changed:
+            served = min((s.at for s in self._streams if s.generation == self.generation), default=self._first)
+            return self._drop(lambda item: self.bytes > limit_bytes and self._first < served)
+
+    def _drop(self, drops) -> int:
+        dropped = 0
+        while self._items and drops(self._items[0]):
+            item = self._items.popleft()
+            self.bytes -= _size(item)
+            if type(item) is Transaction or item.last:
                 self.before = self.before.add(Gtid.parse(item.gtid))
-                self._first += 1
-                dropped += 1
+            self._first += 1
+            dropped += 1
         return dropped
+
+    @property
+    def kept(self) -> int:
+        """Transactions (and chunks) kept."""
+        return len(self._items)
+
+    def restart(self, before: GtidSet) -> None:
+        """Begin again after ``before`` (a new session re-reads the primary's binlog
+        from there), every transaction kept dropped."""
+        with self._changed:
+            self._first += len(self._items)
+            self._items.clear()
+            self.bytes, self.before = 0, before
+            self.generation += 1
+            self._changed.notify_all()
 
     def close(self) -> None:
         with self._changed:
@@ -57,25 +97,41 @@ class TransactionFeed:
 
     def open(self, request: DumpRequest) -> _Stream:
         with self._changed:
-            if not request.gtids.contains_all(self.before):
-                missing = self.before.minus(request.gtids) if self.before.mysql else self.before
-                raise FeedError(f"relay: the replica's position ({request.gtids or 'empty'}) lacks transactions the "
-                                f"relay no longer keeps ({missing})")
-            at = self._first
-            while at - self._first < len(self._items) and _held(request.gtids, self._items[at - self._first]):
-                at += 1
-        return _Stream(self, at, request.checksum)
+            stream = _Stream(self, request.gtids, request.checksum)
+            stream.at = self._place(stream.sent)
+            self._streams.add(stream)
+        return stream
 
-    def _item(self, at: int, timeout_s: float) -> Transaction | Chunk | None:
+    def _place(self, sent: GtidSet) -> int:
+        """The index of the first transaction ``sent`` lacks; FeedError when it lacks
+        one from before the feed. Under the lock."""
+        if not sent.contains_all(self.before):
+            missing = self.before.minus(sent) if self.before.mysql else self.before
+            raise FeedError(f"relay: the replica's position ({sent or 'empty'}) lacks transactions the "
+                            f"relay no longer keeps ({missing})")
+        at = self._first
+        while at - self._first < len(self._items) and _held(sent, self._items[at - self._first]):
+            at += 1
+        if at - self._first < len(self._items) and type(self._items[at - self._first]) is Chunk and \
+                self._items[at - self._first].index > 0:  # its first chunks were served and dropped (``trim``)
+            raise FeedError(f"relay: the replica's position ({sent or 'empty'}) lacks the start of transaction "
+                            f"{self._items[at - self._first].gtid}, which the relay no longer keeps")
+        return at
+
+    def _item(self, stream: _Stream, timeout_s: float) -> Transaction | Chunk | None:
         with self._changed:
-            if at < self._first:
-                raise FeedError(f"relay: the transactions after position {at} are no longer kept")
-            if at - self._first >= len(self._items):
+            if stream.generation != self.generation:  # the feed began again: the dump finds its place
+                if stream.inside:
+                    raise FeedGone("relay: the primary side's session changed inside a transaction")
+                stream.at, stream.generation = self._place(stream.sent), self.generation
+            if stream.at < self._first:
+                raise FeedError(f"relay: the transactions after position {stream.at} are no longer kept")
+            if stream.at - self._first >= len(self._items):
                 self._changed.wait(timeout_s)
             if self._closed:
-                raise FeedError("relay: the feed closed")
-            if at - self._first < len(self._items):
-                return self._items[at - self._first]
+                raise FeedGone("relay: the feed closed")
+            if stream.generation == self.generation and stream.at - self._first < len(self._items):
+                return self._items[stream.at - self._first]
             return None
 
 
@@ -83,30 +139,44 @@ def _held(gtids: GtidSet, item: Transaction | Chunk) -> bool:
     return bool(gtids) and gtids.contains(Gtid.parse(item.gtid))
 
 
-class _Stream:
-    """One dump's place in the feed."""
+def _size(item: Transaction | Chunk) -> int:
+    return sum(len(c.data) for c in item.changes)
 
-    def __init__(self, feed: TransactionFeed, at: int, checksum: bool) -> None:
-        self.feed, self.at, self.checksum = feed, at, checksum
+
+class _Stream:
+    """One dump's place in the feed: ``at`` its index, ``sent`` the GTIDs the replica has
+    (asked with, and sent since)."""
+
+    def __init__(self, feed: TransactionFeed, sent: GtidSet, checksum: bool) -> None:
+        self.feed, self.sent, self.checksum = feed, sent, checksum
+        self.at, self.generation = 0, feed.generation
+        self.inside = False  # some chunks of a transaction sent, not its last
         self.file: str | None = None
+        self.format = b""
         self._pending: deque[bytes] = deque()
 
     def next(self, timeout_s: float) -> bytes | None:
         if not self._pending:
-            item = self.feed._item(self.at, timeout_s)
+            item = self.feed._item(self, timeout_s)
             if item is None:
                 return None
             self.at += 1
             for change in item.changes:
-                if change.file != self.file:  # a dump's start, or the primary's next binlog file
-                    self.file = change.file
+                if change.file != self.file or item.format_event != self.format:
+                    # a dump's start, the primary's next binlog file, or its format changed
+                    self.file, self.format = change.file, item.format_event
                     self._pending.append(events.rotate(change.file, 4, self.feed.server_id, self.checksum))
-                    self._pending.append(_unpositioned(self.feed.format_event))
+                    self._pending.append(_unpositioned(item.format_event))
                 self._pending.extend(split_events(change.data))
+            self.inside = type(item) is Chunk and not item.last
+            if not self.inside:
+                self.sent = self.sent.add(Gtid.parse(item.gtid))
         return self._pending.popleft()
 
     def close(self) -> None:
         self._pending.clear()
+        with self.feed._changed:
+            self.feed._streams.discard(self)
 
 
 def _unpositioned(format_event: bytes) -> bytes:

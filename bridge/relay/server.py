@@ -24,7 +24,7 @@ from bridge.wire.mysqlgtid import decode_gtid_set
 
 log = logging.getLogger(__name__)
 
-ER_ACCESS_DENIED, ER_UNKNOWN_COM = 1045, 1047
+ER_CON_COUNT_ERROR, ER_ACCESS_DENIED, ER_UNKNOWN_COM = 1040, 1045, 1047
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 LOGIN_TIMEOUT_S = 30.0
 DEFAULT_HEARTBEAT_S = 30.0  # a replica that sets no period (MariaDB's and MySQL's default is slave_net_timeout/2)
@@ -50,6 +50,13 @@ class DumpRequest:
     capability: int = 0  # @mariadb_slave_capability
     flags: int = 0  # the dump command's (MySQL's BINLOG_THROUGH_GTID, ...)
     gtids: GtidSet = GtidSet()  # what the replica has (MariaDB: its last GTID per domain): the feed serves the rest
+
+
+class FeedGone(BridgeError):
+    """A dump cannot go on where it is (the feed closed, or began again while it was
+    inside a transaction): its connection is closed without an error, and the replica
+    reconnects from its own position, as after a lost connection (an error 1236 would
+    stop its IO thread)."""
 
 
 class Stream(Protocol):
@@ -118,11 +125,16 @@ class RelayServer:
     """Serves ``feed`` on ``listen`` to replicas that log in as ``user`` with ``password``;
     ``tls``: offered to a replica that asks for it (``relay_tls_context``)."""
 
-    def __init__(self, listen: tuple[str, int], facts: SourceFacts, feed: Feed, user: str, password: str,
+    def __init__(self, listen: tuple[str, int], facts: SourceFacts | None, feed: Feed, user: str, password: str,
                  tls: ssl.SSLContext | None = None) -> None:
+        """``facts`` None: not known yet (no primary side has said them): a replica that
+        connects meanwhile is told so, and tries again as it does after any failed
+        connect."""
         self.facts, self.feed, self.user, self.password, self.tls = facts, feed, user, password, tls
-        self.plugin = auth.NATIVE if facts.mariadb else auth.CACHING_SHA2
-        self.listener = socket.create_server(listen)
+        try:
+            self.listener = socket.create_server(listen)
+        except OSError as exc:
+            raise ConfigError(f"relay: cannot listen on {listen[0]}:{listen[1]}: {exc.strerror or exc}") from exc
         self.address = self.listener.getsockname()[:2]
         self._ids = itertools.count(1)
         self._stop = threading.Event()
@@ -154,14 +166,23 @@ class RelayServer:
                 self._sessions.add(sock)
             threading.Thread(target=self._session, args=(sock, peer), name="relay-session", daemon=True).start()
 
+    @property
+    def plugin(self) -> str:
+        return auth.NATIVE if self.facts is None or self.facts.mariadb else auth.CACHING_SHA2
+
     def _session(self, sock: socket.socket, peer) -> None:
         conn = Connection(sock)
         sock.settimeout(LOGIN_TIMEOUT_S)  # a client that stops halfway through its login holds no thread
+        facts = self.facts
         try:
-            if self._login(conn):
+            if facts is None:
+                conn.write(err_packet(ER_CON_COUNT_ERROR, "08004", "rdma-bridge relay: no primary side has connected "
+                                                                   "to this replica side yet"))
+                return
+            if self._login(conn, facts):
                 conn.sock.settimeout(None)
-                self._commands(conn, Session(self.facts))
-        except Closed:
+                self._commands(conn, Session(facts))
+        except (Closed, FeedGone):
             pass
         except (OSError, RemoteProtocolError) as exc:
             if not self._stop.is_set():
@@ -171,10 +192,10 @@ class RelayServer:
                 self._sessions.discard(sock)
             _shut(sock)
 
-    def _login(self, conn: Connection) -> bool:
+    def _login(self, conn: Connection, facts: SourceFacts) -> bool:
         salt = auth.nonce()
         capabilities = p.SERVER_CAPABILITIES | (p.CLIENT_SSL if self.tls else 0)
-        conn.write(p.handshake(self.facts.version, next(self._ids), salt, self.plugin, capabilities))
+        conn.write(p.handshake(facts.version, next(self._ids), salt, self.plugin, capabilities))
         hello = p.client_hello(conn.read())
         if hello.wants_tls:
             if self.tls is None:  # a client asks only when offered; this one did anyway
@@ -237,11 +258,11 @@ class RelayServer:
             stream.close()
 
     def _stream(self, conn: Connection, stream: Stream, request: DumpRequest, heartbeat_s: float) -> None:
-        file, position = request.file, request.position
+        file, position, server_id = request.file, request.position, self.facts.server_id
         while not self._stop.is_set():
             event = stream.next(heartbeat_s)
             if event is None:
-                conn.write(b"\x00" + events.heartbeat(file, position, self.facts.server_id, request.checksum))
+                conn.write(b"\x00" + events.heartbeat(file, position, server_id, request.checksum))
                 continue
             if binlog.event_type(event) == binlog.ROTATE:
                 file, position = binlog.rotate_target(event, 4 if request.checksum else 0)

@@ -177,6 +177,11 @@ class Flavor:
     def stop_replica(self) -> str:
         return "STOP REPLICA"
 
+    def replica_channel(self, verb: str, channel: str) -> str:
+        """``verb`` (START or STOP) of one named replication channel."""
+        name = channel.replace("'", "''")
+        return f"{verb} REPLICA FOR CHANNEL '{name}'" if self.is_mysql else f"{verb} SLAVE '{name}'"
+
     @property
     def replica_gtid_sql(self) -> str:
         """One value: the GTID set a native replica of this flavor has applied."""
@@ -268,6 +273,13 @@ class Flavor:
     def binlog_apply_privileges(self) -> tuple[str, ...]:
         """To apply row events in the server (BINLOG, --apply-mode binlog)."""
         return ("REPLICATION_APPLIER", "BINLOG_ADMIN", "SUPER") if self.is_mysql else ("BINLOG REPLAY", "SUPER")
+
+    @property
+    def relay_privileges(self) -> tuple[tuple[str, ...], ...]:
+        """To point a replication channel at the relay and read its status (--apply-mode relay)."""
+        if self.is_mysql:
+            return ("REPLICATION_SLAVE_ADMIN", "SUPER"), ("REPLICATION CLIENT", "SUPER")
+        return ("REPLICATION SLAVE ADMIN", "SUPER"), ("SLAVE MONITOR", "REPLICATION CLIENT", "SUPER")
 
     @property
     def definer_privileges(self) -> tuple[str, ...]:

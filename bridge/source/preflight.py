@@ -37,7 +37,7 @@ def connect(url: MysqlUrl, what: str, **kwargs) -> pymysql.Connection:
 
 SETTINGS = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",
             "version", "gtid_binlog_pos", "gtid_executed", "gtid_purged", "gtid_strict_mode", "gtid_mode",
-            "log_bin_compress", "binlog_row_value_options")
+            "log_bin_compress", "binlog_row_value_options", "binlog_checksum", "server_uuid", "gtid_domain_id")
 # MariaDB's compressed events (log_bin_compress) cannot be applied by the replica's BINLOG
 # statement, nor decoded by the reader. (MySQL's compressed transactions are read: the
 # stream gives their events back uncompressed, bridge.wire.compressed.)

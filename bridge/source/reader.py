@@ -102,6 +102,7 @@ class BinlogReader:
         self.fast_rows = fast_rows  # our row-image decoder where it covers the table (tests compare both)
         self.raw_rows = raw_rows  # binlog apply mode: TABLE_MAP and row events kept whole, not decoded
         self.verbatim = verbatim
+        self._verbatim_file = ""  # verbatim: the file the last ROTATE named
         self.format: binlog.FormatDescription | None = None  # the stream's FORMAT_DESCRIPTION event
         self.commit_pos = 0  # the binlog offset after the last commit (XID or QUERY event) read
         self._tables: dict[int, tuple] = {}  # id(library Table) -> (table, readers, key, column names)
@@ -277,6 +278,8 @@ class BinlogReader:
         event = bytes(data[1:1 + binlog.event_size(data, 1)])
         if etype == binlog.FORMAT_DESCRIPTION:
             self.format = binlog.parse_format_description(event)
+        elif etype == binlog.ROTATE:  # the library sees none of these events: the file is followed here
+            self._verbatim_file = binlog.rotate_target(event, self._checksum_bytes)[0]
         elif etype in (_XID_EVENT, binlog.QUERY, binlog.TRANSACTION_PAYLOAD):
             self.commit_pos = binlog.next_position(event)
         return VerbatimRead(event)
@@ -297,8 +300,8 @@ class BinlogReader:
 
     @property
     def log_file(self) -> str:
-        """The binlog file being read (the library follows ROTATE events)."""
-        return self._stream.log_file or ""
+        """The binlog file being read (the library follows ROTATE events; in relay mode, this reader)."""
+        return self._verbatim_file if self.verbatim else self._stream.log_file or ""
 
     def readable_now(self) -> bool:
         """The next read finds bytes without waiting (or fails at once)."""

@@ -4,6 +4,7 @@ replica checks them."""
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
@@ -177,3 +178,27 @@ def test_a_client_that_asks_for_tls_gets_it_and_verifies_the_relays_certificate(
 def test_a_relay_certificate_that_cannot_be_loaded_is_named(tmp_path):
     with pytest.raises(ConfigError, match="relay tls: certificate .*missing.pem"):
         relay_tls_context(str(tmp_path / "missing.pem"), str(tmp_path / "missing-key.pem"))
+
+
+def test_relay_mode_is_one_flavor_per_pair_and_needs_the_channel_privileges():
+    from bridge.apply import modes
+
+    assert modes.choose("relay", "mariadb", "mariadb") == "relay" and modes.choose("relay", "mysql", "mysql") == "relay"
+    with pytest.raises(ConfigError, match="use --apply-mode binlog or sql"):
+        modes.choose("relay", "mysql", "mariadb")
+    mariadb, mysql = Flavor.from_version("10.11.6-MariaDB"), Flavor.from_version("9.7.0")
+    assert modes.missing(frozenset(), "relay", mariadb) == ["REPLICATION SLAVE ADMIN", "SLAVE MONITOR"]
+    assert modes.missing(frozenset({"REPLICATION_SLAVE_ADMIN", "REPLICATION CLIENT"}), "relay", mysql) == []
+    assert "channel" in modes.why("REPLICATION_SLAVE_ADMIN")
+
+
+def test_the_primarys_facts_travel_in_the_hello_and_come_back_the_same():
+    settings = {"version": "10.11.6-MariaDB-0+deb12u1-log", "server_id": "7", "binlog_checksum": "CRC32",
+                "gtid_domain_id": "0", "gtid_mode": "", "server_uuid": ""}
+    facts = SourceFacts.of_primary(settings)
+    assert facts.version == "5.5.5-10.11.6-MariaDB-0+deb12u1-log" and facts.mariadb  # as its handshake says it
+    assert facts.variables == {"gtid_domain_id": "0"} and facts.global_value("server_id") == 7
+    assert SourceFacts.from_json(json.loads(json.dumps(facts.to_json()))) == facts
+    mysql = SourceFacts.of_primary({"version": "9.7.0", "server_id": "1", "binlog_checksum": "NONE",
+                                    "gtid_mode": "ON", "server_uuid": "3b06a154-f255-11f1-88a1-02fc00000001"})
+    assert mysql.version == "9.7.0" and not mysql.mariadb and mysql.global_value("binlog_checksum") == "NONE"

@@ -5,6 +5,7 @@ the FORMAT_DESCRIPTION."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 
@@ -14,7 +15,7 @@ from bridge.errors import RemoteProtocolError
 from bridge.model import Chunk, GtidSet, Transaction, Verbatim
 from bridge.relay import events
 from bridge.relay.feed import TransactionFeed
-from bridge.relay.server import DumpRequest, FeedError
+from bridge.relay.server import DumpRequest, FeedError, FeedGone
 from bridge.source.verbatim import VerbatimGrouper
 from bridge.wire import binlog
 from bridge.wire.codec import decode_chunk, decode_transaction, encode_chunk, encode_transaction
@@ -101,3 +102,52 @@ def test_a_replica_that_lacks_what_the_feed_no_longer_keeps_is_refused_not_serve
     assert feed.open(_request("0-1-5")).next(0.01) == events.rotate("bin.000001", 4, 1, True)
     with pytest.raises(FeedError, match="did not arrive verbatim"):
         feed.append(Transaction("0-1-9", (object(),)))
+
+
+def _served(stream, n: int) -> list[bytes]:
+    return [stream.next(0.01) for _ in range(n)]
+
+
+def test_a_dump_goes_on_across_a_restart_of_the_feed_from_what_it_has_sent():
+    """A new session of the primary side begins the feed again from the replica server's
+    executed GTIDs: an open dump skips what it already sent and goes on, without
+    reconnecting; one that stopped inside a chunked transaction is closed (FeedGone), and
+    the replica reconnects from its own position."""
+    feed = TransactionFeed(b"", server_id=1, before=GtidSet.parse("0-1-4"))
+    first = [dataclasses.replace(item, format_event=FORMAT) if n == 0 else item
+             for n, item in enumerate(_group([binlog_transaction(n) for n in (5, 6)]))]
+    for item in first:
+        feed.append(item)
+    stream = feed.open(_request("0-1-4"))
+    assert _served(stream, 2 + 2 * len(binlog_transaction(5)))[2:] == binlog_transaction(5) + binlog_transaction(6)
+    feed.restart(GtidSet.parse("0-1-5"))  # the server executed 5; the primary side reads 6 again
+    again = _group([binlog_transaction(n) for n in (6, 7)])
+    feed.append(dataclasses.replace(again[0], format_event=FORMAT))
+    feed.append(again[1])
+    assert _served(stream, len(binlog_transaction(7))) == binlog_transaction(7)  # 6 was sent: not again
+    chunks = _group([binlog_transaction(8, rows=40)], chunk_bytes=64)
+    assert len(chunks) > 2
+    feed.append(chunks[0])
+    inside = feed.open(_request("0-1-7"))
+    inside.next(0.01)
+    while inside.inside is False:
+        inside.next(0.01)
+    feed.restart(GtidSet.parse("0-1-7"))
+    with pytest.raises(FeedGone, match="inside a transaction"):
+        for _ in range(100):  # the chunk's events already taken go first
+            inside.next(0.01)
+
+
+def test_past_its_bound_the_feed_drops_what_every_dump_sent_and_refuses_a_dump_that_needs_it():
+    feed = TransactionFeed(FORMAT, server_id=1, before=GtidSet.parse("0-1-4"))
+    chunks = _group([binlog_transaction(5, rows=40)], chunk_bytes=64)
+    for item in chunks:
+        feed.append(item)
+    assert feed.trim(0) == 0  # no dump has sent anything: all kept (the ring then fills: backpressure)
+    stream = feed.open(_request("0-1-4"))
+    while stream.at < 2:
+        stream.next(0.01)
+    assert feed.trim(0) == 2 and feed.kept == len(chunks) - 2
+    with pytest.raises(FeedError, match="lacks the start of transaction 0-1-5"):
+        feed.open(_request("0-1-4"))  # the replica lost its relay log: the primary side reads it again
+    assert str(feed.before) == "0-1-4"  # a chunk dropped is not a transaction the feed passed
