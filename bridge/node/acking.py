@@ -87,10 +87,15 @@ class SemiSyncAcks:
         if self.confirm:
             fds += [fd for fd in (link.remote.answers_fd if link.remote is not None else None for link in links)
                     if fd is not None]
-        poll = LONGEST_WAIT_S if self.confirm else APPLIED_POLL_S
+        relayed = [m.link for m in members if m is not None and m.link is not None and m.apply_mode == "relay"]
+        fds += [link.progress_fd for link in relayed]  # the replica side says what its server received, executed
+        poll = LONGEST_WAIT_S if self.confirm or relayed else APPLIED_POLL_S
         while self.pending and not self._stop.is_set() and not any(link.down for link in links):
             wait = min(self.pending.next_deadline - time.monotonic(), poll)
             ready = select.select(fds, [], [], max(wait, 0.0))[0]
+            for link in relayed:
+                if link.progress_fd in ready:
+                    link.drain_progress()
             self.settle(reader, members)
             for link in links:
                 link.say_alive()  # a long wait must not look like a dead writer (bridge.node.fencing)

@@ -13,6 +13,7 @@ Link; a thread still watching an old one only ever touches that one.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,10 @@ class Link:
         self._down = threading.Event()
         self._heard_at = time.monotonic()  # when this side last spoke on the control connection
         self._on_apply_state = on_apply_state
+        # apply mode relay: the seqs the replica server has received (its semi-sync ACK) and
+        # executed, as the replica side says them; readable on ``progress_fd`` each time they move
+        self.relay_received = self.relay_applied = 0
+        self.progress_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         control.sock.settimeout(None)
         threading.Thread(target=self._watch, args=(control,), name="primary-control", daemon=True).start()
 
@@ -66,6 +71,13 @@ class Link:
             except TransportError as exc:
                 self.fail(str(exc))
 
+    def drain_progress(self) -> None:
+        """Clear ``progress_fd`` once what it announced was looked at."""
+        try:
+            os.eventfd_read(self.progress_fd)
+        except BlockingIOError:
+            pass
+
     def close(self) -> None:
         """The remote ring and the control connection; why it went down stays."""
         parts, self.remote, self.control = (self.remote, self.control), None, None
@@ -82,6 +94,10 @@ class Link:
                 msg = conn.recv()
                 if msg.get("type") in ("apply_stopped", "apply_resumed"):
                     self._on_apply_state(msg if msg["type"] == "apply_stopped" else None)
+                elif msg.get("type") == "relay_progress":
+                    self.relay_applied = max(self.relay_applied, int(msg.get("applied", 0)))
+                    self.relay_received = max(self.relay_received, int(msg.get("received", 0)), self.relay_applied)
+                    os.eventfd_write(self.progress_fd, 1)
                 elif msg.get("type") == "error":
                     code = EndCode.of(msg.get("code"))
                     raise TransportError(f"replica ended the session: {msg.get('reason')}")

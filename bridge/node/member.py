@@ -133,6 +133,8 @@ class Member:
         remote = link.remote if link is not None and not link.down else None
         if remote is None:
             return self.ack_floor
+        if self.apply_mode == "relay":  # the replica server's own: its semi-sync ACK, its executed GTIDs
+            return max(self.ack_floor, link.relay_received if confirm else link.relay_applied)
         try:
             return max(self.ack_floor, remote.held(seq) if confirm else remote.last_ack())
         except TransportError as exc:  # its data connection closed: the link is down from now on, and

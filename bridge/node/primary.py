@@ -159,10 +159,6 @@ class PrimaryNode(ShipLoop):
             raise ConfigError(f"the replica side at {member.address[0]}:{member.address[1]} runs apply mode relay, "
                               "which a fan-out (several --replica) does not serve yet: feed it from a primary side "
                               "of its own")
-        if relay and self.cfg.semi_sync != "off":
-            raise ConfigError(f"--semi-sync {self.cfg.semi_sync}: the replica side at {member.address[0]}:"
-                              f"{member.address[1]} runs apply mode relay, where semi-sync is not served yet: start "
-                              "this side with --semi-sync off, or the replica side with --apply-mode binlog")
         # relay: the events whole, grouped into transactions as they are (bridge.source.verbatim)
         self.assembler = VerbatimGrouper(_checksum_bytes(settings), chunk_bytes) if relay else \
             TransactionAssembler(chunk_bytes=chunk_bytes)
@@ -217,7 +213,8 @@ class PrimaryNode(ShipLoop):
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             flavor=self.flavor.kind, server_version=version,  # the replica picks the apply mode
             writer=self.writer, take_over=self.cfg.take_over,  # one writer per ring (bridge.node.fencing)
-            collations=self._collation_names, source=self._source.to_json()),
+            collations=self._collation_names,
+            source=self._source.with_semi_sync(self.cfg.semi_sync != "off").to_json()),  # apply mode relay
             expect_type="welcome")
 
     def resume_link(self) -> None:

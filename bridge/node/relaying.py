@@ -20,6 +20,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import deque
 
 from bridge.apply import modes
 from bridge.config import ReplicaConfig, is_loopback
@@ -109,6 +110,7 @@ class RelayNode:
         self.metrics = MetricsServer(cfg.metrics, "replica", self.status) if cfg.metrics else None
         self._progress = Progress()
         self._lock = threading.Lock()
+        self._tell_lock = threading.Lock()
         self._stop = threading.Event()
         self._woken = threading.Event()
         self._epoch = int(time.time()) & 0x3FFFFFFF  # grows from one start to the next, and with each session
@@ -118,6 +120,12 @@ class RelayNode:
         self._forgotten = GtidSet()  # what the feed was last told to forget
         self.channel_status = ChannelStatus(False)
         self._told_stopped: dict | None = None
+        # semi-sync: each whole transaction in the feed and the seq of its last frame, until the
+        # server executed it; what the server received (its ACK) and executed, as seqs
+        self._seqs: deque[tuple[str, int]] = deque()
+        self._progress_lock = threading.Lock()  # _seqs, the two seqs below, and what the primary side is told
+        self.received_seq = self.applied_seq = 0
+        self.feed.on_received = self._received
         self._watcher = threading.Thread(target=self._watch, name="relay-watcher", daemon=True)
 
     @property
@@ -206,6 +214,8 @@ class RelayNode:
                 if frame.kind == FrameKind.TXN or item.last:
                     self.last_gtid = item.gtid
                     self.counts.transactions_applied += 1
+                    with self._progress_lock:
+                        self._seqs.append((item.gtid, frame.seq))
                     if frame.kind == FrameKind.TXN and item.stamps:
                         read_ns, ship_ns = item.stamps
                         now = time.time_ns()
@@ -218,6 +228,30 @@ class RelayNode:
         if executed is not self._forgotten:
             self._forgotten = executed
             self.feed.forget(executed)
+
+    def _received(self, gtid: str) -> None:
+        """The replica server's semi-sync ACK: its relay log holds every transaction up to
+        ``gtid`` (a relay session's thread)."""
+        with self._progress_lock:
+            seq = next((s for g, s in self._seqs if g == gtid), 0)
+            if seq > self.received_seq:
+                self.received_seq = seq
+                self._tell_progress()
+
+    def _executed(self, executed: GtidSet) -> None:
+        """The server executed more (the watcher's thread): the seqs it covers are applied."""
+        with self._progress_lock:
+            seq = 0
+            while self._seqs and executed.contains(Gtid.parse(self._seqs[0][0])):
+                seq = self._seqs.popleft()[1]
+            if seq > self.applied_seq:
+                self.applied_seq = seq
+                self.received_seq = max(self.received_seq, seq)
+                self._tell_progress()
+
+    def _tell_progress(self) -> None:
+        """The primary side told what the server received and executed (under the progress lock)."""
+        self._tell_primary({"type": "relay_progress", "received": self.received_seq, "applied": self.applied_seq})
 
     def _report_progress(self) -> None:
         self.stages.tick()
@@ -246,6 +280,7 @@ class RelayNode:
                 executed = watching.executed()
                 if executed != self.executed:
                     self.executed = executed
+                    self._executed(executed)
                     self._woken.set()
                     self.host.interrupt()
                 if time.monotonic() >= next_status:
@@ -283,9 +318,12 @@ class RelayNode:
             log.warning("relay: the replica server has no channel %r any more (RESET REPLICA ALL?)", self.cfg.channel)
 
     def _tell_primary(self, msg: dict) -> None:
+        """One message to the primary side (from the watcher, the relay's sessions, the
+        loop: one at a time on its control connection)."""
         session = self.current
         if session is not None:
-            session.tell(msg)
+            with self._tell_lock:
+                session.tell(msg)
 
     # --- the feed the relay serves ----------------------------------------
 
@@ -368,6 +406,9 @@ class RelayNode:
                             "SET GLOBAL gtid_slave_pos), as for a native replica", executed or "empty", start)
             self.feed.server_id = facts.server_id
             self.feed.restart(executed)
+            with self._progress_lock:  # the new session's seqs go on from taken_seq: what is behind is covered
+                self._seqs.clear()
+                self.received_seq = self.applied_seq = self.taken_seq
             self.relay.facts = facts
             self._epoch += 1
             self.host.fence()

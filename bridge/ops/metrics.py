@@ -280,6 +280,18 @@ def prometheus_text(role: str, st: StatusDocument) -> str:
         family("rdma_bridge_apply_stopped", "gauge", "1 while applying is stopped on an error (code: the server's "
                "error number; `rdma-bridge resume` or `skip` go on), 0 while it applies.",
                [({"role": role, "code": stopped.get("code", 0) if stopped else ""}, 1 if stopped else 0)])
+    relay = st.get("relay")
+    if relay:
+        channel = relay.get("channel") or {}
+        family("rdma_bridge_relay_channel_running", "gauge", "Apply mode relay: 1 while the replica server's own "
+               "replication thread (io, sql) runs, as SHOW REPLICA STATUS says (io Connecting: 0).",
+               [({"role": role, "thread": t}, 1 if channel.get(f"{t}_running") == "Yes" else 0) for t in ("io", "sql")])
+        if channel.get("seconds_behind") is not None:
+            family("rdma_bridge_relay_seconds_behind_source", "gauge", "Apply mode relay: the replica server's "
+                   "Seconds_Behind_Source (Seconds_Behind_Master).", [({"role": role}, channel["seconds_behind"])])
+        family("rdma_bridge_relay_feed_bytes", "gauge", "Apply mode relay: bytes of the transactions the replica "
+               "side keeps for the replica server (until it executed them, or its IO thread was sent them).",
+               [({"role": role}, relay["feed_bytes"])])
     behind = st.get("behind")
     if behind:
         family("rdma_bridge_behind_transactions", "gauge", "Transactions the primary committed that the replica "

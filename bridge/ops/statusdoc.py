@@ -89,7 +89,33 @@ class RdmaRouted(TypedDict, total=False):
     rdma: RdmaRoute  # over rdma, while a session runs
 
 
-class ReplicaStatus(RdmaRouted):
+class RelayChannelStatus(TypedDict):
+    """The replica server's channel as SHOW REPLICA STATUS shows it (apply mode relay)."""
+    io_running: str  # Yes, No, Connecting
+    sql_running: str
+    io_errno: int
+    io_error: str
+    sql_errno: int
+    sql_error: str
+    seconds_behind: int | None  # Seconds_Behind_Source; None while the SQL thread is stopped
+    retrieved_gtid_set: str  # MySQL: Retrieved_Gtid_Set; MariaDB: Gtid_IO_Pos
+    executed_gtid_set: str
+
+
+class RelayServing(TypedDict):
+    listen: str  # where the replica server's channel connects
+    configured: bool  # this side points the channel at itself at start (--relay-configure yes)
+    dumps_served: int  # dumps the replica server's IO thread opened
+    feed_transactions: int  # transactions (and chunks) the feed keeps
+    feed_bytes: int
+    channel: RelayChannelStatus | None  # None: the server has no such channel
+
+
+class Relayed(TypedDict, total=False):
+    relay: RelayServing  # apply mode relay only
+
+
+class ReplicaStatus(RdmaRouted, Relayed):
     role: Literal["replica"]
     target: str  # the URL, password masked
     channel: str

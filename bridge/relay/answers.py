@@ -8,6 +8,7 @@ error a server gives, and the replica decides whether that stops it (most it ign
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,15 @@ class SourceFacts:
         return cls(version=version, server_id=int(settings["server_id"]),
                    checksum=settings.get("binlog_checksum") or "NONE",
                    variables={n: settings[n] for n in cls.ASKED if settings.get(n)})
+
+    def with_semi_sync(self, on: bool) -> SourceFacts:
+        """With the primary's semi-sync variables where the primary side acknowledges
+        (a replica server whose semi-sync is on then asks for it, and ACKs what it
+        received): without them, it replicates asynchronously from this relay."""
+        if not on:
+            return self
+        return dataclasses.replace(self, variables={**self.variables, "rpl_semi_sync_master_enabled": "1",
+                                                    "rpl_semi_sync_source_enabled": "1"})
 
     def to_json(self) -> dict:
         return {"version": self.version, "server_id": self.server_id, "checksum": self.checksum,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from bridge.model import Chunk, Gtid, GtidSet, Transaction, Verbatim
 from bridge.relay import events
@@ -36,6 +37,7 @@ class TransactionFeed:
         self.generation = 0  # how many times the feed began again
         self.bytes = 0  # of the events kept
         self._streams: set[_Stream] = set()  # the dumps open
+        self.on_received: Callable[[str], None] = lambda gtid: None  # a replica's semi-sync ACK, up to this GTID
 
     def append(self, item: Transaction | Chunk) -> None:
         if not all(type(c) is Verbatim for c in item.changes):
@@ -154,8 +156,14 @@ class _Stream:
         self.file: str | None = None
         self.format = b""
         self._pending: deque[bytes] = deque()
+        self._ends: str | None = None  # the transaction the last event in ``_pending`` ends
+        self.ack_gtid: str | None = None
+
+    def received(self, gtid: str) -> None:
+        self.feed.on_received(gtid)
 
     def next(self, timeout_s: float) -> bytes | None:
+        self.ack_gtid = None
         if not self._pending:
             item = self.feed._item(self, timeout_s)
             if item is None:
@@ -171,7 +179,11 @@ class _Stream:
             self.inside = type(item) is Chunk and not item.last
             if not self.inside:
                 self.sent = self.sent.add(Gtid.parse(item.gtid))
-        return self._pending.popleft()
+            self._ends = None if self.inside else item.gtid
+        event = self._pending.popleft()
+        if not self._pending:
+            self.ack_gtid = self._ends
+        return event
 
     def close(self) -> None:
         self._pending.clear()

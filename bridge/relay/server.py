@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import select
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -50,6 +52,7 @@ class DumpRequest:
     capability: int = 0  # @mariadb_slave_capability
     flags: int = 0  # the dump command's (MySQL's BINLOG_THROUGH_GTID, ...)
     gtids: GtidSet = GtidSet()  # what the replica has (MariaDB: its last GTID per domain): the feed serves the rest
+    semi_sync: bool = False  # the replica asked for semi-sync (@rpl_semi_sync_slave, MySQL's @rpl_semi_sync_replica)
 
 
 class FeedGone(BridgeError):
@@ -60,9 +63,14 @@ class FeedGone(BridgeError):
 
 
 class Stream(Protocol):
+    ack_gtid: str | None  # the event ``next`` returned last ends this transaction (a semi-sync ACK is asked)
+
     def next(self, timeout_s: float) -> bytes | None:
         """The next event (bytes as the source wrote them, crc32 included when asked), or
         None when none came within ``timeout_s``."""
+
+    def received(self, gtid: str) -> None:
+        """The replica acknowledged (semi-sync) every transaction up to ``gtid``."""
 
     def close(self) -> None: ...
 
@@ -106,6 +114,18 @@ class Connection:
             data += self._exactly(size)
             if size < p.MAX_PAYLOAD:
                 return bytes(data)
+
+    def read_reply(self) -> bytes:
+        """One packet the replica sends on its own during a dump (a semi-sync ACK), which
+        does not number the dump's packets."""
+        head = self._exactly(4)
+        return self._exactly(int.from_bytes(head[:3], "little"))
+
+    def readable(self) -> bool:
+        """A packet (or the end) is there to read without waiting."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return True
+        return bool(select.select([self.sock], [], [], 0)[0])
 
     def write(self, *payloads: bytes) -> None:
         out = bytearray()
@@ -258,17 +278,55 @@ class RelayServer:
             stream.close()
 
     def _stream(self, conn: Connection, stream: Stream, request: DumpRequest, heartbeat_s: float) -> None:
+        """The events, each behind the OK byte (and, for a semi-sync replica, the semi-sync
+        header, its flag set on a transaction's last event: the replica then ACKs it once
+        its relay log holds it); a heartbeat after ``heartbeat_s`` without an event."""
         file, position, server_id = request.file, request.position, self.facts.server_id
+        semi = request.semi_sync
+        asked: dict[tuple[str, int], str] = {}  # (file, next position) of an event whose ACK is asked -> its GTID
+        sent_at = time.monotonic()
         while not self._stop.is_set():
-            event = stream.next(heartbeat_s)
+            if asked and conn.readable():
+                _take_acks(conn, stream, asked)
+            event = stream.next(ACK_POLL_S if asked else heartbeat_s)
             if event is None:
-                conn.write(b"\x00" + events.heartbeat(file, position, server_id, request.checksum))
+                if time.monotonic() - sent_at >= heartbeat_s:
+                    beat = events.heartbeat(file, position, server_id, request.checksum)
+                    conn.write(SEMI_SYNC_NO_ACK + beat if semi else b"\x00" + beat)
+                    sent_at = time.monotonic()
                 continue
             if binlog.event_type(event) == binlog.ROTATE:
                 file, position = binlog.rotate_target(event, 4 if request.checksum else 0)
             elif binlog.next_position(event):
                 position = binlog.next_position(event)
-            conn.write(b"\x00" + event)
+            ask = semi and stream.ack_gtid is not None
+            conn.write((SEMI_SYNC_ACK if ask else SEMI_SYNC_NO_ACK if semi else b"\x00") + event)
+            sent_at = time.monotonic()
+            if ask:
+                asked[(file, position)] = stream.ack_gtid
+
+
+# a semi-sync dump's packet: OK byte, the magic, whether the replica must ACK this event
+SEMI_SYNC_ACK, SEMI_SYNC_NO_ACK = b"\x00\xef\x01", b"\x00\xef\x00"
+ACK_POLL_S = 0.0005  # while ACKs are due, how often the stream looks for them between events
+
+
+def _take_acks(conn: Connection, stream: Stream, asked: dict[tuple[str, int], str]) -> None:
+    """The semi-sync ACKs the replica sent (each names the file and position of an event
+    that asked for it; it ACKs in order): every transaction up to the one named is received."""
+    while conn.readable():
+        reply = conn.read_reply()
+        if reply[:1] != b"\xef" or len(reply) < 9:
+            raise RemoteProtocolError(f"a semi-sync dump: the replica sent {reply[:16].hex()} where an ACK goes")
+        acked = (reply[9:].decode("utf-8", "replace"), int.from_bytes(reply[1:9], "little"))
+        if acked not in asked:
+            continue  # an ACK of a transaction acknowledged already
+        while asked:
+            key = next(iter(asked))
+            gtid = asked.pop(key)
+            if key == acked:
+                stream.received(gtid)
+                break
 
 
 def relay_tls_context(cert: str, key: str) -> ssl.SSLContext:
@@ -289,6 +347,8 @@ def _dump_request(command: int, body: bytes, session: Session) -> DumpRequest:
     r = Reader(body, "the replica's binlog dump command")
     asked = session.variable("master_binlog_checksum") or session.variable("source_binlog_checksum")  # MySQL 8.0.26+
     checksum = str(asked or "NONE").upper() != "NONE"
+    semi_sync = any(str(session.variable(n) or "0") not in ("0", "") for n in ("rpl_semi_sync_slave",
+                                                                            "rpl_semi_sync_replica"))
     if command == p.COM_BINLOG_DUMP:
         position = r.u32()
         r.u16()  # flags
@@ -297,7 +357,7 @@ def _dump_request(command: int, body: bytes, session: Session) -> DumpRequest:
         state = session.variable("slave_connect_state")
         return DumpRequest(file, position, server_id, checksum, mariadb_state=None if state is None else str(state),
                            capability=int(session.variable("mariadb_slave_capability") or 0),
-                           gtids=_parsed(str(state or "")))
+                           gtids=_parsed(str(state or "")), semi_sync=semi_sync)
     flags = r.u16()
     server_id = r.u32()
     file = r.take(r.u32()).decode()
@@ -305,7 +365,8 @@ def _dump_request(command: int, body: bytes, session: Session) -> DumpRequest:
     gtids = r.take(r.u32()) if r.left >= 4 else b""
     parts = decode_gtid_set(gtids) if gtids else []
     return DumpRequest(file, position, server_id, checksum, mysql_gtids=gtids, flags=flags,
-                       gtids=_parsed(",".join(f"{key}:{a}-{b}" for key, ivs in parts for a, b in ivs)))
+                       gtids=_parsed(",".join(f"{key}:{a}-{b}" for key, ivs in parts for a, b in ivs)),
+                       semi_sync=semi_sync)
 
 
 def _parsed(text: str) -> GtidSet:

@@ -327,7 +327,7 @@ class BinlogReader:
         if conn is None or conn.ack_wanted is None:
             return None
         position, conn.ack_wanted = conn.ack_wanted, None
-        return position, self._stream.log_file
+        return position, self.log_file
 
     def send_ack(self, position: int, log_file: str) -> None:
         """The semi-sync ACK (``binlog.semi_sync_ack``)."""

@@ -10,7 +10,11 @@ and the replica holds the primary's GTIDs, as a native replica does."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
+import threading
+import time
 import urllib.request
 
 import pytest
@@ -22,10 +26,11 @@ from bridge.lab.procs import primary_process, replica_process, start_pair
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema
 from bridge.model import GtidSet
+from bridge.ops.statusdoc import ReplicaStatus, deviations
 from bridge.relay.target import RelayTarget
 from bridge.server.flavor import Flavor
 from tests.conftest import primary_position, sandbox_up, server_flavors
-from tests.helpers import BackgroundWorkload, wait_for, wait_written
+from tests.helpers import BackgroundWorkload, semi_sync_status, set_semi_sync, table_rows, wait_for, wait_written
 
 CHANNEL = "bridge"
 BIG_ROWS, BIG_ROW_BYTES = 100_000, 1000  # one transaction of about 100 MB
@@ -46,17 +51,18 @@ def box(tmp_path_factory):
 class Relay:
     """The pair in relay mode, the replica server's channel, and what the tests look at."""
 
-    def __init__(self, box, tmp_path, extra_replica: tuple[str, ...] = ()) -> None:
+    def __init__(self, box, tmp_path, extra_replica: tuple[str, ...] = (), extra_primary: tuple[str, ...] = (),
+                 channel: str = CHANNEL) -> None:
         self.box, self.info, self.urls = box
         self.pconn, self.rconn = connect(self.urls["primary_admin"]), connect(self.urls["replica_admin"])
         self.flavor = Flavor.of(self.rconn)
-        self.port = free_port()
-        self.replica = replica_process(self.info["replica"], self.port, "shm", CHANNEL, str(tmp_path),
+        self.port, self.channel = free_port(), channel
+        self.replica = replica_process(self.info["replica"], self.port, "shm", channel, str(tmp_path),
                                        extra=("--apply-mode", "relay", *extra_replica))
         self.primary = primary_process(self.info["primary"], self.port, "shm", "", str(tmp_path),
-                                       extra=("--heartbeat-interval", "0"))
+                                       extra=("--heartbeat-interval", "0", *extra_primary))
         self.alive = lambda: None
-        self.server = RelayTarget(self.urls["replica_admin"], CHANNEL)
+        self.server = RelayTarget(self.urls["replica_admin"], channel)
 
     def start(self) -> Relay:
         self.alive = start_pair(self.replica, self.primary, self.port)
@@ -64,6 +70,14 @@ class Relay:
 
     def status(self) -> dict:
         with urllib.request.urlopen(f"http://{self.replica.metrics_address}/status", timeout=5) as answer:
+            return json.loads(answer.read())
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://{self.replica.metrics_address}/metrics", timeout=5) as answer:
+            return answer.read().decode()
+
+    def primary_status(self) -> dict:
+        with urllib.request.urlopen(f"http://{self.primary.metrics_address}/status", timeout=5) as answer:
             return json.loads(answer.read())
 
     def executed(self) -> GtidSet:
@@ -87,7 +101,7 @@ class Relay:
         for proc in (self.primary, self.replica):
             proc.stop()
         with self.rconn.cursor() as cur:  # the channel would keep reconnecting to a port that is gone
-            cur.execute(self.flavor.replica_channel("STOP", CHANNEL))
+            cur.execute(self.flavor.replica_channel("STOP", self.channel))
         for conn in (self.pconn, self.rconn):
             conn.close()
         self.server.close()
@@ -140,6 +154,10 @@ def test_a_relay_fed_replica_is_a_real_replica(relay):
         doc = pair.status()
         assert doc["apply_mode"] == "relay" and doc["relay"]["channel"]["sql_running"] == "Yes", doc["relay"]
         assert doc["apply_stopped"] is None and doc["relay"]["dumps_served"] >= 1
+        assert deviations(doc, ReplicaStatus) == set()
+        metrics = pair.metrics()
+        assert 'rdma_bridge_relay_channel_running{role="replica",thread="sql"} 1.0' in metrics, metrics
+        assert 'rdma_bridge_relay_seconds_behind_source{role="replica"}' in metrics
         pair.assert_same([schema])
     finally:
         _set_replica(pair.rconn, flavor, **{"super_read_only" if flavor.is_mysql else "read_only": 0})
@@ -220,3 +238,143 @@ def test_an_apply_error_stops_the_servers_channel_and_status_says_so(relay):
     wait_for(lambda: pair.status()["apply_stopped"] is None, "the replica side's status clears it", 10, pair.alive)
     pair.assert_same([schema])
     pair.primary.check_alive()
+
+
+@pytest.mark.parametrize("mode", ["received", "applied"])
+def test_semi_sync_acknowledges_what_the_replica_server_itself_received_or_executed(box, tmp_path, mode):
+    """With the replica server's semi-sync on, the relay asks it for an ACK of each
+    transaction: `received` is its ACK (its relay log holds the transaction), `applied`
+    its executed GTIDs. The primary commits every transaction semi-synchronously."""
+    pair = Relay(box, tmp_path, extra_primary=("--semi-sync", mode))
+    flavor = pair.flavor
+    with pair.rconn.cursor() as cur:  # before the replica side (re)starts the channel: its IO thread asks for it
+        cur.execute(f"SET GLOBAL {flavor.replica_semi_sync_variable} = 1")
+    set_semi_sync(pair.pconn, enabled=1, timeout=5000)
+    schema = f"relay_semisync_{mode}"
+    try:
+        pair.start()
+        with pair.pconn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {schema}")
+            cur.execute(f"CREATE DATABASE {schema}")
+            cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20))")
+        wait_for(lambda: semi_sync_status(pair.pconn)["clients"] == "1", "the primary side as semi-sync client", 60,
+                 pair.alive)
+        with pair.pconn.cursor() as cur:  # MariaDB 11 turns its status ON at the first ACK of a commit
+            cur.execute(f"INSERT INTO {schema}.t VALUES (0, 'warm')")
+        wait_for(lambda: semi_sync_status(pair.pconn)["status"] == "ON", "semi-sync ON", 30, pair.alive)
+        before = semi_sync_status(pair.pconn)
+        with pair.pconn.cursor() as cur:
+            for i in range(1, 51):
+                cur.execute(f"INSERT INTO {schema}.t VALUES (%s, %s)", (i, f"row {i}"))
+        after = semi_sync_status(pair.pconn)
+        assert int(after["yes_tx"]) - int(before["yes_tx"]) >= 50, (before, after)
+        assert int(after["no_tx"]) == int(before["no_tx"]), ("a commit went asynchronously", before, after)
+        assert pair.primary_status()["semi_sync"]["acks_sent"] >= 50
+        pair.caught_up("the replica after the semi-sync commits")
+        pair.assert_same([schema])
+    finally:
+        set_semi_sync(pair.pconn, enabled=0)
+        with pair.rconn.cursor() as cur:
+            cur.execute(f"SET GLOBAL {flavor.replica_semi_sync_variable} = 0")
+        pair.stop()
+
+
+def _defaults(url, tmp_path, name: str) -> str:
+    """A client option file with ``url``'s account (the password kept off command lines)."""
+    path = tmp_path / f"{name}.cnf"
+    path.write_text(f"[client]\nuser={url.user}\npassword={url.password}\nhost={url.host}\nport={url.port}\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("pt-online-schema-change", "pt-heartbeat",
+                                                      "prometheus-mysqld-exporter")),
+                    reason="percona-toolkit and prometheus-mysqld-exporter are not installed (make percona)")
+def test_tools_that_no_one_here_wrote_see_a_replica(box, tmp_path):
+    """On the replica server's default channel (`--channel ''`, the one a plain SHOW SLAVE
+    STATUS shows): Debian's prometheus-mysqld-exporter reports its lag and running threads;
+    `pt-online-schema-change --check-slave-lag` waits while its SQL thread is stopped and
+    finishes once it runs; `pt-heartbeat --check` reads the lag of the primary's own
+    `pt-heartbeat --update`."""
+    pair = Relay(box, tmp_path, channel="").start()
+    schema, flavor = "relay_tools", pair.flavor
+    admin_p, admin_r = pair.urls["primary_admin"], pair.urls["replica_admin"]
+    exporter = subprocess.Popen(
+        ["prometheus-mysqld-exporter", f"--config.my-cnf={_defaults(admin_r, tmp_path, 'exporter')}",
+         f"--web.listen-address=127.0.0.1:{(port := free_port())}", "--collect.slave_status"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    beat = None
+    try:
+        with pair.pconn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {schema}")
+            cur.execute(f"CREATE DATABASE {schema}")
+            cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20))")
+            cur.executemany(f"INSERT INTO {schema}.t VALUES (%s, %s)", [(i, f"row {i}") for i in range(500)])
+            cur.execute(f"CREATE TABLE {schema}.dsns (id INT AUTO_INCREMENT PRIMARY KEY, parent_id INT, "
+                        "dsn VARCHAR(255) NOT NULL)")
+            cur.execute(f"INSERT INTO {schema}.dsns (dsn) VALUES (%s)", (f"h={admin_r.host},P={admin_r.port}",))
+        pair.caught_up("the tools' schema on the replica")
+        if flavor.is_mysql:  # Debian's exporter (0.14) and percona-toolkit (3.5) ask SHOW SLAVE STATUS, gone in 8.4
+            pytest.skip("Debian's prometheus-mysqld-exporter and pt-online-schema-change predate MySQL 8.4")
+
+        def exported() -> dict[str, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                text = answer.read().decode()
+            return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith("mysql_slave_status_") and "{" in line}
+        wait_for(lambda: _scrape(exported).get("mysql_slave_status_slave_sql_running") == 1, "the exporter's scrape",
+                 30, pair.alive)
+        metrics = exported()
+        assert metrics["mysql_slave_status_slave_io_running"] == 1 and \
+            metrics["mysql_slave_status_seconds_behind_master"] == 0, metrics
+
+        beat = subprocess.Popen(["pt-heartbeat", f"--defaults-file={_defaults(admin_p, tmp_path, 'beat')}",
+                                 "--update", "--create-table", "--utc", "--interval", "0.2", "--no-version-check",
+                                 "--database", schema], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for(lambda: table_rows(pair.rconn, schema, "heartbeat") == 1, "pt-heartbeat's row on the replica", 30,
+                 pair.alive)
+        checked = subprocess.run(["pt-heartbeat", f"--defaults-file={_defaults(admin_r, tmp_path, 'check')}",
+                                  "--check", "--utc", "--no-version-check", "--master-server-id", "1",
+                                  "--database", schema], capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0 and float(checked.stdout.split()[0]) < 2.0, (checked.stdout, checked.stderr)
+
+        with pair.rconn.cursor() as cur:  # the replica stops applying: pt-osc must wait for it
+            cur.execute(flavor.replica_channel("STOP", "") + " SQL_THREAD")
+        wait_for(lambda: exported().get("mysql_slave_status_slave_sql_running") == 0, "the exporter sees it stopped",
+                 30, pair.alive)
+
+        def restart_later() -> None:
+            time.sleep(4)
+            conn = connect(admin_r)
+            with conn.cursor() as cur:
+                cur.execute(flavor.replica_channel("START", "") + " SQL_THREAD")
+            conn.close()
+
+        starter = threading.Thread(target=restart_later)
+        starter.start()
+        started = time.monotonic()
+        osc = subprocess.run(["pt-online-schema-change", f"--defaults-file={_defaults(admin_p, tmp_path, 'osc')}",
+                              f"D={schema},t=t", "--alter", "ADD COLUMN note VARCHAR(10) NULL", "--execute",
+                              "--recursion-method", f"dsn=D={schema},t=dsns", "--check-slave-lag",
+                              f"h={admin_r.host},P={admin_r.port}", "--max-lag", "1", "--check-interval", "0.5",
+                              "--no-version-check", "--chunk-size", "100"], capture_output=True, text=True,
+                             timeout=180)
+        starter.join()
+        assert osc.returncode == 0, (osc.stdout[-2000:], osc.stderr[-2000:])
+        assert "is stopped.  Waiting" in osc.stderr and time.monotonic() - started >= 3.5, osc.stderr[-2000:]
+        pair.caught_up("the replica after pt-online-schema-change")
+        pair.assert_same([schema])
+    finally:
+        for proc in (exporter, beat):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+        pair.stop()
+
+
+def _scrape(exported) -> dict[str, float]:
+    """The exporter's slave metrics, or none while it cannot be reached yet."""
+    try:
+        return exported()
+    except OSError:
+        return {}
