@@ -12,6 +12,7 @@ COMPOSE := $(shell command -v docker-compose 2>/dev/null)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 PROMTOOL := $(shell command -v promtool 2>/dev/null)
 PTHEARTBEAT := $(shell command -v pt-heartbeat 2>/dev/null)
+EXPORTER := $(shell command -v prometheus-mysqld-exporter 2>/dev/null)
 
 MINUTES ?= 5
 FUZZ_INPUTS ?= 1000000
@@ -68,11 +69,19 @@ ifeq ($(PROMTOOL),)
 	-systemctl disable --now prometheus >/dev/null 2>&1
 endif
 
-# pt-heartbeat (Debian's percona-toolkit) reads the bridge-fed replica's lag in a test.
+# pt-heartbeat and pt-online-schema-change (Debian's percona-toolkit) and Debian's
+# prometheus-mysqld-exporter read the bridge-fed replica in tests (the exporter's service,
+# which its package starts, is stopped: a test runs its own).
 percona:
-ifeq ($(PTHEARTBEAT),)
+ifeq ($(and $(PTHEARTBEAT),$(EXPORTER)),)
 	apt-get update -qq
+endif
+ifeq ($(PTHEARTBEAT),)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq percona-toolkit >/dev/null
+endif
+ifeq ($(EXPORTER),)
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus-mysqld-exporter >/dev/null
+	-systemctl disable --now prometheus-mysqld-exporter >/dev/null 2>&1
 endif
 
 # Headless Chromium (Debian's) renders the HTML latency report in a test.
