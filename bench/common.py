@@ -10,12 +10,14 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from bridge.config import MysqlUrl
+from bridge.lab.demo import relay_start, stop_server_channel
 from bridge.lab.ports import free_port
 from bridge.lab.procs import primary_process, replica_process, wait_port
 from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import connect
 from bridge.model import GtidSet
 from bridge.ops.certs import make_set
+from bridge.relay.target import RelayTarget
 from bridge.server.flavor import Flavor
 
 BENCH_SCHEMA = "bench"
@@ -43,9 +45,14 @@ class Bench:
         self.transport, self.state_dir = transport.removesuffix("+tls"), state_dir
         tls = tls_args(state_dir) if transport.endswith("+tls") else ()
         self.extra_primary, self.extra_replica = (*extra_primary, *tls), (*extra_replica, *tls)
-        self.channel = f"bench_{time.time_ns()}"
+        # apply mode relay: the replica server's own channel applies; one for every run, positioned
+        # at the primary's position now as a DBA positions a replica that holds the data
+        args = list(extra_replica)
+        self.relay = "--apply-mode" in args and args[args.index("--apply-mode") + 1] == "relay"
+        self.channel = "bench_relay" if self.relay else f"bench_{time.time_ns()}"
         self.server_id = 10_000 + time.time_ns() % 1_000_000  # each benchmark's bridge is another replica
-        self.start_gtid = str(self.primary_pos())  # where this channel starts, whenever it first connects
+        self.start_gtid = relay_start(self.primary, self.replica, self.channel) if self.relay else \
+            str(self.primary_pos())  # where this channel starts, whenever it first connects
         self.port = free_port()
         self.bridge_primary = self.bridge_replica = None
 
@@ -69,6 +76,8 @@ class Bench:
             time.sleep(0.02)
 
     def _channel_registered(self) -> bool:
+        if self.relay:  # the replica server's channel is connected to the relay
+            return RelayTarget(MysqlUrl.parse(self.info["replica_admin"]), self.channel).status().io_running == "Yes"
         with self.replica.cursor() as cur:
             return bool(cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA='rdma_bridge' "
                                     "AND TABLE_NAME='bridge_meta'")) and \
@@ -85,6 +94,17 @@ class Bench:
         for proc in (self.bridge_primary, self.bridge_replica):
             if proc is not None:
                 proc.stop()
+        if self.relay:  # the replica server's channel would keep calling a relay that is gone
+            stop_server_channel(self.replica, self.channel)
+
+    def set_replica_workers(self, workers: int) -> None:
+        """Apply mode relay: the replica server's own parallel applier (its channel stopped
+        and started again around it)."""
+        flavor = Flavor.of(self.replica)
+        with self.replica.cursor() as cur:
+            cur.execute(flavor.replica_channel("STOP", self.channel))
+            cur.execute(f"SET GLOBAL {flavor.replica_workers_variable}={workers}")
+            cur.execute(flavor.replica_channel("START", self.channel))
 
     def primary_pos(self) -> GtidSet:
         with self.primary.cursor() as cur:
@@ -92,6 +112,10 @@ class Bench:
             return GtidSet.parse(cur.fetchone()[0])
 
     def bridge_pos(self) -> GtidSet:
+        if self.relay:
+            with self.replica.cursor() as cur:
+                cur.execute(Flavor.of(self.replica).replica_gtid_sql)
+                return GtidSet.parse(cur.fetchone()[0] or "")
         with self.replica.cursor() as cur:
             cur.execute("SELECT gtid_set FROM rdma_bridge.bridge_meta WHERE channel=%s", (self.channel,))
             row = cur.fetchone()

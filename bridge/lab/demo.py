@@ -38,7 +38,7 @@ def run_demo(state_dir: str, transactions: int, transport: str, probes: int, ech
     primary, replica = MysqlUrl.parse(info["primary_admin"]), MysqlUrl.parse(info["replica_admin"])
     pconn, rconn = connect(primary), connect(replica)
     relay = apply_mode == "relay"
-    start = relay_start(pconn, rconn) if relay else reset_channel(pconn, rconn, CHANNEL)
+    start = relay_start(pconn, rconn, CHANNEL) if relay else reset_channel(pconn, rconn, CHANNEL)
 
     def caught_up(alive) -> None:
         if relay:
@@ -78,14 +78,14 @@ def run_demo(state_dir: str, transactions: int, transport: str, probes: int, ech
     echo("verified: both databases hold the same rows" if result.ok else "MISMATCH: " + "; ".join(
         f"{d.table} missing {d.missing} extra {d.extra}" for d in result.diffs))
     if relay:
-        stop_server_channel(rconn)
+        stop_server_channel(rconn, CHANNEL)
         echo(f"the replica server's channel {CHANNEL!r} is stopped with the bridges (SHOW SLAVE '{CHANNEL}' STATUS "
              f"there still shows it; a replica side started again points it at itself and starts it)")
     echo(f"the sandbox keeps running; stop it with: {command_name()} sandbox down --state-dir {state_dir}")
     return result.ok
 
 
-def relay_start(pconn, rconn) -> str:
+def relay_start(pconn, rconn, channel: str) -> str:
     """Apply mode relay: the replica server's own GTID position says where its channel
     starts. The demo replays its own schema from scratch each run, so the replica is
     given the primary's position now, as a DBA positions a replica that holds the data
@@ -93,7 +93,7 @@ def relay_start(pconn, rconn) -> str:
     replica lacks)."""
     position = primary_position(pconn)
     flavor = Flavor.of(rconn)
-    stop_server_channel(rconn)
+    stop_server_channel(rconn, channel)
     with rconn.cursor() as cur:
         if flavor.is_mysql:
             cur.execute(flavor.replica_gtid_sql)
@@ -105,11 +105,11 @@ def relay_start(pconn, rconn) -> str:
     return str(position)
 
 
-def stop_server_channel(rconn) -> None:
-    """The replica server's channel of the demo stopped (nothing to stop: fine)."""
+def stop_server_channel(rconn, channel: str) -> None:
+    """The replica server's ``channel`` stopped (nothing to stop: fine)."""
     with rconn.cursor() as cur:
         try:
-            cur.execute(Flavor.of(rconn).replica_channel("STOP", CHANNEL))
+            cur.execute(Flavor.of(rconn).replica_channel("STOP", channel))
         except pymysql.MySQLError as exc:
             if not exc.args or exc.args[0] not in (ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST):
                 raise

@@ -213,7 +213,7 @@ class PrimaryNode(ShipLoop):
             start_explicit=self.cfg.start_gtid is not None,  # else a new channel must not replay into existing data
             flavor=self.flavor.kind, server_version=version,  # the replica picks the apply mode
             writer=self.writer, take_over=self.cfg.take_over,  # one writer per ring (bridge.node.fencing)
-            collations=self._collation_names,
+            collations=self._collation_names, semi_sync=self.cfg.semi_sync,
             source=self._source.with_semi_sync(self.cfg.semi_sync != "off").to_json()),  # apply mode relay
             expect_type="welcome")
 

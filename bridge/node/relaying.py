@@ -59,6 +59,7 @@ log = logging.getLogger("bridge.node.replica")
 RELAY_USER = "rdma_relay"  # the user the replica server logs in to the relay as
 TAKE_AT_ONCE = 256  # frames moved into the feed before the loop looks at anything else
 WATCH_WAIT_S = 1.0  # the watcher's longest wait for the server to execute a transaction, and its status period
+WATCH_POLL_S = 0.02  # how often the watcher reads what the server executed while transactions are outstanding
 NO_SESSION_WAIT_S = 1.0
 SLEEP_S = 0.5  # an idle loop's longest sleep on the ring (a new frame, a session or a stop wakes it)
 
@@ -111,6 +112,8 @@ class RelayNode:
         self._progress = Progress()
         self._lock = threading.Lock()
         self._tell_lock = threading.Lock()
+        self._fed = threading.Event()  # a whole transaction went into the feed (the watcher looks)
+        self._precise = False  # the primary side's semi-sync waits for applied: watch each transaction
         self._stop = threading.Event()
         self._woken = threading.Event()
         self._epoch = int(time.time()) & 0x3FFFFFFF  # grows from one start to the next, and with each session
@@ -214,6 +217,7 @@ class RelayNode:
                 if frame.kind == FrameKind.TXN or item.last:
                     self.last_gtid = item.gtid
                     self.counts.transactions_applied += 1
+                    self._fed.set()
                     with self._progress_lock:
                         self._seqs.append((item.gtid, frame.seq))
                     if frame.kind == FrameKind.TXN and item.stamps:
@@ -273,9 +277,14 @@ class RelayNode:
         while not self._stop.is_set():
             try:
                 last = self.last_gtid
-                if last and not self.executed.contains(Gtid.parse(last)):
+                if not last or self.executed.contains(Gtid.parse(last)):  # nothing outstanding: until more comes
+                    self._fed.wait(WATCH_WAIT_S)
+                    self._fed.clear()
+                elif self._precise:  # semi-sync applied: each transaction's execution as it happens
                     watching.wait_executed(last, WATCH_WAIT_S)
-                elif self._stop.wait(0.05 if self.current is not None else WATCH_WAIT_S):
+                elif self._stop.wait(WATCH_POLL_S):  # else a look now and then (one query) frees the feed
+                    return
+                if self._stop.is_set():
                     return
                 executed = watching.executed()
                 if executed != self.executed:
@@ -404,12 +413,13 @@ class RelayNode:
                 log.warning("apply mode relay: the replica server's own GTIDs (%s) say where it resumes, not the "
                             "primary side's --start-gtid %s: set them there (MySQL: SET GLOBAL gtid_purged; MariaDB: "
                             "SET GLOBAL gtid_slave_pos), as for a native replica", executed or "empty", start)
-            self.feed.server_id = facts.server_id
+            self.feed.server_id, self.feed.mid_file = facts.server_id, facts.flavor.dump_starts_mid_file
             self.feed.restart(executed)
             with self._progress_lock:  # the new session's seqs go on from taken_seq: what is behind is covered
                 self._seqs.clear()
                 self.received_seq = self.applied_seq = self.taken_seq
             self.relay.facts = facts
+            self._precise = msg.get("semi_sync") == "applied"
             self._epoch += 1
             self.host.fence()
             self.current = Session(
@@ -466,10 +476,12 @@ class RelayNode:
     def stop(self) -> None:
         self._stop.set()
         self._woken.set()
+        self._fed.set()
         self.host.interrupt()
 
     def close(self) -> None:
         self._stop.set()
+        self._fed.set()
         self._listener.close()
         self.feed.close()
         if self._watcher.is_alive():

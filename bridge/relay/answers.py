@@ -63,6 +63,10 @@ class SourceFacts:
                    variables={str(k): str(v) for k, v in dict(given.get("variables") or {}).items()})
 
     @property
+    def flavor(self) -> Flavor:
+        return Flavor.from_version(self.version.removeprefix("5.5.5-"))
+
+    @property
     def mariadb(self) -> bool:
         return not Flavor.from_version(self.version).is_mysql
 

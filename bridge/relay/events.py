@@ -12,10 +12,11 @@ from bridge.wire import binlog
 LOG_EVENT_ARTIFICIAL_F = 0x20
 
 
-def made_event(kind: int, body: bytes, server_id: int, next_position: int, checksum: bool) -> bytes:
-    """An artificial event (timestamp 0) as the source sends it: ``checksum``: with its crc32."""
+def made_event(kind: int, body: bytes, server_id: int, next_position: int, checksum: bool,
+               flags: int = LOG_EVENT_ARTIFICIAL_F) -> bytes:
+    """An event the source makes (timestamp 0) as it sends it: ``checksum``: with its crc32."""
     size = binlog.HEADER_BYTES + len(body) + (4 if checksum else 0)
-    event = binlog.made_header(kind, server_id, size, next_position, LOG_EVENT_ARTIFICIAL_F) + body
+    event = binlog.made_header(kind, server_id, size, next_position, flags) + body
     return event + struct.pack("<I", zlib.crc32(event)) if checksum else event
 
 
@@ -27,7 +28,7 @@ def rotate(file: str, position: int, server_id: int, checksum: bool) -> bytes:
 def heartbeat(file: str, position: int, server_id: int, checksum: bool) -> bytes:
     """Sent when nothing was sent for the replica's heartbeat period: the file and the
     position of the last event sent (the replica's Read_Master_Log_Pos stays true)."""
-    return made_event(binlog.HEARTBEAT, file.encode(), server_id, position, checksum)
+    return made_event(binlog.HEARTBEAT, file.encode(), server_id, position, checksum, flags=0)  # as both servers
 
 
 def with_next_position(event: bytes, position: int) -> bytes:

@@ -6,7 +6,6 @@ binlog file changes between two transactions)."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from bridge.model import Chunk, Gtid, GtidSet, Transaction, Verbatim
 from bridge.relay import events
 from bridge.relay.server import DumpRequest, FeedError, FeedGone
+from bridge.wire import binlog
 from bridge.wire.binlog import split_events
 
 
@@ -30,7 +30,7 @@ class TransactionFeed:
     def __init__(self, format_event: bytes, server_id: int, before: GtidSet) -> None:
         self.format_event, self.server_id = format_event, server_id
         self.before = before  # grows with what ``forget`` drops
-        self._items: deque[Transaction | Chunk] = deque()
+        self._items: deque[tuple[Transaction | Chunk, bytes]] = deque()  # each with the FORMAT_DESCRIPTION in force
         self._first = 0  # the index of _items[0] since the feed began
         self._changed = threading.Condition()
         self._closed = False
@@ -38,17 +38,18 @@ class TransactionFeed:
         self.bytes = 0  # of the events kept
         self._streams: set[_Stream] = set()  # the dumps open
         self.on_received: Callable[[str], None] = lambda gtid: None  # a replica's semi-sync ACK, up to this GTID
+        self.mid_file = False  # a dump starts as the primary's own does (Flavor.dump_starts_mid_file)
 
     def append(self, item: Transaction | Chunk) -> None:
         if not all(type(c) is Verbatim for c in item.changes):
             raise FeedError(f"relay: transaction {item.gtid} did not arrive verbatim (is the primary side's "
                             "apply mode relay?)")
         with self._changed:
-            if item.format_event:
+            if item.format_event and item.format_event != self.format_event:  # the same bytes: the same object
                 self.format_event = item.format_event
             elif not self.format_event:
                 raise FeedError(f"relay: transaction {item.gtid} came before any FORMAT_DESCRIPTION")
-            self._items.append(item if item.format_event else dataclasses.replace(item, format_event=self.format_event))
+            self._items.append((item, self.format_event))
             self.bytes += _size(item)
             self._changed.notify_all()
 
@@ -56,7 +57,7 @@ class TransactionFeed:
         """Drop the transactions at the front that ``held`` (the replica server's GTIDs)
         has; returns how many."""
         with self._changed:
-            return self._drop(lambda item: _held(held, item))
+            return self._drop(lambda item: _held(held, item[0]))
 
     def trim(self, limit_bytes: int) -> int:
         """Past ``limit_bytes``, drop the transactions at the front that every open dump
@@ -69,7 +70,7 @@ class TransactionFeed:
     def _drop(self, drops) -> int:
         dropped = 0
         while self._items and drops(self._items[0]):
-            item = self._items.popleft()
+            item = self._items.popleft()[0]
             self.bytes -= _size(item)
             if type(item) is Transaction or item.last:
                 self.before = self.before.add(Gtid.parse(item.gtid))
@@ -112,15 +113,15 @@ class TransactionFeed:
             raise FeedError(f"relay: the replica's position ({sent or 'empty'}) lacks transactions the "
                             f"relay no longer keeps ({missing})")
         at = self._first
-        while at - self._first < len(self._items) and _held(sent, self._items[at - self._first]):
+        while at - self._first < len(self._items) and _held(sent, self._items[at - self._first][0]):
             at += 1
-        if at - self._first < len(self._items) and type(self._items[at - self._first]) is Chunk and \
-                self._items[at - self._first].index > 0:  # its first chunks were served and dropped (``trim``)
+        front = self._items[at - self._first][0] if at - self._first < len(self._items) else None
+        if type(front) is Chunk and front.index > 0:  # its first chunks were served and dropped (``trim``)
             raise FeedError(f"relay: the replica's position ({sent or 'empty'}) lacks the start of transaction "
-                            f"{self._items[at - self._first].gtid}, which the relay no longer keeps")
+                            f"{front.gtid}, which the relay no longer keeps")
         return at
 
-    def _item(self, stream: _Stream, timeout_s: float) -> Transaction | Chunk | None:
+    def _item(self, stream: _Stream, timeout_s: float) -> tuple[Transaction | Chunk, bytes] | None:
         with self._changed:
             if stream.generation != self.generation:  # the feed began again: the dump finds its place
                 if stream.inside:
@@ -128,7 +129,7 @@ class TransactionFeed:
                 stream.at, stream.generation = self._place(stream.sent), self.generation
             if stream.at < self._first:
                 raise FeedError(f"relay: the transactions after position {stream.at} are no longer kept")
-            if stream.at - self._first >= len(self._items):
+            if stream.at - self._first >= len(self._items) and timeout_s > 0:
                 self._changed.wait(timeout_s)
             if self._closed:
                 raise FeedGone("relay: the feed closed")
@@ -165,16 +166,21 @@ class _Stream:
     def next(self, timeout_s: float) -> bytes | None:
         self.ack_gtid = None
         if not self._pending:
-            item = self.feed._item(self, timeout_s)
-            if item is None:
+            taken = self.feed._item(self, timeout_s)
+            if taken is None:
                 return None
+            item, format_event = taken
             self.at += 1
             for change in item.changes:
-                if change.file != self.file or item.format_event != self.format:
-                    # a dump's start, the primary's next binlog file, or its format changed
-                    self.file, self.format = change.file, item.format_event
-                    self._pending.append(events.rotate(change.file, 4, self.feed.server_id, self.checksum))
-                    self._pending.append(_unpositioned(item.format_event))
+                if change.file != self.file or format_event is not self.format:
+                    # a dump's start, the primary's next binlog file, or its format changed: as the
+                    # primary's own dump starts (Flavor.dump_starts_mid_file)
+                    self.file, self.format = change.file, format_event
+                    at = binlog.next_position(change.data) - binlog.event_size(change.data, 0) \
+                        if self.feed.mid_file else 4
+                    self._pending.append(events.rotate(change.file, at, self.feed.server_id, self.checksum))
+                    self._pending.append(events.with_next_position(format_event, 0) if self.feed.mid_file
+                                         else format_event)
                 self._pending.extend(split_events(change.data))
             self.inside = type(item) is Chunk and not item.last
             if not self.inside:
@@ -190,9 +196,3 @@ class _Stream:
         with self.feed._changed:
             self.feed._streams.discard(self)
 
-
-def _unpositioned(format_event: bytes) -> bytes:
-    """The FORMAT_DESCRIPTION as a source sends it after a dump's ROTATE: its next
-    position 0 (the replica does not move its position for it). Its checksum covers the
-    header: it is made again where the event has one."""
-    return events.with_next_position(format_event, 0)

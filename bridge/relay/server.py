@@ -130,15 +130,19 @@ class Connection:
     def write(self, *payloads: bytes) -> None:
         out = bytearray()
         for payload in payloads:
-            view = memoryview(payload)
-            while True:
-                part = view[:p.MAX_PAYLOAD]
-                out += len(part).to_bytes(3, "little") + bytes([self.seq]) + part
-                self.seq = (self.seq + 1) % 256
-                view = view[p.MAX_PAYLOAD:]
-                if len(part) < p.MAX_PAYLOAD:
-                    break
+            self.pack(out, payload)
         self.sock.sendall(out)
+
+    def pack(self, out: bytearray, payload: bytes) -> None:
+        """``payload`` as the next packet(s), appended to ``out`` (sent by the caller)."""
+        view = memoryview(payload)
+        while True:
+            part = view[:p.MAX_PAYLOAD]
+            out += len(part).to_bytes(3, "little") + bytes([self.seq]) + part
+            self.seq = (self.seq + 1) % 256
+            view = view[p.MAX_PAYLOAD:]
+            if len(part) < p.MAX_PAYLOAD:
+                break
 
 
 class RelayServer:
@@ -285,6 +289,7 @@ class RelayServer:
         semi = request.semi_sync
         asked: dict[tuple[str, int], str] = {}  # (file, next position) of an event whose ACK is asked -> its GTID
         sent_at = time.monotonic()
+        out = bytearray()
         while not self._stop.is_set():
             if asked and conn.readable():
                 _take_acks(conn, stream, asked)
@@ -295,20 +300,28 @@ class RelayServer:
                     conn.write(SEMI_SYNC_NO_ACK + beat if semi else b"\x00" + beat)
                     sent_at = time.monotonic()
                 continue
-            if binlog.event_type(event) == binlog.ROTATE:
-                file, position = binlog.rotate_target(event, 4 if request.checksum else 0)
-            elif binlog.next_position(event):
-                position = binlog.next_position(event)
-            ask = semi and stream.ack_gtid is not None
-            conn.write((SEMI_SYNC_ACK if ask else SEMI_SYNC_NO_ACK if semi else b"\x00") + event)
+            while event is not None:  # what the feed holds now goes in one send
+                if binlog.event_type(event) == binlog.ROTATE:
+                    file, position = binlog.rotate_target(event, 4 if request.checksum else 0)
+                elif binlog.next_position(event):
+                    position = binlog.next_position(event)
+                ask = semi and stream.ack_gtid is not None
+                conn.pack(out, (SEMI_SYNC_ACK if ask else SEMI_SYNC_NO_ACK if semi else b"\x00") + event)
+                if ask:
+                    asked[(file, position)] = stream.ack_gtid
+                    break  # the replica ACKs once this is in its relay log: it goes now
+                if len(out) >= SEND_BYTES:
+                    break
+                event = stream.next(0)
+            conn.sock.sendall(out)
+            out.clear()
             sent_at = time.monotonic()
-            if ask:
-                asked[(file, position)] = stream.ack_gtid
 
 
 # a semi-sync dump's packet: OK byte, the magic, whether the replica must ACK this event
 SEMI_SYNC_ACK, SEMI_SYNC_NO_ACK = b"\x00\xef\x01", b"\x00\xef\x00"
 ACK_POLL_S = 0.0005  # while ACKs are due, how often the stream looks for them between events
+SEND_BYTES = 256 << 10  # a dump's events sent at once, at most
 
 
 def _take_acks(conn: Connection, stream: Stream, asked: dict[tuple[str, int], str]) -> None:

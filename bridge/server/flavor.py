@@ -183,6 +183,14 @@ class Flavor:
         return f"{verb} REPLICA FOR CHANNEL '{name}'" if self.is_mysql else f"{verb} SLAVE '{name}'"
 
     @property
+    def dump_starts_mid_file(self) -> bool:
+        """A GTID dump starts where the server's GTID index points in the file (MariaDB
+        11.4+, binlog_gtid_index): its ROTATE names that position and its
+        FORMAT_DESCRIPTION goes with position 0. Other servers read the file from its
+        start: ROTATE at 4, the FORMAT_DESCRIPTION as written."""
+        return not self.is_mysql and self.version >= (11, 4, 0)
+
+    @property
     def replica_gtid_sql(self) -> str:
         """One value: the GTID set a native replica of this flavor has applied."""
         return "SELECT @@GLOBAL.gtid_executed" if self.is_mysql else "SELECT @@GLOBAL.gtid_slave_pos"

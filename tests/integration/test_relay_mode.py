@@ -302,7 +302,7 @@ def test_tools_that_no_one_here_wrote_see_a_replica(box, tmp_path):
     exporter = subprocess.Popen(
         ["prometheus-mysqld-exporter", f"--config.my-cnf={_defaults(admin_r, tmp_path, 'exporter')}",
          f"--web.listen-address=127.0.0.1:{(port := free_port())}", "--collect.slave_status"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "exporter.log", "wb"))  # noqa: SIM115 - the child's
     beat = None
     try:
         with pair.pconn.cursor() as cur:
@@ -314,19 +314,6 @@ def test_tools_that_no_one_here_wrote_see_a_replica(box, tmp_path):
                         "dsn VARCHAR(255) NOT NULL)")
             cur.execute(f"INSERT INTO {schema}.dsns (dsn) VALUES (%s)", (f"h={admin_r.host},P={admin_r.port}",))
         pair.caught_up("the tools' schema on the replica")
-        if flavor.is_mysql:  # Debian's exporter (0.14) and percona-toolkit (3.5) ask SHOW SLAVE STATUS, gone in 8.4
-            pytest.skip("Debian's prometheus-mysqld-exporter and pt-online-schema-change predate MySQL 8.4")
-
-        def exported() -> dict[str, float]:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-                text = answer.read().decode()
-            return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                    if line.startswith("mysql_slave_status_") and "{" in line}
-        wait_for(lambda: _scrape(exported).get("mysql_slave_status_slave_sql_running") == 1, "the exporter's scrape",
-                 30, pair.alive)
-        metrics = exported()
-        assert metrics["mysql_slave_status_slave_io_running"] == 1 and \
-            metrics["mysql_slave_status_seconds_behind_master"] == 0, metrics
 
         beat = subprocess.Popen(["pt-heartbeat", f"--defaults-file={_defaults(admin_p, tmp_path, 'beat')}",
                                  "--update", "--create-table", "--utc", "--interval", "0.2", "--no-version-check",
@@ -337,6 +324,20 @@ def test_tools_that_no_one_here_wrote_see_a_replica(box, tmp_path):
                                   "--check", "--utc", "--no-version-check", "--master-server-id", "1",
                                   "--database", schema], capture_output=True, text=True, timeout=60)
         assert checked.returncode == 0 and float(checked.stdout.split()[0]) < 2.0, (checked.stdout, checked.stderr)
+
+        if flavor.is_mysql:  # Debian's exporter (0.14) and percona-toolkit (3.5) ask SHOW SLAVE STATUS, gone in 8.4
+            pytest.skip("Debian's prometheus-mysqld-exporter and pt-online-schema-change predate MySQL 8.4")
+
+        def exported() -> dict[str, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                text = answer.read().decode()
+            return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith("mysql_slave_status_") and 'connection_name=""' in line}  # this channel
+        wait_for(lambda: _scrape(exported).get("mysql_slave_status_slave_sql_running") == 1, "the exporter's scrape",
+                 30, pair.alive)
+        metrics = exported()
+        assert metrics["mysql_slave_status_slave_io_running"] == 1 and \
+            metrics["mysql_slave_status_seconds_behind_master"] == 0, metrics
 
         with pair.rconn.cursor() as cur:  # the replica stops applying: pt-osc must wait for it
             cur.execute(flavor.replica_channel("STOP", "") + " SQL_THREAD")

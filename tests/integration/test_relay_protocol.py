@@ -35,6 +35,7 @@ from bridge.server.flavor import Flavor
 from bridge.source.events import VerbatimRead
 from bridge.source.reader import BinlogReader
 from bridge.source.verbatim import VerbatimGrouper
+from bridge.wire import binlog as binlog_types
 from bridge.wire.binlog import split_events
 from bridge.wire.codec import decode_chunk, decode_transaction, encode_chunk, encode_transaction
 from bridge.wire.mysqlgtid import encode_gtid_set
@@ -48,10 +49,13 @@ class PrimaryDump:
     """The primary's binlog dump from the position a replica asked the relay for, read
     by a thread into a queue: the events as the primary sent them."""
 
-    def __init__(self, url, request: DumpRequest) -> None:
+    def __init__(self, url, request: DumpRequest, heartbeat_ns: int = 0) -> None:
         self.conn = dbconn.connect(url, autocommit=True)
         server_id = 4000 + request.replica_server_id
         with self.conn.cursor() as cur:
+            if heartbeat_ns:  # as a replica's IO thread says it (MySQL 8.0.26+ by its newer name)
+                cur.execute("SET @master_heartbeat_period = %s", (heartbeat_ns,))
+                cur.execute("SET @source_heartbeat_period = %s", (heartbeat_ns,))
             if request.checksum:
                 cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
             if request.mysql_gtids is None:
@@ -376,3 +380,90 @@ def _grouped(next_event, start: GtidSet, last: GtidSet, raw) -> list:
             out.append(item)
             seen = seen.add_text(item.gtid)
     return out
+
+
+# what a source sends between transactions, which the relay leaves out (a replica applies without them)
+GTID_LIST, BINLOG_CHECKPOINT, PREVIOUS_GTIDS = 163, 161, 35
+_BETWEEN = frozenset({GTID_LIST, BINLOG_CHECKPOINT, PREVIOUS_GTIDS})
+
+
+def _dumped_until(dump: PrimaryDump, start: GtidSet, last: GtidSet) -> tuple[list[bytes], bytes]:
+    """Every event of ``dump`` until each GTID of ``last`` was sent, then its first heartbeat."""
+    grouper, seen, events_, deadline = VerbatimGrouper(checksum_bytes=4, chunk_bytes=1 << 30), start, [], \
+        time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, f"only {seen} of {last} dumped"
+        event = dump.next(5.0)
+        if event is None:
+            continue
+        if event[4] == binlog_types.HEARTBEAT:
+            if seen.contains_all(last):
+                return events_, event
+            continue
+        events_.append(event)
+        item = grouper.feed(event)
+        if item is not None:
+            seen = seen.add_text(item.gtid)
+
+
+def test_conformance_the_relay_sends_what_the_primary_sends_a_replica_byte_for_byte(relay):
+    """One replica's dump from one GTID position, from the primary itself and from the relay
+    (fed the primary's transactions grouped and through the codec, as the ring carries
+    them): the same ROTATE, the same FORMAT_DESCRIPTION (its position 0, its checksum made
+    again), the same transactions event for event with their checksums, and the same
+    heartbeat once idle, byte for byte. What a source sends between transactions (MariaDB's
+    GTID_LIST and BINLOG_CHECKPOINT, MySQL's PREVIOUS_GTIDS) the relay leaves out."""
+    server, _, flavor, pconn, _, urls, password, _ = relay
+    schema = "relay_conformance"
+    with pconn.cursor() as cur:
+        cur.execute(flavor.gtid_position_sql)
+        start = GtidSet.parse(cur.fetchone()[0])
+    create_schema(pconn, schema)
+    MixedWorkload(pconn, schema, seed=64).run(150)
+    with pconn.cursor() as cur:
+        if flavor.is_mysql:
+            cur.execute("SET SESSION binlog_transaction_compression = ON")
+        cur.execute(f"UPDATE {schema}.accounts SET owner = CONCAT(owner, '?')")
+        cur.execute(flavor.gtid_position_sql)
+        last = GtidSet.parse(cur.fetchone()[0])
+    request, beat_ns = _asked_from(start, flavor, 79), 200_000_000
+    real = PrimaryDump(urls["primary"], request, heartbeat_ns=beat_ns)
+    try:
+        sent, beat = _dumped_until(real, start, last)
+    finally:
+        real.close()
+    format_event = next(e for e in sent if e[4] == binlog_types.FORMAT_DESCRIPTION)
+    feed = TransactionFeed(format_event, server.facts.server_id, before=start)
+    feed.mid_file = server.facts.flavor.dump_starts_mid_file
+    grouper = VerbatimGrouper(checksum_bytes=4, chunk_bytes=4096)
+    for event in sent:
+        item = grouper.feed(event)
+        if item is not None:
+            feed.append(decode_chunk(encode_chunk(item)) if isinstance(item, Chunk) else
+                        decode_transaction(encode_transaction(item)))
+    served = RelayServer(("127.0.0.1", 0), server.facts, feed, NATIVE_USER, password).start()
+    relayed_dump = PrimaryDump(MysqlUrl.parse(f"mysql://{NATIVE_USER}:{password}@127.0.0.1:{served.address[1]}"),
+                               request, heartbeat_ns=beat_ns)
+    try:
+        relayed, relayed_beat = _dumped_until(relayed_dump, start, last)
+    finally:
+        relayed_dump.close()
+        served.close()
+        feed.close()
+    mid_file = server.facts.flavor.dump_starts_mid_file
+    if mid_file:  # the ROTATE names where each starts reading: the server's GTID index, the relay's first event
+        assert relayed[0][:19] == sent[0][:19] and relayed[0][27:-4] == sent[0][27:-4], (relayed[0], sent[0])
+        first = next(e for e in relayed[2:])
+        assert binlog_types.rotate_target(sent[0], 4)[1] <= binlog_types.rotate_target(relayed[0], 4)[1] == \
+            binlog_types.next_position(first) - len(first)
+    else:
+        assert relayed[0] == sent[0] and relayed[0][4] == binlog_types.ROTATE, (relayed[0].hex(), sent[0].hex())
+    assert relayed[1] == _first_format(sent)
+    transactions = [e for e in sent[1:] if e[4] not in _BETWEEN and e[4] != binlog_types.FORMAT_DESCRIPTION]
+    assert relayed[2:] == transactions and len(transactions) >= 300
+    assert relayed_beat == beat, (relayed_beat.hex(), beat.hex())
+
+
+def _first_format(sent: list[bytes]) -> bytes:
+    """The FORMAT_DESCRIPTION the source sent after its ROTATE, as sent."""
+    return next(e for e in sent if e[4] == binlog_types.FORMAT_DESCRIPTION)
