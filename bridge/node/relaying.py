@@ -93,7 +93,7 @@ class RelayNode:
             self._watching = RelayTarget(cfg.target, cfg.channel)
             password = cfg.relay_password or secrets.token_urlsafe(24)  # made anew at each start, set by configure
             self.relay = RelayServer(cfg.relay_listen, None, self, RELAY_USER, password,
-                                     relay_tls_context(cfg.tls.cert, cfg.tls.key) if cfg.tls else None)
+                                     relay_tls_context(cfg.tls.cert, cfg.tls.key) if cfg.tls else None, pushed=True)
         except BaseException:
             self._close_parts()
             raise
@@ -167,6 +167,9 @@ class RelayNode:
                     self._woken.wait(NO_SESSION_WAIT_S)
                 continue
             if self._take(session):
+                self.relay.push()  # the new transactions to the server's IO thread, from this thread
+                continue
+            if not self._has_room and self.relay.push():  # full: what was not sent goes; then it can be trimmed
                 continue
             self._forget()
             try:

@@ -150,11 +150,13 @@ class RelayServer:
     ``tls``: offered to a replica that asks for it (``relay_tls_context``)."""
 
     def __init__(self, listen: tuple[str, int], facts: SourceFacts | None, feed: Feed, user: str, password: str,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, pushed: bool = False) -> None:
         """``facts`` None: not known yet (no primary side has said them): a replica that
         connects meanwhile is told so, and tries again as it does after any failed
-        connect."""
+        connect. ``pushed``: whoever adds to the feed calls ``push`` (a dump's own thread
+        then does not wait on the feed)."""
         self.facts, self.feed, self.user, self.password, self.tls = facts, feed, user, password, tls
+        self.pushed = pushed
         try:
             self.listener = socket.create_server(listen)
         except OSError as exc:
@@ -163,6 +165,7 @@ class RelayServer:
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self._sessions: set[socket.socket] = set()
+        self._dumps: set[_Dump] = set()  # the dumps ``push`` serves (plain connections)
         self._lock = threading.Lock()
         self.served = 0  # dumps started
         self.tls_logins = 0  # logins over TLS
@@ -274,48 +277,113 @@ class RelayServer:
         self.served += 1
         period_ns = session.variable("master_heartbeat_period") or session.variable("source_heartbeat_period")
         heartbeat_s = int(period_ns) / 1e9 if period_ns else DEFAULT_HEARTBEAT_S
+        dump = _Dump(conn, stream, request, self.facts.server_id, heartbeat_s)
+        pushed = self.pushed and not isinstance(conn.sock, ssl.SSLSocket)  # TLS: one thread on a connection
+        if pushed:
+            with self._lock:
+                self._dumps.add(dump)
         try:
-            self._stream(conn, stream, request, heartbeat_s)
+            if pushed:
+                self._pushed_stream(dump)
+            else:
+                self._pulled_stream(dump)
         except FeedError as exc:  # the feed lost its place: the replica is told, as by a source, and reconnects
-            conn.write(err_packet(ER_MASTER_FATAL_ERROR_READING_BINLOG, "HY000", str(exc)))
+            with dump.lock:
+                conn.write(err_packet(ER_MASTER_FATAL_ERROR_READING_BINLOG, "HY000", str(exc)))
         finally:
+            with self._lock:
+                self._dumps.discard(dump)
             stream.close()
 
-    def _stream(self, conn: Connection, stream: Stream, request: DumpRequest, heartbeat_s: float) -> None:
-        """The events, each behind the OK byte (and, for a semi-sync replica, the semi-sync
-        header, its flag set on a transaction's last event: the replica then ACKs it once
-        its relay log holds it); a heartbeat after ``heartbeat_s`` without an event."""
-        file, position, server_id = request.file, request.position, self.facts.server_id
-        semi = request.semi_sync
-        asked: dict[tuple[str, int], str] = {}  # (file, next position) of an event whose ACK is asked -> its GTID
-        sent_at = time.monotonic()
-        out = bytearray()
+    def push(self) -> bool:
+        """Send each dump everything the feed holds for it, from the thread that just added
+        to it (the replica side's loop): no wakeup of the dump's own thread per
+        transaction. A dump that fails here is closed; its thread sees it and ends it.
+        True: something was sent."""
+        with self._lock:
+            dumps = list(self._dumps)
+        sent = False
+        for dump in dumps:
+            try:
+                with dump.lock:
+                    while dump.serve(0):
+                        sent = True
+            except (BridgeError, OSError) as exc:
+                log.info("relay: a dump ended: %s", exc)
+                _shut(dump.conn.sock)
+        return sent
+
+    def _pushed_stream(self, dump: _Dump) -> None:
+        """A plain connection's own thread: the ACKs the replica sends, the end of the
+        connection, and a heartbeat when nothing was sent for its period; ``push`` sends
+        the events (this thread too, what a push may have left)."""
+        sock = dump.conn.sock
         while not self._stop.is_set():
-            if asked and conn.readable():
-                _take_acks(conn, stream, asked)
-            event = stream.next(ACK_POLL_S if asked else heartbeat_s)
-            if event is None:
-                if time.monotonic() - sent_at >= heartbeat_s:
-                    beat = events.heartbeat(file, position, server_id, request.checksum)
-                    conn.write(SEMI_SYNC_NO_ACK + beat if semi else b"\x00" + beat)
-                    sent_at = time.monotonic()
-                continue
-            while event is not None:  # what the feed holds now goes in one send
-                if binlog.event_type(event) == binlog.ROTATE:
-                    file, position = binlog.rotate_target(event, 4 if request.checksum else 0)
-                elif binlog.next_position(event):
-                    position = binlog.next_position(event)
-                ask = semi and stream.ack_gtid is not None
-                conn.pack(out, (SEMI_SYNC_ACK if ask else SEMI_SYNC_NO_ACK if semi else b"\x00") + event)
-                if ask:
-                    asked[(file, position)] = stream.ack_gtid
-                    break  # the replica ACKs once this is in its relay log: it goes now
-                if len(out) >= SEND_BYTES:
-                    break
-                event = stream.next(0)
-            conn.sock.sendall(out)
+            with dump.lock:
+                if dump.conn.readable():
+                    _take_acks(dump.conn, dump.stream, dump.asked)
+                dump.serve(0)
+                dump.heartbeat_if_quiet()
+            select.select([sock], [], [], max(dump.sent_at + dump.heartbeat_s - time.monotonic(), 0.001))
+
+    def _pulled_stream(self, dump: _Dump) -> None:
+        """Over TLS, the connection's own thread does everything: it waits on the feed."""
+        while not self._stop.is_set():
+            if dump.asked and dump.conn.readable():
+                _take_acks(dump.conn, dump.stream, dump.asked)
+            if not dump.serve(ACK_POLL_S if dump.asked else dump.heartbeat_s):
+                dump.heartbeat_if_quiet()
+
+
+class _Dump:
+    """One replica's dump: where it is in the primary's binlog (for heartbeats), the ACKs
+    asked of it, and the lock under which one thread at a time uses its connection."""
+
+    def __init__(self, conn: Connection, stream: Stream, request: DumpRequest, server_id: int,
+                 heartbeat_s: float) -> None:
+        self.conn, self.stream, self.request = conn, stream, request
+        self.server_id, self.heartbeat_s = server_id, heartbeat_s
+        self.file, self.position = request.file, request.position
+        self.asked: dict[tuple[str, int], str] = {}  # (file, next position) of an event whose ACK is asked -> GTID
+        self.sent_at = time.monotonic()
+        self.lock = threading.Lock()
+        self._out = bytearray()
+
+    def serve(self, wait_s: float) -> bool:
+        """The events the feed holds for it (waiting up to ``wait_s`` for the first), each
+        behind the OK byte and, for a semi-sync replica, the semi-sync header, its flag set
+        on a transaction's last event (the replica ACKs it once its relay log holds it);
+        all in one send. False: there were none."""
+        stream, semi, out = self.stream, self.request.semi_sync, self._out
+        event = stream.next(wait_s)
+        if event is None:
+            return False
+        while event is not None:
+            if binlog.event_type(event) == binlog.ROTATE:
+                self.file, self.position = binlog.rotate_target(event, 4 if self.request.checksum else 0)
+            elif binlog.next_position(event):
+                self.position = binlog.next_position(event)
+            ask = semi and stream.ack_gtid is not None
+            self.conn.pack(out, (SEMI_SYNC_ACK if ask else SEMI_SYNC_NO_ACK if semi else b"\x00") + event)
+            if ask:
+                self.asked[(self.file, self.position)] = stream.ack_gtid
+            if len(out) >= SEND_BYTES:
+                break
+            event = stream.next(0)
+        try:
+            self.conn.sock.sendall(out)
+        finally:
             out.clear()
-            sent_at = time.monotonic()
+        self.sent_at = time.monotonic()
+        return True
+
+    def heartbeat_if_quiet(self) -> None:
+        """A heartbeat where nothing was sent for the replica's period: the file and
+        position of the last event sent."""
+        if time.monotonic() - self.sent_at >= self.heartbeat_s:
+            beat = events.heartbeat(self.file, self.position, self.server_id, self.request.checksum)
+            self.conn.write(SEMI_SYNC_NO_ACK + beat if self.request.semi_sync else b"\x00" + beat)
+            self.sent_at = time.monotonic()
 
 
 # a semi-sync dump's packet: OK byte, the magic, whether the replica must ACK this event
