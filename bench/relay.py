@@ -30,7 +30,8 @@ def catch_up(state_dir: str, mode: str, count: int, first_id: int, log) -> dict:
         bench.start_bridge()
         if bench.relay:
             bench.set_replica_workers(4)
-        bench.create_table(catchup.TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
+        bench.create_table(f"DROP TABLE IF EXISTS {BENCH_SCHEMA}.single")  # replicated: both replicas run
+        bench.create_table(catchup.TABLE)
         target = bench.primary_pos()
         bench.wait(bench.native_pos, target)
         bench.wait(bench.bridge_pos, target, alive=bench.bridge_alive)
@@ -45,10 +46,6 @@ def catch_up(state_dir: str, mode: str, count: int, first_id: int, log) -> dict:
 def run(state_dir: str, rate: int, seconds: float, lag_rates: list[int], backlog: int, log) -> dict:
     result = {"cpu": cpu.run(rate, seconds, state_dir, ("shm",), MODES, log=log, pure=()),
               "lag": {mode: lag.run(lag_rates, 6.0, state_dir, "shm", rounds=2, apply_mode=mode) for mode in MODES}}
-    bench = Bench(state_dir, "shm")  # a clean table for the backlogs
-    with bench.primary.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {BENCH_SCHEMA}.single")
-    bench.stop()
     result["catchup"] = [catch_up(state_dir, mode, backlog, 1 + i * backlog, log) for i, mode in enumerate(MODES)]
     result["ratios"] = ratios(result)
     return {"ratios": result.pop("ratios"), **result}
