@@ -126,7 +126,7 @@ MATRIX_TESTS ?= tests/integration/test_dml_ddl.py tests/integration/test_semanti
   tests/integration/test_filter.py tests/integration/test_semisync.py tests/integration/test_apply_stop.py \
   tests/integration/test_doctor.py tests/integration/test_channels.py tests/integration/test_mysql.py \
   tests/integration/test_realtime.py tests/integration/test_read_only.py tests/integration/test_pt_heartbeat.py \
-  tests/integration/test_relay_protocol.py tests/integration/test_relay_mode.py
+  tests/integration/test_relay_protocol.py tests/integration/test_relay_mode.py tests/integration/test_relay_chained.py
 MATRIX ?= local,mariadb-11.8 mariadb-11.8 mysql-9.7 mysql-9.7,local local,mysql-9.7
 MATRIX_FULL ?= mysql-9.7 mysql-9.7,local
 test-matrix: deps containers percona
