@@ -386,6 +386,20 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def not_ready(st: dict) -> str:
+    """Why a node is not ready (a readiness probe's 503), "" when it is: the replica side
+    in a session and applying, the primary side connected to its replica side and that
+    one applying."""
+    if st.get("role") == "replica" and not st.get("session"):
+        return "no session: no primary side feeds this replica side"
+    if st.get("role") == "primary" and not st.get("connected"):
+        return "not connected to the replica side"
+    stopped = st.get("apply_stopped")
+    if stopped:
+        return f"applying stopped: {stopped.get('error', '')}"
+    return ""
+
+
 class MetricsServer:
     """/metrics and /status on ``address`` in a daemon thread."""
 
@@ -397,8 +411,18 @@ class MetricsServer:
                     body, ctype = prometheus_text(role, status()).encode(), "text/plain; version=0.0.4; charset=utf-8"
                 elif path == "/status":
                     body, ctype = json.dumps(status()).encode(), "application/json"
+                elif path in ("/ready", "/live"):  # a readiness probe; a liveness probe (this answers: alive)
+                    why = not_ready(status()) if path == "/ready" else ""
+                    body, ctype = (why or "ok").encode() + b"\n", "text/plain; charset=utf-8"
+                    if why:
+                        self.send_response(503)
+                        self.send_header("Content-Type", ctype)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
                 else:
-                    self.send_error(404, "try /metrics or /status")
+                    self.send_error(404, "try /metrics, /status, /ready or /live")
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", ctype)
@@ -422,7 +446,7 @@ class MetricsServer:
 
     def start(self) -> MetricsServer:
         self._thread.start()
-        log.info("metrics on http://%s:%d/metrics and /status", *self.address)
+        log.info("metrics on http://%s:%d/metrics and /status (probes: /ready, /live)", *self.address)
         return self
 
     def _serve(self) -> None:

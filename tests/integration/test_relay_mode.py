@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -75,6 +76,14 @@ class Relay:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://{self.replica.metrics_address}/metrics", timeout=5) as answer:
             return answer.read().decode()
+
+    def probe(self, name: str) -> tuple[int, str]:
+        """The replica side's /ready or /live: (HTTP status, body)."""
+        try:
+            with urllib.request.urlopen(f"http://{self.replica.metrics_address}/{name}", timeout=5) as answer:
+                return answer.status, answer.read().decode().strip()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode().strip()
 
     def primary_status(self) -> dict:
         with urllib.request.urlopen(f"http://{self.primary.metrics_address}/status", timeout=5) as answer:
@@ -155,6 +164,7 @@ def test_a_relay_fed_replica_is_a_real_replica(relay):
         assert doc["apply_mode"] == "relay" and doc["relay"]["channel"]["sql_running"] == "Yes", doc["relay"]
         assert doc["apply_stopped"] is None and doc["relay"]["dumps_served"] >= 1
         assert deviations(doc, ReplicaStatus) == set()
+        assert pair.probe("ready") == (200, "ok") and pair.probe("live") == (200, "ok")  # Kubernetes' probes
         metrics = pair.metrics()
         assert 'rdma_bridge_relay_channel_running{role="replica",thread="sql"} 1.0' in metrics, metrics
         assert 'rdma_bridge_relay_seconds_behind_source{role="replica"}' in metrics
@@ -230,6 +240,8 @@ def test_an_apply_error_stops_the_servers_channel_and_status_says_so(relay):
     wait_for(lambda: pair.status()["apply_stopped"] is not None, "the replica side's status shows it", 10, pair.alive)
     stopped = pair.status()["apply_stopped"]
     assert stopped["code"] == 1032 and st.sql_error[:40] in stopped["error"], stopped
+    code, why = pair.probe("ready")
+    assert code == 503 and why.startswith("applying stopped: the replica server's channel stopped"), why
     with pair.rconn.cursor() as cur:  # the DBA's fix, as on any replica
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute(f"INSERT INTO {schema}.t VALUES (2, 'two')")
