@@ -13,6 +13,7 @@ CHROMIUM := $(shell command -v chromium 2>/dev/null)
 PROMTOOL := $(shell command -v promtool 2>/dev/null)
 PTHEARTBEAT := $(shell command -v pt-heartbeat 2>/dev/null)
 EXPORTER := $(shell command -v prometheus-mysqld-exporter 2>/dev/null)
+CATATONIT := $(shell command -v catatonit 2>/dev/null)
 
 MINUTES ?= 5
 FUZZ_INPUTS ?= 1000000
@@ -21,7 +22,7 @@ RATE ?= 2000
 SEMI_SYNC ?= received
 TRANSPORT ?= shm
 
-.PHONY: demo-relay wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps rdma-guest test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool percona
+.PHONY: demo-relay kube-demo kube-down catatonit wheel test-wheel demo lint test unit integration faults soak bench stress fuzz deps compiler mariadb openssl compose chromium rdma-deps rdma-guest test-rdma bench-rdma clean sandbox-down containers test-matrix compose-demo compose-down test-compose promtool percona
 
 # setup.py builds the compiled core, every bridge/*/*.pyx (Cython, fetched by pip for the build), with the C
 # compiler, Python headers and verbs.h (libibverbs-dev: the rdma transport's compiled queue pair) `compiler`
@@ -107,6 +108,22 @@ compose-demo: deps compose containers
 
 compose-down: compose containers
 	$(PY) docker/compose_demo.py down
+
+# The Kubernetes manifests for real (deploy/kubernetes): the tcp overlay played by podman
+# (`podman kube play`, its pause image needs Debian's catatonit; kubectl renders the overlay),
+# on the compose demo's images; ends `verified`. kube-down removes it.
+kube-demo: deps containers catatonit
+	@command -v kubectl >/dev/null || { echo "kube-demo: kubectl (its kustomize) is needed to render the manifests"; exit 1; }
+	$(PY) deploy/kubernetes/kube_demo.py up
+
+kube-down: deps
+	$(PY) deploy/kubernetes/kube_demo.py down
+
+catatonit:
+ifeq ($(CATATONIT),)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq catatonit >/dev/null
+endif
 
 test-compose: deps compose containers
 	$(PY) docker/compose_demo.py check; status=$$?; $(PY) docker/compose_demo.py down; exit $$status

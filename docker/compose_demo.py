@@ -109,11 +109,7 @@ def podman_api(podman: Podman):
     runtime, cgroup manager and container ulimits this host needs (bridge.lab.images)."""
     with tempfile.TemporaryDirectory(prefix="rdma-bridge-compose-") as tmp:
         conf = Path(tmp) / "containers.conf"
-        ulimits = [a for a in podman.run_args if a != "--ulimit"]
-        engine = dict(zip(podman.global_args[::2], podman.global_args[1::2]))
-        conf.write_text("[containers]\ndefault_ulimits = [" + ", ".join(json.dumps(u) for u in ulimits) + "]\n"
-                        "[engine]\n" + "".join(f'{key.removeprefix("--").replace("-", "_")} = {json.dumps(value)}\n'
-                                               for key, value in engine.items()))
+        conf.write_text(podman.containers_conf())
         sock = Path(tmp) / "podman.sock"
         env = {**os.environ, "CONTAINERS_CONF": str(conf)}
         service = subprocess.Popen([podman.binary, *podman.global_args, "system", "service", "--time=0",

@@ -15,6 +15,7 @@ under the host's hard limits). The sandbox runs a flavor's servers in these imag
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import resource
@@ -100,6 +101,16 @@ class Podman:
         if check and done.returncode != 0:
             raise SandboxError(f"podman {args[0]}: {_tail(done.stderr)}")
         return done
+
+    def containers_conf(self) -> str:
+        """A containers.conf (CONTAINERS_CONF) with this host's runtime, cgroup manager and
+        container ulimits, for podman commands that take no options for them (its Docker
+        API for docker-compose, kube play)."""
+        ulimits = [a for a in self.run_args if a != "--ulimit"]
+        engine = dict(zip(self.global_args[::2], self.global_args[1::2]))
+        return ("[containers]\ndefault_ulimits = [" + ", ".join(json.dumps(u) for u in ulimits) + "]\n"
+                "[engine]\n" + "".join(f'{key.removeprefix("--").replace("-", "_")} = {json.dumps(value)}\n'
+                                        for key, value in engine.items()))
 
     def has_image(self, name: str) -> bool:
         return self("image", "exists", name, check=False).returncode == 0

@@ -28,11 +28,13 @@ BRIDGE_IMAGE = "rdma-bridge:dev"  # the compose demo's image; set yours with kus
 # the ring and a feed of about the ring's size in apply mode relay)
 SIDE_RESOURCES = {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 SERVER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}}
+WAIT_FOR_SERVER = ("until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 3306), 1).close()' "
+                   "2>/dev/null; do sleep 1; done; ")
 SIDES = {
-    "primary": {"command": "start-primary", "args": "PRIMARY_ARGS", "metrics": 9401, "grants": "primary_grants.sql",
+    "primary": {"command": "start-primary", "channel": "", "args": "PRIMARY_ARGS", "metrics": 9401, "grants": "primary_grants.sql",
                 "user": "rdma_repl", "password": "REPL_PASSWORD",
                 "url": ("RDMA_BRIDGE_SOURCE", "RDMA_BRIDGE_SOURCE_PASSWORD")},
-    "replica": {"command": "start-replica", "args": "REPLICA_ARGS", "metrics": 9402, "grants": "replica_grants.sql",
+    "replica": {"command": "start-replica", "channel": '--channel "$CHANNEL" ', "args": "REPLICA_ARGS", "metrics": 9402, "grants": "replica_grants.sql",
                 "user": "rdma_apply", "password": "APPLY_PASSWORD",
                 "url": ("RDMA_BRIDGE_TARGET", "RDMA_BRIDGE_TARGET_PASSWORD")},
 }
@@ -71,7 +73,8 @@ def sidecar(role: str) -> dict:
     return {
         "name": "rdma-bridge", "image": BRIDGE_IMAGE,
         # the options split into words by the shell, as the systemd units' $ARGS are
-        "command": ["sh", "-c", f'exec rdma-bridge {side["command"]} --channel "$CHANNEL" '
+        # its server first (they start together): the bridge's preflight needs it
+        "command": ["sh", "-c", WAIT_FOR_SERVER + f'exec rdma-bridge {side["command"]} {side["channel"]}'
                     "--secret-file /etc/rdma-bridge/secret/secret --tls-cert /etc/rdma-bridge/tls/tls.pem "
                     "--tls-key /etc/rdma-bridge/tls/tls-key.pem --tls-ca /etc/rdma-bridge/tls/ca.pem "
                     f"--metrics 0.0.0.0:{port} --transport \"$TRANSPORT\" ${side['args']}"],
@@ -106,18 +109,19 @@ def pod(role: str) -> list[dict]:
                                "spec": {"containers": [server(role), sidecar(role)],
                                         "volumes": [
                                             {"name": "data", "persistentVolumeClaim": {"claimName": f"{name}-data"}},
-                                            # the first start's script, and the grants it applies
-                                            {"name": "initdb", "configMap": {
-                                                "name": "rdma-bridge-initdb", "defaultMode": 0o555,
-                                                "items": [{"key": "grants.sh", "path": "grants.sh"}]}},
-                                            {"name": "grants", "configMap": {
-                                                "name": "rdma-bridge-initdb",
-                                                "items": [{"key": side["grants"], "path": side["grants"]}]}},
+                                            # the first start's script, and the grants it applies (whole
+                                            # ConfigMaps and Secrets, no ``items``: podman kube play 4.3
+                                            # mounts no items, and reads a secret volume only with
+                                            # ``optional`` said)
+                                            {"name": "initdb", "configMap": {"name": "rdma-bridge-initdb",
+                                                                             "defaultMode": 0o555}},
+                                            {"name": "grants", "configMap": {"name": "rdma-bridge-grants"}},
                                             {"name": "bridge-secret", "secret": {
-                                                "secretName": "rdma-bridge-secrets", "defaultMode": 0o440,
-                                                "items": [{"key": "BRIDGE_SECRET", "path": "secret"}]}},
+                                                "secretName": "rdma-bridge-control", "defaultMode": 0o440,
+                                                "optional": False}},
                                             {"name": "bridge-tls", "secret": {"secretName": "rdma-bridge-tls",
-                                                                              "defaultMode": 0o440}},
+                                                                              "defaultMode": 0o440,
+                                                                              "optional": False}},
                                             {"name": "tmp", "emptyDir": {}}],
                                         "securityContext": {"fsGroup": 10001}}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
