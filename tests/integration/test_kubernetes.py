@@ -81,3 +81,12 @@ def test_the_control_port_is_open_to_the_primarys_pod_only_and_the_alerts_are_th
     assert monitor["jobLabel"] == "app.kubernetes.io/name" and monitor["podMetricsEndpoints"][0]["port"] == "metrics"
     labels = {d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] for d in by_kind(docs, "Deployment")}
     assert labels == {"rdma-bridge"}  # the job label RdmaBridgeDown's up{job="rdma-bridge"} reads
+
+
+def test_the_scheduled_checksum_is_a_valid_cronjob():
+    """deploy/kubernetes/extras/checksum-cronjob.yaml, applied beside an overlay."""
+    doc = yaml.safe_load((KUBE / "extras" / "checksum-cronjob.yaml").read_text())
+    kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    container = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][0] == "checksum" and not any("PASSWORD" in str(e.get("value", ""))
+                                                          for e in container["env"])
