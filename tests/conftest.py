@@ -1,6 +1,7 @@
 """Shared fixtures: one real MariaDB sandbox (primary + replica) per test session,
 in a temporary directory, stopped at the end."""
 
+import contextlib
 import itertools
 import logging
 import os
@@ -37,6 +38,21 @@ def sandbox_up(box: Sandbox, **options) -> dict:
     """``box.up(**options)`` with the servers of the flavors the suite runs against."""
     flavor, replica_flavor = server_flavors()
     return box.up(flavor=flavor, replica_flavor=replica_flavor, **options)
+
+
+@contextlib.contextmanager
+def relay_sandbox(tmp_path_factory, name: str, **options):
+    """A sandbox of a module's own, for apply mode relay (whose replica server becomes a
+    real replica, which the shared sandbox's tests must not meet): (Sandbox, its info),
+    taken down at the end; the module is skipped for a pair of two flavors."""
+    primary, replica = server_flavors()
+    if primary != replica:
+        pytest.skip("apply mode relay: one flavor per pair")
+    box = Sandbox(tmp_path_factory.mktemp(name))
+    try:
+        yield box, sandbox_up(box, **options)
+    finally:
+        box.down()
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ from bridge.node.fencing import WriterSeat
 from bridge.node.listener import Listener
 from bridge.node.progress import Progress
 from bridge.node.replica import check_listen
-from bridge.node.session import Session
+from bridge.node.session import HostsRing, Session
 from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.ops.statusdoc import ReplicaStatus
 from bridge.relay.answers import SourceFacts
@@ -64,7 +64,7 @@ NO_SESSION_WAIT_S = 1.0
 SLEEP_S = 0.5  # an idle loop's longest sleep on the ring (a new frame, a session or a stop wakes it)
 
 
-class RelayNode:
+class RelayNode(HostsRing):
     def __init__(self, cfg: ReplicaConfig) -> None:
         check_listen(cfg)
         given = [name for name, on in (("--workers", cfg.workers > 1), ("--delay", cfg.delay_s),
@@ -357,12 +357,6 @@ class RelayNode:
 
     # --- connections -----------------------------------------------------
 
-    def serve_data(self, conn: ControlConnection, msg: dict, proof: str) -> None:
-        session = self.current
-        if session is None or msg.get("session") != session.id:
-            raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
-        self.host.accept(conn, proof, msg)
-
     def serve_admin(self, conn: ControlConnection, msg: dict, proof: str) -> None:
         conn.send(control.welcome(auth=proof))
         command = conn.recv()
@@ -439,14 +433,10 @@ class RelayNode:
                 "apply_stopped": self._told_stopped, "delay_s": 0.0, "server": self.target.identity})
 
     def _end_session(self, reason: str, code: EndCode = EndCode.BAD_FRAME) -> None:
-        log.error("session ended: %s", reason)
+        log.error("session %s ended: %s", self.session, reason)
         ended, self.current = self.current, None
         if ended is not None:
             ended.end(reason, code)
-
-    @property
-    def session(self) -> str:
-        return self.current.id if self.current is not None else ""
 
     # --- status and the end -----------------------------------------------
 

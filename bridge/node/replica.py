@@ -28,7 +28,7 @@ from bridge.node.halt import Halt
 from bridge.node.listener import Listener
 from bridge.node.progress import Progress
 from bridge.node.scope import Picked, Scope
-from bridge.node.session import Session
+from bridge.node.session import HostsRing, Session
 from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
 from bridge.ops.statusdoc import ReplicaStatus
 from bridge.ring.consumer import RingConsumer
@@ -54,7 +54,7 @@ def check_listen(cfg: ReplicaConfig) -> None:
                           "or --insecure-transport on a network you trust")
 
 
-class ReplicaNode(ApplyLoop):
+class ReplicaNode(ApplyLoop, HostsRing):
     def __init__(self, cfg: ReplicaConfig) -> None:
         check_listen(cfg)
         self.cfg = cfg
@@ -294,12 +294,6 @@ class ReplicaNode(ApplyLoop):
 
     # --- connections -----------------------------------------------------
 
-    def serve_data(self, conn: ControlConnection, msg: dict, proof: str) -> None:
-        session = self.current
-        if session is None or msg.get("session") != session.id:
-            raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
-        self.host.accept(conn, proof, msg)
-
     def serve_admin(self, conn: ControlConnection, msg: dict, proof: str) -> None:
         admin.serve(self, conn, proof)
 
@@ -371,11 +365,6 @@ class ReplicaNode(ApplyLoop):
         ended, self.current = self.current, None
         if ended is not None:
             ended.end(reason, code)
-
-    @property
-    def session(self) -> str:
-        """The current session's id; "" between sessions."""
-        return self.current.id if self.current is not None else ""
 
     @property
     def consumer(self) -> RingConsumer | None:

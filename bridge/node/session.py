@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.errors import EndCode
+from bridge.errors import EndCode, RemoteProtocolError
 from bridge.node.listener import try_send
 from bridge.ring.consumer import RingConsumer
 from bridge.transport.sockets import ControlConnection
@@ -40,3 +40,20 @@ class Session:
         if reason:
             try_send(self.control, control.error(reason, code))
         self.control.close()
+
+
+class HostsRing:
+    """A replica side's data connections, in either apply mode: one joins the ring host of
+    the current session (tcp, rdma), or is refused. Mixed into ReplicaNode and RelayNode,
+    which hold ``current`` and ``host``."""
+
+    @property
+    def session(self) -> str:
+        """The current session's id; "" between sessions."""
+        return self.current.id if self.current is not None else ""
+
+    def serve_data(self, conn: ControlConnection, msg: dict, proof: str) -> None:
+        session = self.current
+        if session is None or msg.get("session") != session.id:
+            raise RemoteProtocolError(f"data connection from {conn.peer}: no matching session")
+        self.host.accept(conn, proof, msg)

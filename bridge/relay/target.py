@@ -107,22 +107,15 @@ class RelayTarget:
 
     def status(self) -> ChannelStatus:
         name = self.channel.replace("'", "''")
-        if self.flavor.is_mysql:
-            try:
-                rows = self._query(f"SHOW REPLICA STATUS FOR CHANNEL '{name}'", dict_rows=True)
-            except pymysql.MySQLError as exc:
-                if errorcodes.code_of(exc) == ER_REPLICA_CHANNEL_DOES_NOT_EXIST:
-                    return ChannelStatus(False)
-                raise
-            prefix, source = "Replica", "Source"
-        else:
-            try:
-                rows = self._query(f"SHOW SLAVE '{name}' STATUS", dict_rows=True)
-            except pymysql.MySQLError as exc:
-                if errorcodes.code_of(exc) == ER_NO_MASTER_CONNECTION:
-                    return ChannelStatus(False)
-                raise
-            prefix, source = "Slave", "Master"
+        query, no_channel, prefix, source = \
+            (f"SHOW REPLICA STATUS FOR CHANNEL '{name}'", ER_REPLICA_CHANNEL_DOES_NOT_EXIST, "Replica", "Source") \
+            if self.flavor.is_mysql else (f"SHOW SLAVE '{name}' STATUS", ER_NO_MASTER_CONNECTION, "Slave", "Master")
+        try:
+            rows = self._query(query, dict_rows=True)
+        except pymysql.MySQLError as exc:
+            if errorcodes.code_of(exc) == no_channel:
+                return ChannelStatus(False)
+            raise
         if not rows:
             return ChannelStatus(False)
         row = rows[0]

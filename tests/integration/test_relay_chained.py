@@ -18,12 +18,11 @@ from bridge.config import MysqlUrl
 from bridge.lab.ports import free_port
 from bridge.lab.procs import primary_process, replica_process, start_pair
 from bridge.lab.runners import root_connection
-from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema
 from bridge.model import GtidSet
 from bridge.relay.target import RelayTarget
 from bridge.server.flavor import Flavor
-from tests.conftest import sandbox_up, server_flavors
+from tests.conftest import relay_sandbox
 from tests.helpers import wait_for
 
 CHANNEL = "bridge"
@@ -31,13 +30,8 @@ CHANNEL = "bridge"
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
-    primary, replica = server_flavors()
-    if primary != replica:
-        pytest.skip("apply mode relay: one flavor per pair")
-    box = Sandbox(tmp_path_factory.mktemp("relaychain"))
-    info = sandbox_up(box, native_replica=True, standby=True)
-    yield box, info
-    box.down()
+    with relay_sandbox(tmp_path_factory, "relaychain", native_replica=True, standby=True) as own:
+        yield own
 
 
 def _executed(conn, flavor: Flavor) -> GtidSet:

@@ -24,13 +24,12 @@ from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
 from bridge.lab.ports import free_port
 from bridge.lab.procs import primary_process, replica_process, start_pair
-from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema
 from bridge.model import GtidSet
 from bridge.ops.statusdoc import ReplicaStatus, deviations
 from bridge.relay.target import RelayTarget
 from bridge.server.flavor import Flavor
-from tests.conftest import primary_position, sandbox_up, server_flavors
+from tests.conftest import primary_position, relay_sandbox
 from tests.helpers import BackgroundWorkload, semi_sync_status, set_semi_sync, table_rows, wait_for, wait_written
 
 CHANNEL = "bridge"
@@ -39,14 +38,8 @@ BIG_ROWS, BIG_ROW_BYTES = 100_000, 1000  # one transaction of about 100 MB
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory):
-    primary, replica = server_flavors()
-    if primary != replica:
-        pytest.skip("apply mode relay: one flavor per pair")
-    own = Sandbox(tmp_path_factory.mktemp("relaymode"))
-    info = sandbox_up(own)
-    urls = {k: MysqlUrl.parse(v) for k, v in info.items() if v.startswith("mysql://")}
-    yield own, info, urls
-    own.down()
+    with relay_sandbox(tmp_path_factory, "relaymode") as (own, info):
+        yield own, info, {k: MysqlUrl.parse(v) for k, v in info.items() if v.startswith("mysql://")}
 
 
 class Relay:

@@ -22,7 +22,6 @@ import pytest
 
 from bridge.check.compare import compare_databases
 from bridge.config import MysqlUrl
-from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema
 from bridge.model import Chunk, GtidSet
 from bridge.ops.certs import make_set
@@ -39,7 +38,7 @@ from bridge.wire import binlog as binlog_types
 from bridge.wire.binlog import split_events
 from bridge.wire.codec import decode_chunk, decode_transaction, encode_chunk, encode_transaction
 from bridge.wire.mysqlgtid import encode_gtid_set
-from tests.conftest import sandbox_up, server_flavors
+from tests.conftest import relay_sandbox
 from tests.helpers import wait_for
 
 NATIVE_USER = "rdma_native"  # the native replica's account on the primary (bridge.lab.native)
@@ -165,12 +164,8 @@ def _to_the_relay(conn, flavor: Flavor, server: RelayServer, password: str, tls_
 @pytest.fixture(scope="module")
 def box(tmp_path_factory):
     """A sandbox of its own: its native replica is pointed away from the primary and back."""
-    primary, replica = server_flavors()
-    if primary != replica:  # relay mode serves a replica of the primary's own flavor and version
-        pytest.skip("relay mode: one flavor and version per pair")
-    own = Sandbox(tmp_path_factory.mktemp("relay"))
-    yield own, sandbox_up(own, native_replica=True)
-    own.down()
+    with relay_sandbox(tmp_path_factory, "relay", native_replica=True) as own:
+        yield own
 
 
 @pytest.fixture
