@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from bridge.config import PrimaryConfig, backoff_s
-from bridge.errors import BridgeError, ConfigError, EndCode, SourceConnectionLost, TransportError
+from bridge.errors import BinlogPurged, BridgeError, ConfigError, EndCode, SourceConnectionLost, TransportError
 from bridge.model import Chunk, GtidSet, Transaction
 from bridge.node import reporting
 from bridge.node.acking import SemiSyncAcks
@@ -45,7 +45,7 @@ from bridge.source.assembler import TransactionAssembler
 from bridge.source.behind import BehindMonitor
 from bridge.source.events import GtidStart, VerbatimRead
 from bridge.source.heartbeat import HeartbeatWriter
-from bridge.source.reader import BinlogReader
+from bridge.source.reader import BinlogReader, dump_refusal
 from bridge.source.semisync import SemiSyncMonitor, check_enabled
 from bridge.source.verbatim import VerbatimGrouper
 from bridge.transport import check_available, native_parts, tls
@@ -152,7 +152,14 @@ class PrimaryNode(ShipLoop):
         # the primary's position read again: the replica may have applied more since the preflight
         now = self._preflight(check=False)
         preflight.check_position({**settings, **now}, resume, self.cfg.source)
-        preflight.check_not_purged(GtidSet.parse(now["binlog_start"]), resume, self.cfg.source)
+        try:
+            preflight.check_not_purged(GtidSet.parse(now["binlog_start"]), resume, self.cfg.source)
+        except BinlogPurged:
+            if welcome["apply_mode"] == "relay":  # the replica server's IO thread gets the primary's own error
+                refusal = dump_refusal(self.cfg.source, self.cfg.server_id, str(resume), self.flavor)
+                if refusal is not None:
+                    member.link.control.send({"type": "source_refused", "code": refusal[0], "text": refusal[1]})
+            raise
         chunk_bytes = min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4)
         relay = welcome["apply_mode"] == "relay"
         if relay and len(self.cfg.replicas) > 1:

@@ -380,8 +380,12 @@ class RelayNode(HostsRing):
         try:
             conn.sock.settimeout(None)
             while True:
-                conn.recv()
+                msg = conn.recv()
                 self.writers.heard(writer.id)
+                if msg.get("type") == "source_refused":  # the primary purged what the replica server lacks
+                    self.relay.refuse(int(msg.get("code") or 1236), str(msg.get("text", "")))
+                    log.error("relay: the primary refuses the replica server's position with error %d: %s; its IO "
+                              "thread is told so (Last_IO_Error)", *self.relay.refusal)
         except (BridgeError, OSError) as exc:
             log.info("session: control channel ended: %s", exc)
         finally:
@@ -415,7 +419,7 @@ class RelayNode(HostsRing):
             with self._progress_lock:  # the new session's seqs go on from taken_seq: what is behind is covered
                 self._seqs.clear()
                 self.received_seq = self.applied_seq = self.taken_seq
-            self.relay.facts = facts
+            self.relay.facts, self.relay.refusal = facts, None
             self._precise = msg.get("semi_sync") == "applied"
             self._epoch += 1
             self.host.fence()

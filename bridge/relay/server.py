@@ -157,6 +157,7 @@ class RelayServer:
         then does not wait on the feed)."""
         self.facts, self.feed, self.user, self.password, self.tls = facts, feed, user, password, tls
         self.pushed = pushed
+        self.refusal: tuple[int, str] | None = None  # (code, text) every dump is answered with, as the primary did
         try:
             self.listener = socket.create_server(listen)
         except OSError as exc:
@@ -269,6 +270,10 @@ class RelayServer:
                 conn.write(err_packet(ER_UNKNOWN_COM, "08S01", f"Unknown command 0x{command:02x}"))
 
     def _dump(self, conn: Connection, session: Session, request: DumpRequest) -> None:
+        refusal = self.refusal
+        if refusal is not None:  # the primary's own answer to this position (it purged what it lacks)
+            conn.write(err_packet(refusal[0], "HY000", refusal[1]))
+            return
         try:
             stream = self.feed.open(request)
         except FeedError as exc:
@@ -295,6 +300,17 @@ class RelayServer:
                 self._dumps.discard(dump)
             stream.close()
 
+    def refuse(self, code: int, text: str) -> None:
+        """From now on every dump is answered with this error (the primary's own, for a
+        position it purged), the open ones too: their replicas reconnect and get it."""
+        self.refusal = (code, text)
+        with self._lock:
+            for sock in list(self._sessions):
+                try:  # its own thread sees the end and closes it
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
     def push(self) -> bool:
         """Send each dump everything the feed holds for it, from the thread that just added
         to it (the replica side's loop): no wakeup of the dump's own thread per
@@ -310,7 +326,10 @@ class RelayServer:
                         sent = True
             except (BridgeError, OSError) as exc:
                 log.info("relay: a dump ended: %s", exc)
-                _shut(dump.conn.sock)
+                try:  # its own thread sees the end and closes it
+                    dump.conn.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
         return sent
 
     def _pushed_stream(self, dump: _Dump) -> None:

@@ -132,7 +132,9 @@ class BinlogReader:
 
     def _stream_error(self, exc: pymysql.MySQLError) -> SourceError:
         error = SourceConnectionLost if errorcodes.code_of(exc) in errorcodes.CONNECTION_LOST else SourceError
-        return error(f"binlog stream from {self.url}: {exc}")
+        out = error(f"binlog stream from {self.url}: {exc}")
+        out.server_error = (errorcodes.code_of(exc), str(exc.args[-1]) if exc.args else str(exc))  # as the server said
+        return out
 
     def rest_of_transaction(self, gtid: str, max_bytes: int) -> Transaction | None:
         """Binlog apply mode, right after the GTID event of ``gtid`` (not a standalone
@@ -425,3 +427,17 @@ def _read_flavor(url: MysqlUrl) -> Flavor:
         return Flavor.of(conn)
     finally:
         conn.close()
+
+
+def dump_refusal(url: MysqlUrl, server_id: int, gtid_set: str, flavor: Flavor) -> tuple[int, str] | None:
+    """What the primary answers a dump from ``gtid_set`` with, when it refuses it (its
+    error code and text, error 1236 where it purged what the position lacks); None when it
+    serves it."""
+    reader = BinlogReader(url, server_id, gtid_set, flavor=flavor, verbatim=True)
+    try:
+        reader.next_event()
+    except SourceError as exc:
+        return getattr(exc, "server_error", None)
+    finally:
+        reader.close()
+    return None

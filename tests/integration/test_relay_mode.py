@@ -384,3 +384,30 @@ def _scrape(exported) -> dict[str, float]:
         return exported()
     except OSError:
         return {}
+
+
+def test_a_position_the_primary_purged_gets_the_primarys_own_error_1236(relay):
+    """The replica server lacks transactions the primary has purged: its IO thread gets the
+    error the primary itself gives such a dump (1236, its text), in Last_IO_Error, and the
+    primary side stops with the missing range. Last in this module: the replica stays behind."""
+    pair = relay.start()
+    schema = "relay_purged"
+    with pair.pconn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {schema}")
+        cur.execute(f"CREATE DATABASE {schema}")
+        cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY)")
+    pair.caught_up("the table on the replica")
+    pair.primary.stop()
+    with pair.pconn.cursor() as cur:  # transactions the replica lacks, then their binlog purged
+        cur.execute(f"INSERT INTO {schema}.t VALUES (1), (2)")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("SHOW BINARY LOGS")
+        newest = cur.fetchall()[-1][0]
+        cur.execute("PURGE BINARY LOGS TO %s", (newest,))
+    pair.primary.start()
+    # the IO thread's own report of a source's error 1236 (MySQL numbers it 13114), with the primary's words
+    wait_for(lambda: pair.server.status().io_errno in (1236, 13114), "the IO thread refused with error 1236", 60)
+    st = pair.server.status()
+    assert "1236" in st.io_error and "purged" in st.io_error, st.io_error
+    wait_for(lambda: not pair.primary.alive(), "the primary side stopped", 30)
+    assert "were purged" in pair.primary.log_tail(2000)
