@@ -242,20 +242,25 @@ def outputs() -> dict[Path, str]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true")
-    args = ap.parse_args()
+def write_or_check(files: dict[Path, str], check: bool, command: str) -> None:
+    """Write each generated file, or (``check``) exit 1 naming those that are not current."""
     stale = []
-    for path, text in outputs().items():
-        if args.check:
+    for path, text in files.items():
+        if check:
             if not path.exists() or path.read_text() != text:
                 stale.append(str(path))
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     if stale:
-        print("stale, run python docker/generate.py: " + ", ".join(stale), file=sys.stderr)
+        print(f"stale, run {command}: " + ", ".join(stale), file=sys.stderr)
         sys.exit(1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true")
+    write_or_check(outputs(), ap.parse_args().check, "python docker/generate.py")
 
 
 if __name__ == "__main__":

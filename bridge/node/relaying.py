@@ -20,7 +20,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import deque
 
 from bridge.apply import modes
 from bridge.config import ReplicaConfig, is_loopback
@@ -38,6 +37,7 @@ from bridge.node.counters import ReplicaCounts
 from bridge.node.fencing import WriterSeat
 from bridge.node.listener import Listener
 from bridge.node.progress import Progress
+from bridge.node.relayprogress import RelayProgress
 from bridge.node.replica import check_listen
 from bridge.node.session import HostsRing, Session
 from bridge.ops.metrics import STAGES, GcPauses, MetricsServer, Stages
@@ -123,12 +123,8 @@ class RelayNode(HostsRing):
         self._forgotten = GtidSet()  # what the feed was last told to forget
         self.channel_status = ChannelStatus(False)
         self._told_stopped: dict | None = None
-        # semi-sync: each whole transaction in the feed and the seq of its last frame, until the
-        # server executed it; what the server received (its ACK) and executed, as seqs
-        self._seqs: deque[tuple[str, int]] = deque()
-        self._progress_lock = threading.Lock()  # _seqs, the two seqs below, and what the primary side is told
-        self.received_seq = self.applied_seq = 0
-        self.feed.on_received = self._received
+        self.progress = RelayProgress(self._tell_primary)  # semi-sync: what the server received and executed
+        self.feed.on_received = self.progress.received_up_to
         self._watcher = threading.Thread(target=self._watch, name="relay-watcher", daemon=True)
 
     @property
@@ -221,8 +217,7 @@ class RelayNode(HostsRing):
                     self.last_gtid = item.gtid
                     self.counts.transactions_applied += 1
                     self._fed.set()
-                    with self._progress_lock:
-                        self._seqs.append((item.gtid, frame.seq))
+                    self.progress.noted(item.gtid, frame.seq)
                     if frame.kind == FrameKind.TXN and item.stamps:
                         read_ns, ship_ns = item.stamps
                         now = time.time_ns()
@@ -235,30 +230,6 @@ class RelayNode(HostsRing):
         if executed is not self._forgotten:
             self._forgotten = executed
             self.feed.forget(executed)
-
-    def _received(self, gtid: str) -> None:
-        """The replica server's semi-sync ACK: its relay log holds every transaction up to
-        ``gtid`` (a relay session's thread)."""
-        with self._progress_lock:
-            seq = next((s for g, s in self._seqs if g == gtid), 0)
-            if seq > self.received_seq:
-                self.received_seq = seq
-                self._tell_progress()
-
-    def _executed(self, executed: GtidSet) -> None:
-        """The server executed more (the watcher's thread): the seqs it covers are applied."""
-        with self._progress_lock:
-            seq = 0
-            while self._seqs and executed.contains(Gtid.parse(self._seqs[0][0])):
-                seq = self._seqs.popleft()[1]
-            if seq > self.applied_seq:
-                self.applied_seq = seq
-                self.received_seq = max(self.received_seq, seq)
-                self._tell_progress()
-
-    def _tell_progress(self) -> None:
-        """The primary side told what the server received and executed (under the progress lock)."""
-        self._tell_primary({"type": "relay_progress", "received": self.received_seq, "applied": self.applied_seq})
 
     def _report_progress(self) -> None:
         self.stages.tick()
@@ -292,7 +263,7 @@ class RelayNode(HostsRing):
                 executed = watching.executed()
                 if executed != self.executed:
                     self.executed = executed
-                    self._executed(executed)
+                    self.progress.executed(executed)
                     self._woken.set()
                     self.host.interrupt()
                 if time.monotonic() >= next_status:
@@ -416,9 +387,7 @@ class RelayNode(HostsRing):
                             "SET GLOBAL gtid_slave_pos), as for a native replica", executed or "empty", start)
             self.feed.server_id, self.feed.mid_file = facts.server_id, facts.flavor.dump_starts_mid_file
             self.feed.restart(executed)
-            with self._progress_lock:  # the new session's seqs go on from taken_seq: what is behind is covered
-                self._seqs.clear()
-                self.received_seq = self.applied_seq = self.taken_seq
+            self.progress.restart(self.taken_seq)
             self.relay.facts, self.relay.refusal = facts, None
             self._precise = msg.get("semi_sync") == "applied"
             self._epoch += 1

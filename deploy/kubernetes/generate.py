@@ -163,19 +163,7 @@ def outputs() -> dict[Path, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail where a generated file is not current")
-    args = ap.parse_args()
-    stale = []
-    for path, text in outputs().items():
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path.relative_to(ROOT)))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if stale:
-        print("stale, run python deploy/kubernetes/generate.py: " + ", ".join(stale), file=sys.stderr)
-        sys.exit(1)
-
+    compose.write_or_check(outputs(), ap.parse_args().check, "python deploy/kubernetes/generate.py")
 
 if __name__ == "__main__":
     main()

@@ -70,6 +70,14 @@ class Relay:
         with urllib.request.urlopen(f"http://{self.replica.metrics_address}/metrics", timeout=5) as answer:
             return answer.read().decode()
 
+    def fresh_table(self, schema: str, rows: int = 0) -> None:
+        """``schema``.t (id, v) made anew on the primary, with ``rows`` rows."""
+        with self.pconn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {schema}")
+            cur.execute(f"CREATE DATABASE {schema}")
+            cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20))")
+            cur.executemany(f"INSERT INTO {schema}.t VALUES (%s, %s)", [(i, f"row {i}") for i in range(1, rows + 1)])
+
     def probe(self, name: str) -> tuple[int, str]:
         """The replica side's /ready or /live: (HTTP status, body)."""
         try:
@@ -214,11 +222,7 @@ def test_an_apply_error_stops_the_servers_channel_and_status_says_so(relay):
     primary side waits; once the DBA puts the row back and starts the channel, it goes on."""
     pair = relay.start()
     schema = "relay_error"
-    with pair.pconn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {schema}")
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20))")
-        cur.execute(f"INSERT INTO {schema}.t VALUES (1, 'one'), (2, 'two')")
+    pair.fresh_table(schema, rows=2)
     pair.caught_up("the rows on the replica")
     with pair.rconn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
@@ -237,7 +241,7 @@ def test_an_apply_error_stops_the_servers_channel_and_status_says_so(relay):
     assert code == 503 and why.startswith("applying stopped: the replica server's channel stopped"), why
     with pair.rconn.cursor() as cur:  # the DBA's fix, as on any replica
         cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute(f"INSERT INTO {schema}.t VALUES (2, 'two')")
+        cur.execute(f"INSERT INTO {schema}.t VALUES (2, 'row 2')")
         cur.execute(pair.flavor.replica_channel("START", CHANNEL))
     pair.caught_up("the replica after the fix")
     wait_for(lambda: pair.status()["apply_stopped"] is None, "the replica side's status clears it", 10, pair.alive)
@@ -258,10 +262,7 @@ def test_semi_sync_acknowledges_what_the_replica_server_itself_received_or_execu
     schema = f"relay_semisync_{mode}"
     try:
         pair.start()
-        with pair.pconn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {schema}")
-            cur.execute(f"CREATE DATABASE {schema}")
-            cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20))")
+        pair.fresh_table(schema)
         wait_for(lambda: semi_sync_status(pair.pconn)["clients"] == "1", "the primary side as semi-sync client", 60,
                  pair.alive)
         with pair.pconn.cursor() as cur:  # MariaDB 11 turns its status ON at the first ACK of a commit
@@ -310,11 +311,8 @@ def test_tools_that_no_one_here_wrote_see_a_replica(box, tmp_path):
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "exporter.log", "wb"))  # noqa: SIM115 - the child's
     beat = None
     try:
+        pair.fresh_table(schema, rows=500)
         with pair.pconn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {schema}")
-            cur.execute(f"CREATE DATABASE {schema}")
-            cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20))")
-            cur.executemany(f"INSERT INTO {schema}.t VALUES (%s, %s)", [(i, f"row {i}") for i in range(500)])
             cur.execute(f"CREATE TABLE {schema}.dsns (id INT AUTO_INCREMENT PRIMARY KEY, parent_id INT, "
                         "dsn VARCHAR(255) NOT NULL)")
             cur.execute(f"INSERT INTO {schema}.dsns (dsn) VALUES (%s)", (f"h={admin_r.host},P={admin_r.port}",))
@@ -392,14 +390,11 @@ def test_a_position_the_primary_purged_gets_the_primarys_own_error_1236(relay):
     primary side stops with the missing range. Last in this module: the replica stays behind."""
     pair = relay.start()
     schema = "relay_purged"
-    with pair.pconn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {schema}")
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY)")
+    pair.fresh_table(schema)
     pair.caught_up("the table on the replica")
     pair.primary.stop()
     with pair.pconn.cursor() as cur:  # transactions the replica lacks, then their binlog purged
-        cur.execute(f"INSERT INTO {schema}.t VALUES (1), (2)")
+        cur.execute(f"INSERT INTO {schema}.t VALUES (1, 'a'), (2, 'b')")
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("SHOW BINARY LOGS")
         newest = cur.fetchall()[-1][0]

@@ -404,8 +404,8 @@ def _dumped_until(dump: PrimaryDump, start: GtidSet, last: GtidSet) -> tuple[lis
 def test_conformance_the_relay_sends_what_the_primary_sends_a_replica_byte_for_byte(relay):
     """One replica's dump from one GTID position, from the primary itself and from the relay
     (fed the primary's transactions grouped and through the codec, as the ring carries
-    them): the same ROTATE, the same FORMAT_DESCRIPTION (its position 0, its checksum made
-    again), the same transactions event for event with their checksums, and the same
+    them): the same ROTATE, the same FORMAT_DESCRIPTION (as the primary's own dump sends it),
+    the same transactions event for event with their checksums, and the same
     heartbeat once idle, byte for byte. What a source sends between transactions (MariaDB's
     GTID_LIST and BINLOG_CHECKPOINT, MySQL's PREVIOUS_GTIDS) the relay leaves out."""
     server, _, flavor, pconn, _, urls, password, _ = relay
