@@ -282,9 +282,9 @@ class RelayNode(HostsRing):
         replica side stopped on an error) and when it applies again."""
         was, self.channel_status = self.channel_status, st
         if st.stopped:
-            code = st.sql_errno if st.sql_running != "Yes" else st.io_errno
+            code, why = st.cause
             stopped = {"type": "apply_stopped", "seq": self.taken_seq, "gtid": self.last_gtid,
-                       "code": code, "error": f"the replica server's channel stopped: {st.why_stopped}",
+                       "code": code, "error": f"the replica server's channel stopped: {why}",
                        "until": False}
             if self._told_stopped is None or self._told_stopped["error"] != stopped["error"]:
                 (log.error if code else log.warning)(

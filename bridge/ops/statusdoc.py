@@ -100,6 +100,8 @@ class RelayChannelStatus(TypedDict):
     seconds_behind: int | None  # Seconds_Behind_Source; None while the SQL thread is stopped
     retrieved_gtid_set: str  # MySQL: Retrieved_Gtid_Set; MariaDB: Gtid_IO_Pos
     executed_gtid_set: str
+    worker_errno: int  # MySQL: the first failing applier worker's error (0: none, or MariaDB)
+    worker_error: str
 
 
 class RelayServing(TypedDict):

@@ -18,6 +18,8 @@ from bridge.relay.channel import ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOE
 from bridge.server import dbconn, errorcodes
 from bridge.server.flavor import Flavor
 
+ER_WORKER_STOPPED_PREVIOUS_ERROR = 3030  # MySQL: a worker stopped after an earlier one's error (commit order)
+
 
 @dataclass(frozen=True, slots=True)
 class ChannelStatus:
@@ -34,6 +36,22 @@ class ChannelStatus:
     seconds_behind: int | None = None  # NULL while the SQL thread is stopped
     retrieved: str = ""  # MySQL: Retrieved_Gtid_Set; MariaDB: Gtid_IO_Pos
     executed: str = ""
+    # MySQL's multi-threaded applier: the first worker's error, where the coordinator's
+    # (Last_SQL_Error) names the worker that stopped after it (3030, commit order)
+    worker_errno: int = 0
+    worker_error: str = ""
+
+    @property
+    def cause(self) -> tuple[int, str]:
+        """Why applying stopped (code, text): the first failing worker's error where there is
+        one, else the SQL thread's, else the IO thread's; (0, ...) when stopped by STOP REPLICA."""
+        if self.sql_running != "Yes" and self.worker_errno:
+            return self.worker_errno, self.worker_error
+        if self.sql_running != "Yes" and self.sql_errno:
+            return self.sql_errno, self.sql_error
+        if self.io_running == "No" and self.io_errno:
+            return self.io_errno, self.io_error
+        return 0, "stopped (STOP REPLICA, or not started)"
 
     @property
     def stopped(self) -> bool:
@@ -41,19 +59,12 @@ class ChannelStatus:
         or by STOP REPLICA); an IO thread still connecting is not stopped (it retries)."""
         return self.exists and (self.sql_running != "Yes" or self.io_running == "No")
 
-    @property
-    def why_stopped(self) -> str:
-        if self.sql_running != "Yes" and self.sql_errno:
-            return self.sql_error
-        if self.io_running == "No" and self.io_errno:
-            return self.io_error
-        return "stopped (STOP REPLICA, or not started)"
-
     def to_json(self) -> dict:
         return {"io_running": self.io_running, "sql_running": self.sql_running, "io_errno": self.io_errno,
                 "io_error": self.io_error, "sql_errno": self.sql_errno, "sql_error": self.sql_error,
                 "seconds_behind": self.seconds_behind, "retrieved_gtid_set": self.retrieved,
-                "executed_gtid_set": self.executed}
+                "executed_gtid_set": self.executed, "worker_errno": self.worker_errno,
+                "worker_error": self.worker_error}
 
 
 class RelayTarget:
@@ -120,13 +131,26 @@ class RelayTarget:
             return ChannelStatus(False)
         row = rows[0]
         behind = row.get(f"Seconds_Behind_{source}")
+        sql_running, sql_errno = str(row.get(f"{prefix}_SQL_Running") or "No"), int(row.get("Last_SQL_Errno") or 0)
+        worker = self._first_worker_error() if self.flavor.is_mysql and sql_errno and sql_running != "Yes" else None
         return ChannelStatus(
-            True, str(row.get(f"{prefix}_IO_Running") or "No"), str(row.get(f"{prefix}_SQL_Running") or "No"),
+            True, str(row.get(f"{prefix}_IO_Running") or "No"), sql_running,
             int(row.get("Last_IO_Errno") or 0), str(row.get("Last_IO_Error") or ""),
-            int(row.get("Last_SQL_Errno") or 0), str(row.get("Last_SQL_Error") or ""),
+            sql_errno, str(row.get("Last_SQL_Error") or ""),
             None if behind is None else int(behind),
             str(row.get("Retrieved_Gtid_Set") if self.flavor.is_mysql else row.get("Gtid_IO_Pos")) or "",
-            str(row.get("Executed_Gtid_Set") or "") if self.flavor.is_mysql else str(self.executed()))
+            str(row.get("Executed_Gtid_Set") or "") if self.flavor.is_mysql else str(self.executed()),
+            *(worker or (0, "")))
+
+    def _first_worker_error(self) -> tuple[int, str] | None:
+        """MySQL: the earliest error of the channel's applier workers, leaving out the workers
+        that stopped because an earlier one failed (3030: replica_preserve_commit_order); which
+        worker the coordinator's Last_SQL_Error names is a race between them."""
+        rows = self._query("SELECT LAST_ERROR_NUMBER, LAST_ERROR_MESSAGE FROM "
+                           "performance_schema.replication_applier_status_by_worker WHERE CHANNEL_NAME = %s "
+                           "AND LAST_ERROR_NUMBER NOT IN (0, %s) ORDER BY LAST_ERROR_TIMESTAMP LIMIT 1",
+                           (self.channel, ER_WORKER_STOPPED_PREVIOUS_ERROR))
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
 
     def configure(self, channel: RelayChannel, password: str) -> None:
         """Point the channel at the relay and start it (bridge.relay.channel)."""
