@@ -1,7 +1,7 @@
 """Flame graphs of both bridge processes under the CPU benchmark's load: where a
 replicated transaction's CPU goes, drawn from py-spy samples.
 
-The bridge (binlog apply over shm) follows the sandbox primary while a paced client
+The bridge (binlog apply over shm, or --apply-mode) follows the sandbox primary while a paced client
 offers RATE single-row transactions/s for SECONDS; py-spy samples each bridge
 process (every thread). py-spy's own idle detection does not work on every kernel
 (on the development VM it reports threads blocked in recv() as running), so samples
@@ -90,10 +90,10 @@ def svg(stacks: Counter, title: str) -> str:
             + "".join(boxes) + "</svg>")
 
 
-def run(seconds: float, rate: int, state_dir: str, out: Path, log=print) -> dict:
+def run(seconds: float, rate: int, state_dir: str, out: Path, log=print, apply_mode: str = "binlog") -> dict:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    bench = Bench(state_dir, "shm", extra_replica=("--apply-mode", "binlog"))
-    date, found = dt.date.today().isoformat(), {}
+    bench = Bench(state_dir, "shm", extra_replica=("--apply-mode", apply_mode))
+    date, found = dt.date.today().isoformat() + ("" if apply_mode == "binlog" else f"-{apply_mode}"), {}
     try:
         bench.start_bridge()
         cpu._tables(bench)
@@ -111,7 +111,7 @@ def run(seconds: float, rate: int, state_dir: str, out: Path, log=print) -> dict
         for role, raw in raws.items():
             stacks = fold(raw.read_text())
             raw.unlink()
-            title = f"{role} side, binlog apply over shm, {rate} single-row txn/s, waits left out"
+            title = f"{role} side, {apply_mode} apply over shm, {rate} single-row txn/s, waits left out"
             (out / f"{date}-flame-{role}.svg").write_text(svg(stacks, title))
             (out / f"{date}-flame-{role}.folded").write_text(
                 "".join(f"{';'.join(f)} {n}\n" for f, n in stacks.most_common()))
@@ -137,9 +137,10 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--state-dir", default=".sandbox")
+    ap.add_argument("--apply-mode", default="binlog", choices=("binlog", "sql", "relay"))
     args = ap.parse_args()
     run(args.seconds, args.rate, args.state_dir, Path(args.out),
-        log=lambda m: print(m, file=sys.stderr, flush=True))
+        log=lambda m: print(m, file=sys.stderr, flush=True), apply_mode=args.apply_mode)
 
 
 if __name__ == "__main__":

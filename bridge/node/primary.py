@@ -397,7 +397,8 @@ class PrimaryNode(ShipLoop):
         """What the binlog completes next, if anything: a common transaction whole in
         one call where its packets are all buffered, else event by event."""
         chunk_bytes, idle = self.assembler.chunk_bytes, not self.assembler.in_transaction
-        whole = reader.next_transaction(chunk_bytes) if idle else None
+        whole = None if not idle else reader.next_verbatim(chunk_bytes) if reader.verbatim else \
+            reader.next_transaction(chunk_bytes)
         if whole is None:
             event = reader.next_event()
             if reader.verbatim:  # apply mode relay: the grouper takes every event whole (a heartbeat: nothing)

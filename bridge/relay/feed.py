@@ -14,7 +14,6 @@ from bridge.model import Chunk, Gtid, GtidSet, Transaction, Verbatim
 from bridge.relay import events
 from bridge.relay.server import DumpRequest, FeedError, FeedGone
 from bridge.wire import binlog
-from bridge.wire.binlog import split_events
 
 
 class TransactionFeed:
@@ -181,7 +180,7 @@ class _Stream:
                     self._pending.append(events.rotate(change.file, at, self.feed.server_id, self.checksum))
                     self._pending.append(events.with_next_position(format_event, 0) if self.feed.mid_file
                                          else format_event)
-                self._pending.extend(split_events(change.data))
+                self._pending.append(change.data)  # the dump packs them in one call
             self.inside = type(item) is Chunk and not item.last
             if not self.inside:
                 self.sent = self.sent.add(Gtid.parse(item.gtid))

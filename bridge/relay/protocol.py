@@ -39,6 +39,47 @@ COM_BINLOG_DUMP, COM_REGISTER_SLAVE, COM_BINLOG_DUMP_GTID = 0x12, 0x15, 0x1E
 TYPE_LONGLONG, TYPE_VAR_STRING = 0x08, 0xFD
 
 
+def pack_into(out: bytearray, payload, seq_id: int) -> int:
+    """``payload`` as the next packet(s), appended to ``out``; the next packet's number."""
+    view = memoryview(payload)
+    while True:
+        part = view[:MAX_PAYLOAD]
+        out += len(part).to_bytes(3, "little")
+        out.append(seq_id)
+        out += part
+        seq_id = (seq_id + 1) % 256
+        view = view[MAX_PAYLOAD:]
+        if len(part) < MAX_PAYLOAD:
+            return seq_id
+
+
+def pack_events(out: bytearray, events, seq_id: int, semi_sync: bool, ack_last: bool) -> tuple[int, int]:
+    """The binlog events concatenated in ``events`` as a dump's packets, appended to ``out``:
+    each behind the OK byte and, for a semi-sync replica, the semi-sync header (its flag
+    set on the last event where ``ack_last``). Returns (the next packet's number, the last
+    nonzero next-event position of their headers, or 0). One call per transaction, not a
+    step per event. RemoteProtocolError where the sizes in the headers do not add up."""
+    at, end, position = 0, len(events), 0
+    plain = b"\x00\xef\x00" if semi_sync else b"\x00"
+    while at < end:
+        size = int.from_bytes(events[at + 9:at + 13], "little") if end - at >= 19 else 0
+        if size < 19 or at + size > end:
+            raise RemoteProtocolError(f"binlog events: bad event size {size} at byte {at} of {end}")
+        head = b"\x00\xef\x01" if ack_last and semi_sync and at + size == end else plain
+        n = len(head) + size
+        if n < MAX_PAYLOAD:
+            out += n.to_bytes(3, "little")
+            out.append(seq_id)
+            out += head
+            out += events[at:at + size]
+            seq_id = (seq_id + 1) % 256
+        else:  # a packet of its own over several
+            seq_id = pack_into(out, head + bytes(events[at:at + size]), seq_id)
+        position = int.from_bytes(events[at + 13:at + 17], "little") or position
+        at += size
+    return seq_id, position
+
+
 def lenenc_int(value: int) -> bytes:
     if value < 0xFB:
         return bytes([value])

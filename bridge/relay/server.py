@@ -67,7 +67,8 @@ class Stream(Protocol):
 
     def next(self, timeout_s: float) -> bytes | None:
         """The next event (bytes as the source wrote them, crc32 included when asked), or
-        None when none came within ``timeout_s``."""
+        several events concatenated (a ROTATE always alone), or None when none came within
+        ``timeout_s``."""
 
     def received(self, gtid: str) -> None:
         """The replica acknowledged (semi-sync) every transaction up to ``gtid``."""
@@ -135,14 +136,7 @@ class Connection:
 
     def pack(self, out: bytearray, payload: bytes) -> None:
         """``payload`` as the next packet(s), appended to ``out`` (sent by the caller)."""
-        view = memoryview(payload)
-        while True:
-            part = view[:p.MAX_PAYLOAD]
-            out += len(part).to_bytes(3, "little") + bytes([self.seq]) + part
-            self.seq = (self.seq + 1) % 256
-            view = view[p.MAX_PAYLOAD:]
-            if len(part) < p.MAX_PAYLOAD:
-                break
+        self.seq = p.pack_into(out, payload, self.seq)
 
 
 class RelayServer:
@@ -377,13 +371,13 @@ class _Dump:
         event = stream.next(wait_s)
         if event is None:
             return False
-        while event is not None:
+        while event is not None:  # an event, or several (the rest of a transaction) concatenated
+            ask = semi and stream.ack_gtid is not None
             if binlog.event_type(event) == binlog.ROTATE:
                 self.file, self.position = binlog.rotate_target(event, 4 if self.request.checksum else 0)
-            elif binlog.next_position(event):
-                self.position = binlog.next_position(event)
-            ask = semi and stream.ack_gtid is not None
-            self.conn.pack(out, (SEMI_SYNC_ACK if ask else SEMI_SYNC_NO_ACK if semi else b"\x00") + event)
+            self.conn.seq, position = p.pack_events(out, event, self.conn.seq, semi, ask)
+            if position and binlog.event_type(event) != binlog.ROTATE:
+                self.position = position
             if ask:
                 self.asked[(self.file, self.position)] = stream.ack_gtid
             if len(out) >= SEND_BYTES:

@@ -36,7 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bridge.config import MysqlUrl
 from bridge.errors import SourceConnectionLost, SourceError
-from bridge.model import RowEvents, Transaction
+from bridge.model import RowEvents, Transaction, Verbatim
 from bridge.server import dbconn, errorcodes
 from bridge.server.flavor import Flavor
 from bridge.source import _compat, libraryvalues, rowimage
@@ -150,6 +150,19 @@ class BinlogReader:
         MySQL's GTID and BEGIN; TABLE_MAP and row events, XID, under ``max_bytes``); else None and nothing is
         read (``next_event`` goes on). Waits like a read when nothing is buffered."""
         return self._take_whole(max_bytes, None)
+
+    def next_verbatim(self, max_bytes: int) -> Transaction | None:
+        """Relay apply mode, between transactions: the next transaction whole, its events
+        as the primary wrote them, in one call when its packets are all buffered and it
+        is the common kind (``next_transaction``'s); else None and nothing is read."""
+        conn = _compat.stream_connection(self._stream)
+        if not self.verbatim or conn is None:
+            return None
+        scanned = conn.take_verbatim(max_bytes)
+        if scanned is None:
+            return None
+        gtid, data, events, self.commit_pos = scanned
+        return Transaction(gtid, (Verbatim(self._verbatim_file, data, events),))
 
     def take_run(self, place: Callable[[bytes, int, bool], Taken | None]) -> Taken | None:
         """Binlog apply mode, between transactions: ``place(packets, next packet's

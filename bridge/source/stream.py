@@ -143,6 +143,21 @@ class StreamConnection(pymysql.connections.Connection):
         self.take(taken, seq_id, ack)
         return gtid, data, tables, events, commit_position
 
+    def take_verbatim(self, max_bytes: int) -> tuple[str, bytes, int, int] | None:
+        """Relay apply mode, between transactions: (GTID, its events as the primary wrote
+        them, how many, commit position) when ``hotpath.scan_verbatim`` finds a common
+        transaction whole in the buffered packets (then taken); else None, as
+        ``take_transaction``."""
+        buffered = self.buffered_packets()
+        if buffered is None:
+            return None
+        scanned = hot.scan_verbatim(buffered, self._next_seq_id, self.semi_sync, max_bytes)
+        if scanned is None:
+            return None
+        taken, seq_id, gtid, data, events, commit_position, ack = scanned
+        self.take(taken, seq_id, ack)
+        return gtid, data, events, commit_position
+
     def place_buffered(self, place):
         """``place(buffered packets, next packet's number, semi-sync headers)``; what
         it says it used (``.taken``, ``.seq_id``, ``.ack``) is taken. See

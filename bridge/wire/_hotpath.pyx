@@ -262,13 +262,30 @@ def scan_transaction(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, bint gti
         return _twin.scan_transaction(buf, seq_id, semi_sync, max_bytes, gtid_first)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        return _scan(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, gtid_first)
+        return _scan(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, gtid_first, False)
     finally:
         PyBuffer_Release(&view)
 
 
+def scan_verbatim(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes):
+    cdef Py_buffer view
+    if not fits(seq_id, 255):
+        return _twin.scan_verbatim(buf, seq_id, semi_sync, max_bytes)
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        scanned = _scan(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, True, True)
+    finally:
+        PyBuffer_Release(&view)
+    if scanned is None:
+        return None
+    taken, next_id, gtid, data, _, events, position, ack = scanned
+    return taken, next_id, gtid, data, events, position, ack
+
+
 cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
-                  bint gtid_first):
+                  bint gtid_first, bint verbatim):
+    """scan_transaction's answer; ``verbatim``: scan_verbatim's kind (every event kept, GTID
+    and BEGIN and XID too, and counted in place of the row events)."""
     cdef DumpPacket k
     cdef Py_ssize_t p, size, data_len = 0
     cdef uint8_t etype
@@ -288,10 +305,16 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
                 return None  # not a GTID this reads, or a standalone one (DDL)
             gtid, gtid_first = got[0], False
             begin = BEGIN_MUST if etype == MYSQL_GTID_EVENT else BEGIN_NONE
+            if verbatim:
+                spans.append((p, size))
+                data_len += size
             continue
         if begin != BEGIN_NONE:
             if is_begin_query(b + p, size):
                 begin = BEGIN_NONE
+                if verbatim:
+                    spans.append((p, size))
+                    data_len += size
                 continue
             if begin == BEGIN_MUST:
                 return None  # MySQL's DDL (its QUERY after the GTID), or anything else
@@ -299,6 +322,10 @@ cdef object _scan(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
         if etype == XID_EVENT:
             if not rows:
                 return None
+            if verbatim:
+                spans.append((p, size))
+                data_len += size
+                rows = len(spans)
             return k.at, k.seq_id, gtid, _joined(b, spans, data_len), tuple(tables), rows, k.position, k.ack
         if etype == TABLE_MAP_EVENT:
             names = _names(b + p, size)

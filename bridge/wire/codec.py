@@ -179,12 +179,26 @@ _FIXED = {b"d"[0]: (_DATE, dt.date), b"t"[0]: (_DATETIME, dt.datetime),
 _TEXT = {b"D"[0]: _finite_decimal, b"Z"[0]: InvalidTemporal}
 
 
+# Verbatim payload (tag b"V"), one Verbatim change (relay apply mode), the events not parsed:
+#   V | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
+#   file length u8 | file | events u32 | the events
+VERBATIM_TAG = b"V"[0]
+_VERBATIM_HEAD = struct.Struct("<QQI")
+
+
 def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> bytearray:
     """``stamps``: (commit read, ship start) in wall-clock ns, for the replica's stage times.
     A transaction of raw row events only (the common case in binlog apply mode) takes
-    the compact layout; anything else the tagged one."""
-    if len(txn.changes) == 1 and type(txn.changes[0]) is RowEvents and len(txn.gtid) < 256:
-        return _encode_compact(txn, stamps)
+    the compact layout, one of events as the primary wrote them (relay apply mode) the
+    verbatim one; anything else the tagged one."""
+    if len(txn.changes) == 1 and len(txn.gtid) < 256:
+        kind = type(txn.changes[0])
+        if kind is RowEvents:
+            return _encode_compact(txn, stamps)
+        if kind is Verbatim and txn.gtid.isascii():
+            file = txn.changes[0].file.encode("utf-8", "surrogatepass")
+            if len(file) < 256:
+                return _encode_verbatim(txn, file, stamps)
     out = bytearray()
     tables, changes = _tables_and_changes(txn.changes)
     encode_value((txn.gtid, tables, changes, stamps, txn.format_event), out)
@@ -198,6 +212,37 @@ def _encode_compact(txn: Transaction, stamps: tuple[int, int]) -> bytearray:
                                   rows.data)
     except ValueError as exc:
         raise LocalProtocolError(f"encode transaction {txn.gtid}: {exc}") from exc
+
+
+def _encode_verbatim(txn: Transaction, file: bytes, stamps: tuple[int, int]) -> bytearray:
+    change, gtid = txn.changes[0], txn.gtid.encode()
+    out = bytearray(b"V")
+    out.append(len(gtid))
+    out += gtid
+    out += _VERBATIM_HEAD.pack(stamps[0], stamps[1], len(txn.format_event))
+    out += txn.format_event
+    out.append(len(file))
+    out += file
+    out += _U32.pack(change.events)
+    out += change.data
+    return out
+
+
+def _decode_verbatim(buf) -> Transaction:
+    at = 2 + buf[1]
+    gtid = bytes(buf[2:at]).decode()
+    read_ns, ship_ns, fmt_len = _VERBATIM_HEAD.unpack_from(buf, at)
+    at += _VERBATIM_HEAD.size
+    fmt = bytes(buf[at:at + fmt_len])
+    at += fmt_len
+    n = buf[at]
+    file = bytes(buf[at + 1:at + 1 + n])
+    at += 1 + n
+    events = _U32.unpack_from(buf, at)[0]
+    if len(fmt) != fmt_len or len(file) != n or len(gtid) != buf[1]:
+        raise ValueError("truncated")
+    return Transaction(gtid, (Verbatim(file.decode("utf-8", "surrogatepass"), bytes(buf[at + 4:]), events),),
+                       (read_ns, ship_ns), fmt)
 
 
 def _decode_compact(buf) -> Transaction:
@@ -234,9 +279,9 @@ def _tables_and_changes(changes) -> tuple[tuple, tuple]:
 
 
 def decode_transaction(payload) -> Transaction:
-    if payload and payload[0] == COMPACT_TAG:
+    if payload and payload[0] in (COMPACT_TAG, VERBATIM_TAG):
         try:
-            return _decode_compact(payload)
+            return _decode_compact(payload) if payload[0] == COMPACT_TAG else _decode_verbatim(payload)
         except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
             raise RemoteProtocolError(f"decode transaction: malformed compact payload: {exc}") from exc
     try:

@@ -39,7 +39,7 @@ from bridge.wire.frame import (
 )
 
 __all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse_gtid", "table_map_names",
-           "scan_transaction", "scan_wants_more", "place_run", "one_trip"]
+           "scan_transaction", "scan_verbatim", "scan_wants_more", "place_run", "one_trip"]
 
 # Compact payload (tag b"E"; the tagged layout starts with b"l"), one RowEvents change:
 #   E | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
@@ -174,6 +174,20 @@ def scan_transaction(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_fir
     return _scan(buf, seq_id, semi_sync, max_bytes, gtid_first, False)[0]
 
 
+def scan_verbatim(buf, seq_id: int, semi_sync: bool, max_bytes: int):
+    """Relay apply mode: a transaction of the same common kind as ``scan_transaction``
+    takes with ``gtid_first`` (its GTID event first), whole in ``buf``, its events kept
+    as the primary wrote them, all of them: the GTID event, MySQL's BEGIN, the TABLE_MAP
+    and row events, the XID, each with its checksum. Returns (bytes of ``buf`` it takes,
+    the next packet's seq id, the GTID, the events, how many, the XID's next-event
+    position, the ACK position or -1); None for anything else (nothing is taken)."""
+    scanned = _scan(buf, seq_id, semi_sync, max_bytes, True, False, True)[0]
+    if scanned is None:
+        return None
+    taken, next_id, gtid, data, _, events, position, ack = scanned
+    return taken, next_id, gtid, data, events, position, ack
+
+
 def scan_wants_more(buf, seq_id: int, semi_sync: bool, max_bytes: int) -> bool:
     """Whether ``buf`` ends inside a transaction ``place_run`` would take once the rest
     arrives: every packet so far whole and of that kind (a MariaDB GTID that is not
@@ -185,11 +199,13 @@ def scan_wants_more(buf, seq_id: int, semi_sync: bool, max_bytes: int) -> bool:
 _BEGIN_NONE, _BEGIN_MAY, _BEGIN_MUST = 0, 1, 2  # whether a BEGIN query comes next: no, may, must
 
 
-def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, run_rules: bool):
+def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, run_rules: bool,
+          verbatim: bool = False):
     """(scan_transaction's answer, whether the buffer ran out before it could decide);
-    ``run_rules``: names and event counts as ``place_run`` takes them."""
+    ``run_rules``: names and event counts as ``place_run`` takes them; ``verbatim``: every
+    event kept (``scan_verbatim``), the events counted in place of the row events."""
     at, end = 0, len(buf)
-    data, tables, rows, ack, gtid = bytearray(), [], 0, -1, None
+    data, tables, rows, ack, gtid, kept = bytearray(), [], 0, -1, None, 0
     begin = _BEGIN_NONE if gtid_first else _BEGIN_MAY  # whether a BEGIN query comes next (MySQL)
     while True:
         if end - at < 4:
@@ -227,15 +243,24 @@ def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, r
             if standalone:
                 return None, False  # DDL: the event path
             gtid_first, begin = False, (_BEGIN_MUST if etype == binlog.MYSQL_GTID else _BEGIN_NONE)
+            if verbatim:
+                data += event
+                kept += 1
             continue
         if begin != _BEGIN_NONE:
             if is_begin(event):
                 begin = _BEGIN_NONE
+                if verbatim:
+                    data += event
+                    kept += 1
                 continue
             if begin == _BEGIN_MUST:
                 return None, False  # MySQL's DDL (its QUERY after the GTID), or anything else
             begin = _BEGIN_NONE
         if etype == binlog.XID:
+            if verbatim and rows:
+                data += event
+                rows = kept + 1
             return ((at, seq_id, gtid, bytes(data), tuple(tables), rows, next_position, ack) if rows else None), False
         if run_rules and len(tables) + rows >= RUN_EVENTS:
             return None, False
@@ -251,6 +276,7 @@ def _scan(buf, seq_id: int, semi_sync: bool, max_bytes: int, gtid_first: bool, r
         else:
             return None, False
         data += event
+        kept += 1
         if len(data) >= max_bytes:
             return None, False  # a transaction to chunk
 

@@ -127,3 +127,25 @@ def test_raw_row_events_take_the_compact_layout_and_round_trip():
     for cut in range(1, len(payload) - len(TABLE_MAP + WRITE)):
         with pytest.raises(RemoteProtocolError):
             decode_transaction(payload[:cut])
+
+
+@settings(max_examples=200)
+@given(st.text(max_size=60), st.text(max_size=40), st.binary(max_size=300), st.integers(0, (1 << 32) - 1),
+       st.binary(max_size=120), st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 64) - 1))
+def test_verbatim_events_take_their_layout_and_round_trip_cut_or_not(gtid, file, data, events, fmt, read, ship):
+    """Relay apply mode's transactions (events as the primary wrote them): the verbatim
+    layout where the GTID is ASCII and both names fit a byte's length, the tagged one
+    otherwise; either way back as they were, stamps and format event too. Cut anywhere
+    before the events: an error, never a crash."""
+    from bridge.model import Verbatim
+
+    txn = Transaction(gtid, (Verbatim(file, data, events),), format_event=fmt)
+    payload = encode_transaction(txn, (read, ship))
+    compact = gtid.isascii() and len(gtid) < 256 and len(file.encode("utf-8", "surrogatepass")) < 256
+    assert (payload[:1] == b"V") is compact
+    back = decode_transaction(payload)
+    assert back == txn and back.stamps == (read, ship) and back.format_event == fmt
+    if compact:
+        for cut in range(1, len(payload) - len(data) - 4):
+            with pytest.raises(RemoteProtocolError):
+                decode_transaction(payload[:cut])

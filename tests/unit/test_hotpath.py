@@ -332,6 +332,51 @@ def test_scan_transaction_leaves_everything_else_to_the_event_path():
 
 
 @built
+@settings(max_examples=300, deadline=None)
+@given(transactions(), st.integers(0, 255), st.booleans(), st.booleans(), st.binary(max_size=30), st.data())
+def test_scan_verbatim_agrees_keeps_every_event_and_leaves_the_rest(events, seq_id, semi_sync, ack_last, after, data):
+    if data.draw(st.booleans()):  # MySQL's GTID and its BEGIN, kept as they are
+        head = [_mysql_gtid_event(data.draw(st.binary(min_size=16, max_size=16)), data.draw(u64)),
+                _begin(data.draw(st.binary(max_size=8)), data.draw(st.binary(max_size=40)))]
+    else:
+        head = [_gtid_event(data.draw(u64), data.draw(st.integers(0, 9)), data.draw(st.integers(0, 9)), 0)]
+    buf = _packets([*head, *events], seq_id, semi_sync, ack_last) + after
+    kind, got, _ = same("scan_verbatim", buf, seq_id, semi_sync, 1 << 20)
+    assert kind == "ok" and got is not None
+    taken, next_seq, gtid, joined, count, commit, ack = got
+    assert gtid == hotpath.parse_gtid(head[0])[0] and joined == b"".join([*head, *events])
+    assert taken == len(buf) - len(after) and count == len(head) + len(events)
+    assert commit == struct.unpack_from("<I", events[-1], 13)[0]
+    assert (ack, next_seq) == ((commit, 1) if semi_sync and ack_last else (-1, (seq_id + count) % 256))
+    same("scan_verbatim", buf, (seq_id + 1) % 256, semi_sync, 1 << 20)  # not the number expected
+    same("scan_verbatim", buf, seq_id, semi_sync, data.draw(st.integers(1, 200)))  # to chunk
+    assert same("scan_verbatim", _packets(events, seq_id, semi_sync, ack_last), seq_id, semi_sync,
+                1 << 20)[1] is None  # no GTID first
+    cut = data.draw(st.integers(0, len(buf)))
+    assert same("scan_verbatim", buf[:cut], seq_id, semi_sync, 1 << 20)[1] is None or cut >= taken
+    damaged = bytearray(buf)
+    damaged[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    same("scan_verbatim", bytes(damaged), seq_id, semi_sync, 1 << 20)
+
+
+@built
+@settings(max_examples=100, deadline=None)
+@given(transactions(), st.booleans())
+def test_scan_verbatim_makes_the_transaction_the_verbatim_grouper_makes(events, mysql):
+    from bridge.source.verbatim import VerbatimGrouper
+
+    sid = bytes.fromhex("3e11fa4771ca11e19e33c80aa9429562")
+    head = [_mysql_gtid_event(sid, 23), _begin()] if mysql else [_gtid_event(5, 0, 1, 0)]
+    grouper, made = VerbatimGrouper(4, file="binlog.000007"), None
+    for event in [*head, *events]:
+        assert made is None
+        made = grouper.feed(event)
+    _, _, gtid, joined, count, _, _ = native.hot.scan_verbatim(_packets([*head, *events], 0, False, False), 0, False,
+                                                               1 << 20)
+    assert (made.gtid, made.changes[0].data, made.changes[0].events) == (gtid, joined, count)
+
+
+@built
 @settings(max_examples=100, deadline=None)
 @given(transactions())
 def test_scan_transaction_makes_the_transaction_the_assembler_makes(events):

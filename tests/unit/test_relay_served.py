@@ -203,3 +203,33 @@ def test_the_primarys_facts_travel_in_the_hello_and_come_back_the_same():
     mysql = SourceFacts.of_primary({"version": "9.7.0", "server_id": "1", "binlog_checksum": "NONE",
                                     "gtid_mode": "ON", "server_uuid": "3b06a154-f255-11f1-88a1-02fc00000001"})
     assert mysql.version == "9.7.0" and not mysql.mariadb and mysql.global_value("binlog_checksum") == "NONE"
+
+
+def _one_by_one(events: list[bytes], seq_id: int, semi_sync: bool, ack_last: bool) -> tuple[bytes, int]:
+    """A dump's packets as a source writes them, one event at a time."""
+    from bridge.relay import protocol
+    out = bytearray()
+    for i, event in enumerate(events):
+        head = (b"\x00\xef\x01" if ack_last and i == len(events) - 1 else b"\x00\xef\x00") if semi_sync else b"\x00"
+        seq_id = protocol.pack_into(out, head + event, seq_id)
+    return bytes(out), seq_id
+
+
+@pytest.mark.parametrize("semi_sync,ack_last", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("big", [0, 0xFFFFFF - 3 - 23, 0xFFFFFF - 23, 0xFFFFFF + 5])
+def test_a_transactions_events_packed_in_one_call_are_the_packets_one_by_one(semi_sync, ack_last, big):
+    """The relay packs a transaction's events in one call: the same bytes as packing each
+    event (the OK byte, the semi-sync header with its flag on the last, packet numbers
+    wrapping at 256, an event of 16 MiB or more over several packets, one that ends on a
+    packet's exact size followed by an empty one), and the last event's position."""
+    from bridge.relay import protocol
+    from tests.binlog_packets import binlog_event, binlog_transaction
+    events_ = binlog_transaction(5, rows=3) + ([binlog_event(30, bytes(big), 777)] if big else [])
+    events_.append(binlog_event(16, bytes(8), 999))
+    for seq_id in (0, 250):
+        out = bytearray(b"before")
+        next_id, position = protocol.pack_events(out, b"".join(events_), seq_id, semi_sync, ack_last)
+        assert (bytes(out[6:]), next_id) == _one_by_one(events_, seq_id, semi_sync, ack_last)
+        assert out[:6] == b"before" and position == 999
+    with pytest.raises(RemoteProtocolError, match="bad event size"):
+        protocol.pack_events(bytearray(), b"".join(events_)[:-1], 0, False, False)
