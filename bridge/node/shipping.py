@@ -1,5 +1,7 @@
 """The primary side's one-call paths, mixed into PrimaryNode (bridge.node.primary):
-between transactions in binlog apply mode, ``step`` first tries the ship lane
+between transactions in binlog and relay apply modes (relay: each transaction framed whole
+as the primary wrote it, the verbatim payload; without semi-sync for the lane, whose ACKs
+are the ring's and relay's the replica server's), ``step`` first tries the ship lane
 (bridge.source.lanes: the common case, dump socket to the replica's ring, in compiled
 calls, semi-sync `received` ACKs included), then, where the lane does not run (rdma,
 TLS on the ring's link, semi-sync `applied`, an ACK waiting), a run: the transactions
@@ -43,10 +45,11 @@ class ShipLoop:
 
     def _runs(self, reader: BinlogReader, member: Member) -> bool:
         """Whether the next transactions may go as a run (``RingProducer.place_run``):
-        between transactions, in binlog apply mode, with the binlog's FORMAT_DESCRIPTION
-        already in the ring (a run's frames name none)."""
-        return member.apply_mode == "binlog" and not self.assembler.in_transaction and \
-            (reader.format is member.format_sent or event_of(reader.format) == event_of(member.format_sent))
+        between transactions, in binlog or relay apply mode, with the binlog's
+        FORMAT_DESCRIPTION already in the ring (a run's frames name none)."""
+        return member.apply_mode in ("binlog", "relay") and not self.assembler.in_transaction and \
+            (reader.format is member.format_sent or event_of(reader.format) == event_of(member.format_sent)) and \
+            (reader.frame_file is None or len(reader.frame_file) < 256)
 
     def _ship_lane(self, reader: BinlogReader, member: Member) -> bool:
         """The ship lane (bridge.source.ship), where it runs: True when this step is done
@@ -95,8 +98,9 @@ class ShipLoop:
         side's answer; rdma: the completion of its frames' write), while no ACK waits, where
         the dump's reader is the lane's; else None."""
         remote, producer = member.remote, member.producer
-        if remote is None or self.acks or self.cfg.semi_sync not in ("off", "received"):
-            return None
+        if remote is None or self.acks or self.cfg.semi_sync not in ("off", "received") or \
+                member.apply_mode == "relay" and self.cfg.semi_sync != "off":
+            return None  # relay: an ACK is the replica server's own (bridge.node.relayprogress), not the ring's
         dump = reader.dump_reader
         if dump is None:
             return None
@@ -115,7 +119,7 @@ class ShipLoop:
     def _place_run(self, packets: bytes, seq_id: int, semi_sync: bool) -> PlacedRun | None:
         self._run_ns = time.time_ns()  # the packets are read: the "place" stage starts
         return self.member.producer.place_run(packets, seq_id, semi_sync, self.assembler.chunk_bytes, HEARTBEAT_TABLE,
-                                       RUN_TXNS)
+                                              RUN_TXNS, self.reader.frame_file)
 
     def _ship_run(self, run: PlacedRun, reader: BinlogReader, member: Member) -> None:
         """Common transactions the binlog held whole, framed into the mirror by one call:

@@ -81,13 +81,14 @@ class RingProducer:
         return [p for p in placements if p is not None]
 
     def place_run(self, packets, seq_id: int, semi_sync: bool, max_bytes: int, heartbeat: tuple[str, str],
-                  max_txns: int) -> PlacedRun | None:
+                  max_txns: int, file: bytes | None = None) -> PlacedRun | None:
         """Common transactions whole in a binlog dump's buffered ``packets`` framed
         into the mirror in one call (``place_run`` of the hot path: what it takes and
-        where it stops), each a TXN frame of the compact payload, as ``append`` would
+        where it stops), each a TXN frame of the compact payload (``file``, relay apply
+        mode: of the verbatim payload naming that binlog file), as ``append`` would
         place them one by one. None: nothing placed (the caller reads event by event)."""
         run = hot.place_run(packets, seq_id, semi_sync, max_bytes, self.region, DATA_OFFSET, self.head,
-                            self.size - self.used, self.next_seq, self.epoch, heartbeat, max_txns)
+                            self.size - self.used, self.next_seq, self.epoch, heartbeat, max_txns, file)
         if run is None:
             return None
         taken, seq_id, entries, head, heartbeats, gtid, commit, ack = run

@@ -143,7 +143,7 @@ cdef class ShipLane:
 
     # --- one run ----------------------------------------------------------------------
 
-    def run(self, int seq_id, int wait_ms, ack_file=None, long long ack_wait_us=0):
+    def run(self, int seq_id, int wait_ms, ack_file=None, long long ack_wait_us=0, file=None):
         cdef Reader rd = self.reader
         cdef Scanned s
         cdef Ring rings[C_MAX_RINGS + 1]
@@ -156,6 +156,8 @@ cdef class ShipLane:
         cdef long long ack_pos = -1
         cdef Py_ssize_t batch_n = 0, batch_hb = 0, last_len = 0
         cdef char last[GTID_TEXT]
+        if file is not None and (type(file) is not bytes or len(file) > 255):
+            raise ValueError(f"ship lane: a binlog file name of 255 bytes at most, not {file!r}")
         memset(rings, 0, sizeof(rings))
         entries = [[] for _ in range(n_rings)]  # per ring: what the run placed, for its producer's bookkeeping
         self.owed, self.gone, self.asked = [], [], None
@@ -165,9 +167,11 @@ cdef class ShipLane:
                 self._open(&rings[opened], opened, &mirrors[opened], &shared[opened])
                 opened += 1
             while True:
-                scan = scan_one(rd.buf + rd.start, rd.end - rd.start, sid, semi_sync, self.max_bytes, &s) \
-                    if rd.end > rd.start else SCAN_MORE
+                scan = scan_one(rd.buf + rd.start, rd.end - rd.start, sid, semi_sync, self.max_bytes, file is not None,
+                                &s) if rd.end > rd.start else SCAN_MORE
                 if scan == SCAN_WHOLE:
+                    if file is not None:
+                        s.file, s.file_len = PyBytes_AS_STRING(file), len(<bytes>file)
                     if not self._place(rings, n_rings, rd.buf + rd.start, &s, sid, entries):
                         scan = SCAN_NO  # a full ring or over half of it: the general path waits for space
                     else:

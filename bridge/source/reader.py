@@ -170,7 +170,7 @@ class BinlogReader:
         when none are) and returns what it used of them (a run of whole transactions,
         ``RingProducer.place_run``) or None; what it used is taken off the stream."""
         conn = _compat.stream_connection(self._stream)
-        if not self.raw_rows or conn is None:
+        if not (self.raw_rows or self.verbatim) or conn is None:
             return None
         run = conn.place_buffered(place)
         if run is not None:
@@ -181,14 +181,22 @@ class BinlogReader:
     def dump_reader(self):
         """The dump's reader a ship lane shares, or None (see ``StreamConnection.dump_reader``)."""
         conn = _compat.stream_connection(self._stream)
-        return conn.dump_reader if self.raw_rows and conn is not None and conn.stashed is None else None
+        return conn.dump_reader if (self.raw_rows or self.verbatim) and conn is not None and conn.stashed is None \
+            else None
+
+    @property
+    def frame_file(self) -> bytes | None:
+        """Relay apply mode: the binlog file being read, which a run's verbatim frames name
+        (``RingProducer.place_run``, the ship lane); None in the other modes (compact frames)."""
+        return self._verbatim_file.encode() if self.verbatim else None
 
     def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
         """The ship lane over this stream (bridge.source.ship): transactions placed and
         published; ``lane.why`` says why it returned; ``ack_file``, ``ack_wait_us``: see
         ``ShipLane.run``."""
         try:
-            return _compat.stream_connection(self._stream).run_lane(lane, wait_ms, ack_file, ack_wait_us)
+            return _compat.stream_connection(self._stream).run_lane(lane, wait_ms, ack_file, ack_wait_us,
+                                                                    self.frame_file)
         finally:
             if lane.frames:
                 self.commit_pos = lane.commit_position

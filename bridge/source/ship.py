@@ -44,8 +44,9 @@ gone, one is slow) it is handed back the same way. Over tcp each connection's an
 asked for and not read yet are the caller's between runs: ``answers_in`` gives the lane
 those its transport asked for, ``answers_out`` takes back those the lane asked for.
 
-It runs over shm, tcp (not TLS) and rdma, in binlog apply mode, over a dump connection without
-TLS (``bridge.node.primary`` decides). Both twins keep the
+It runs over shm, tcp (not TLS) and rdma, in binlog apply mode (and in relay apply mode
+without semi-sync: ``run``'s ``file``, each transaction framed whole in the verbatim
+payload), over a dump connection without TLS (``bridge.node.primary`` decides). Both twins keep the
 producer's bookkeeping (head, used, next seq, the entries ``unacked`` resends) as
 ``RingProducer.place_run`` does, so a lost link resends from the ring as always.
 """
@@ -153,11 +154,16 @@ class ShipLane:
         link.reply.clear()
         return out
 
-    def run(self, seq_id: int, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
+    def run(self, seq_id: int, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0,
+            file: bytes | None = None) -> int:
         """Transactions placed and published (see the module's docstring); ``why``
         says why it returned. ``ack_file``: the binlog file being read, where the
         dump's packets carry semi-sync headers and the placement is what an ACK may
-        claim (``received``); ``ack_wait_us``: how long the primary waits for one."""
+        claim (``received``); ``ack_wait_us``: how long the primary waits for one.
+        ``file`` (relay apply mode): the binlog file being read, each transaction framed
+        whole as the primary wrote it, in the verbatim payload naming it."""
+        if file is not None and (type(file) is not bytes or len(file) > 255):
+            raise ValueError(f"ship lane: a binlog file name of 255 bytes at most, not {file!r}")
         reader, producer, semi_sync, links = self.reader, self.producer, ack_file is not None, self.links
         self.frames = self.heartbeats = self.acks = self.ack_error = 0
         self._batches, self._acks_us, self.owed, self.gone, self.asked = [], [], [], [], None
@@ -167,7 +173,7 @@ class ShipLane:
             while True:
                 with memoryview(reader.buf) as view:
                     buffered = view[reader.start:reader.end]
-                    run = producer.place_run(buffered, seq_id, semi_sync, self.max_bytes, self.heartbeat, 1) \
+                    run = producer.place_run(buffered, seq_id, semi_sync, self.max_bytes, self.heartbeat, 1, file) \
                         if buffered else None
                     if run is None:
                         more = hotpath.scan_wants_more(buffered, seq_id, semi_sync, self.max_bytes)
@@ -176,7 +182,7 @@ class ShipLane:
                             if i in self.gone:
                                 continue
                             placed = other.place_run(buffered[:run.taken], seq_id, semi_sync, self.max_bytes,
-                                                     self.heartbeat, 1)
+                                                     self.heartbeat, 1, file)
                             if placed is None:
                                 self.owed.append((i, bytes(buffered[:run.taken]), seq_id))
                                 continue

@@ -197,11 +197,12 @@ class StreamConnection(pymysql.connections.Connection):
         return rfile if self.dumping and self._stall_s is not None and isinstance(rfile, lanes.DumpReader) and \
             not self._inner else None
 
-    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
+    def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0,
+                 file: bytes | None = None) -> int:
         """``lane.run`` from this connection's next packet number on (see bridge.source.ship);
         the packets it read are read here too when it raises (a lost link keeps the dump)."""
         try:
-            return lane.run(self._next_seq_id, wait_ms, ack_file, ack_wait_us)
+            return lane.run(self._next_seq_id, wait_ms, ack_file, ack_wait_us, file)
         finally:
             self._next_seq_id = lane.seq_id
 

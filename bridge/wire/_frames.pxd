@@ -49,6 +49,12 @@ cdef struct Scanned:
     Py_ssize_t name_at[2 * RUN_EVENTS]  # schema, table of each TABLE_MAP: offset in the buffer, length
     Py_ssize_t name_len[2 * RUN_EVENTS]
     Py_ssize_t names_len  # their compact encoding: a length byte and the name each
+    # relay apply mode (scan_one's ``verbatim``): the events the compact payload leaves out, kept
+    # too (the GTID event, MySQL's BEGIN, the XID), and the file the verbatim payload names
+    bint verbatim
+    Py_ssize_t gtid_at, gtid_size, begin_at, begin_size, xid_at, xid_size  # begin_size 0: none
+    const char *file
+    Py_ssize_t file_len
 
 
 cdef struct DumpPacket:  # next_event's place in the binlog dump's packets
@@ -162,11 +168,13 @@ cdef inline bint ring_ready(const uint8_t *b, Py_ssize_t tail, uint64_t expected
 cdef int gtid_text(const uint8_t *e, Py_ssize_t size, char *out, int *out_len) noexcept nogil
 cdef bint is_begin_query(const uint8_t *e, Py_ssize_t size) noexcept nogil
 cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
-                  Scanned *s) noexcept nogil
+                  bint verbatim, Scanned *s) noexcept nogil
 
 
 cdef inline Py_ssize_t payload_len(const Scanned *s) noexcept nogil:
-    """The compact payload's size of ``s``."""
+    """The payload's size of ``s``: compact, or verbatim (bridge.wire.hotpath.encode_verbatim)."""
+    if s.verbatim:
+        return 2 + s.gtid_len + 20 + 1 + s.file_len + 4 + s.gtid_size + s.begin_size + s.data_len + s.xid_size
     return 2 + s.gtid_len + 26 + s.names_len + s.data_len
 
 

@@ -13,7 +13,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from bridge.wire.layouts cimport (BINLOG_HEADER, COMPACT, DATA_OFFSET, HEADER_BYTES, KIND_PAD, KIND_TXN,
                                   MARIADB_GTID_EVENT, MIN_FRAME_BYTES, MYSQL_GTID_EVENT, QUERY_EVENT, SIZE_AT,
-                                  TABLE_MAP_EVENT, XID_EVENT)
+                                  TABLE_MAP_EVENT, VERBATIM, XID_EVENT)
 from bridge.wire.native_c cimport (CLOCK_REALTIME, bridge_crc_feed, bridge_crc_init, now_ns, rd32, rd64,
                                    store_release_u64, wr32, wr64)
 
@@ -86,15 +86,17 @@ cdef bint _table_names(const uint8_t *b, Py_ssize_t p, Py_ssize_t size, Scanned 
 
 
 cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sync, Py_ssize_t max_bytes,
-                  Scanned *s) noexcept nogil:
-    """``_scan(gtid_first=True, run_rules=True)`` of the twin: a common transaction whole
-    from ``b`` into ``s`` (spans, not copies), or why not."""
+                  bint verbatim, Scanned *s) noexcept nogil:
+    """``_scan(gtid_first=True, run_rules=True, verbatim)`` of the twin: a common transaction
+    whole from ``b`` into ``s`` (spans, not copies), or why not. ``verbatim``: the GTID
+    event, a BEGIN and the XID noted too, and counted as its events in ``rows``."""
     cdef DumpPacket k
     cdef Py_ssize_t p, size
     cdef bint gtid_first = True
     cdef int got, kind, begin = BEGIN_NONE
     k.at, k.seq_id, k.ack = 0, seq_id, -1
     s.rows, s.spans, s.data_len, s.tables, s.names_len = 0, 0, 0, 0, 0
+    s.verbatim, s.gtid_size, s.begin_size, s.xid_size = verbatim, 0, 0, 0
     while True:
         got = next_event(b, end, semi_sync, &k)
         s.ack = k.ack
@@ -106,16 +108,21 @@ cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
             if kind != GTID_MARIADB and kind != GTID_MYSQL:
                 return SCAN_NO  # not a GTID this reads, or a standalone one (DDL)
             gtid_first, begin = False, (BEGIN_MUST if kind == GTID_MYSQL else BEGIN_NONE)
+            s.gtid_at, s.gtid_size = p, size
             continue
         if begin == BEGIN_MUST:
             if not is_begin_query(b + p, size):
                 return SCAN_NO  # MySQL's DDL (its QUERY after the GTID), or anything else
             begin = BEGIN_NONE
+            s.begin_at, s.begin_size = p, size
             continue
         if k.etype == XID_EVENT:
             if not s.rows:
                 return SCAN_NO
             s.taken, s.seq_id, s.position = k.at, k.seq_id, k.position
+            if verbatim:
+                s.xid_at, s.xid_size = p, size
+                s.rows = s.spans + 2 + (s.begin_size > 0)
             return SCAN_WHOLE
         if s.spans >= RUN_EVENTS:
             return SCAN_NO
@@ -129,15 +136,47 @@ cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
         s.start[s.spans], s.size[s.spans] = p, size
         s.spans += 1
         s.data_len += size
-        if s.data_len >= max_bytes:
+        if s.data_len + (s.gtid_size + s.begin_size if verbatim else 0) >= max_bytes:
             return SCAN_NO
 
 
-cdef Py_ssize_t _fill_scanned(uint8_t *o, const uint8_t *b, const Scanned *s) noexcept nogil:
-    """The compact payload of ``s`` (encode_compact's layout, no format event) at ``o``."""
+cdef Py_ssize_t _fill_verbatim(uint8_t *o, const uint8_t *b, const Scanned *s) noexcept nogil:
+    """The verbatim payload of ``s`` (encode_verbatim's layout, no format event) at ``o``."""
     cdef uint8_t *start = o
     cdef uint64_t now = now_ns(CLOCK_REALTIME)
     cdef int i
+    o[0] = VERBATIM
+    o[1] = <uint8_t>s.gtid_len
+    memcpy(o + 2, s.gtid, s.gtid_len)
+    o += 2 + s.gtid_len
+    wr64(o, now)
+    wr64(o + 8, now)
+    wr32(o + 16, 0)
+    o[20] = <uint8_t>s.file_len
+    memcpy(o + 21, s.file, s.file_len)
+    o += 21 + s.file_len
+    wr32(o, s.rows)
+    o += 4
+    memcpy(o, b + s.gtid_at, s.gtid_size)
+    o += s.gtid_size
+    if s.begin_size:
+        memcpy(o, b + s.begin_at, s.begin_size)
+        o += s.begin_size
+    for i in range(s.spans):
+        memcpy(o, b + s.start[i], s.size[i])
+        o += s.size[i]
+    memcpy(o, b + s.xid_at, s.xid_size)
+    return o + s.xid_size - start
+
+
+cdef Py_ssize_t _fill_scanned(uint8_t *o, const uint8_t *b, const Scanned *s) noexcept nogil:
+    """The compact payload of ``s`` (encode_compact's layout, no format event) at ``o``, or
+    the verbatim one."""
+    cdef uint8_t *start = o
+    cdef uint64_t now = now_ns(CLOCK_REALTIME)
+    cdef int i
+    if s.verbatim:
+        return _fill_verbatim(o, b, s)
     o[0] = COMPACT
     o[1] = <uint8_t>s.gtid_len
     memcpy(o + 2, s.gtid, s.gtid_len)

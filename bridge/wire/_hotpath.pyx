@@ -76,6 +76,42 @@ def encode_compact(gtid, read_ns, ship_ns, fmt, events, tables, data):
     return out
 
 
+def encode_verbatim(gtid, read_ns, ship_ns, fmt, file, events, data):
+    if type(gtid) is not str or type(file) is not bytes or not fits(read_ns, 0xFFFFFFFFFFFFFFFF) \
+            or not fits(ship_ns, 0xFFFFFFFFFFFFFFFF) or not fits(events, 0xFFFFFFFF) or len(file) > 255:
+        return _twin.encode_verbatim(gtid, read_ns, ship_ns, fmt, file, events, data)
+    cdef bytes text = PyUnicode_AsUTF8String(gtid)
+    if len(text) > 255:
+        return _twin.encode_verbatim(gtid, read_ns, ship_ns, fmt, file, events, data)
+    cdef Py_buffer f, d
+    cdef uint8_t *o
+    cdef Py_ssize_t n = len(text), fn = len(file)
+    PyObject_GetBuffer(fmt, &f, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(data, &d, PyBUF_SIMPLE)
+        try:
+            out = PyByteArray_FromStringAndSize(NULL, 2 + n + 20 + f.len + 1 + fn + 4 + d.len)
+            o = <uint8_t *>PyByteArray_AS_STRING(out)
+            o[0], o[1] = b"V"[0], <uint8_t>n
+            memcpy(o + 2, PyBytes_AS_STRING(text), n)
+            o += 2 + n
+            wr64(o, read_ns)
+            wr64(o + 8, ship_ns)
+            wr32(o + 16, <uint32_t>f.len)
+            memcpy(o + 20, f.buf, f.len)
+            o += 20 + f.len
+            o[0] = <uint8_t>fn
+            memcpy(o + 1, PyBytes_AS_STRING(file), fn)
+            o += 1 + fn
+            wr32(o, <uint32_t>events)
+            memcpy(o + 4, d.buf, d.len)
+        finally:
+            PyBuffer_Release(&d)
+    finally:
+        PyBuffer_Release(&f)
+    return out
+
+
 cdef void _fill_compact(uint8_t *p, bytes text, uint64_t read_ns, uint64_t ship_ns, Py_buffer *f, uint32_t events,
                         list names, Py_buffer *d):
     cdef Py_ssize_t n = len(text)
@@ -356,12 +392,12 @@ cdef bytes _joined(const uint8_t *b, list spans, Py_ssize_t total):
 
 
 def place_run(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, region, Py_ssize_t base, Py_ssize_t head,
-              Py_ssize_t free, next_seq, epoch, heartbeat, Py_ssize_t max_txns):
+              Py_ssize_t free, next_seq, epoch, heartbeat, Py_ssize_t max_txns, file=None):
     if not (fits(seq_id, 255) and fits(next_seq, 0x7FFFFFFFFFFFFFFF) and isinstance(epoch, int)
             and type(heartbeat) is tuple and len(heartbeat) == 2 and type(heartbeat[0]) is str
-            and type(heartbeat[1]) is str):
+            and type(heartbeat[1]) is str and (file is None or type(file) is bytes and len(file) < 256)):
         return _twin.place_run(buf, seq_id, semi_sync, max_bytes, region, base, head, free, next_seq, epoch,
-                               heartbeat, max_txns)
+                               heartbeat, max_txns, file)
     cdef bytes hb_schema = PyUnicode_AsUTF8String(heartbeat[0]), hb_table = PyUnicode_AsUTF8String(heartbeat[1])
     cdef Py_buffer v, r
     cdef Scanned s
@@ -380,14 +416,16 @@ def place_run(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes, region, Py_ssiz
         size = r.len - base
         if base < 0 or size <= 0 or head < 0 or head >= size or free < 0 or free > size:
             return _twin.place_run(buf, seq_id, semi_sync, max_bytes, region, base, head, free, next_seq, epoch,
-                                   heartbeat, max_txns)
+                                   heartbeat, max_txns, file)
         PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
         try:
             b = <const uint8_t *>v.buf
             o = <uint8_t *>r.buf + base
             while count < max_txns and ack < 0:
-                if scan_one(b + at, v.len - at, sid, semi_sync, max_bytes, &s) != SCAN_WHOLE:
+                if scan_one(b + at, v.len - at, sid, semi_sync, max_bytes, file is not None, &s) != SCAN_WHOLE:
                     break
+                if file is not None:
+                    s.file, s.file_len = PyBytes_AS_STRING(file), len(<bytes>file)
                 frame_at = head
                 used = place_scanned(o, size, &frame_at, free, seq, ep, b + at, &s)
                 if not used:
@@ -417,7 +455,7 @@ def scan_wants_more(buf, seq_id, bint semi_sync, Py_ssize_t max_bytes):
         return _twin.scan_wants_more(buf, seq_id, semi_sync, max_bytes)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        return scan_one(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, &s) == SCAN_MORE
+        return scan_one(<const uint8_t *>view.buf, view.len, seq_id, semi_sync, max_bytes, False, &s) == SCAN_MORE
     finally:
         PyBuffer_Release(&view)
 

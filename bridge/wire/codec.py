@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 
 from bridge.errors import LocalProtocolError, RemoteProtocolError
 from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction, Verbatim
-from bridge.wire.hotpath import COMPACT_TAG
+from bridge.wire.hotpath import COMPACT_TAG, VERBATIM_TAG
 from bridge.wire.native import hot
 
 _I64 = struct.Struct("<q")
@@ -179,11 +179,7 @@ _FIXED = {b"d"[0]: (_DATE, dt.date), b"t"[0]: (_DATETIME, dt.datetime),
 _TEXT = {b"D"[0]: _finite_decimal, b"Z"[0]: InvalidTemporal}
 
 
-# Verbatim payload (tag b"V"), one Verbatim change (relay apply mode), the events not parsed:
-#   V | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
-#   file length u8 | file | events u32 | the events
-VERBATIM_TAG = b"V"[0]
-_VERBATIM_HEAD = struct.Struct("<QQI")
+_VERBATIM_HEAD = struct.Struct("<QQI")  # hotpath.encode_verbatim's layout
 
 
 def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> bytearray:
@@ -198,7 +194,9 @@ def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> by
         if kind is Verbatim and txn.gtid.isascii():
             file = txn.changes[0].file.encode("utf-8", "surrogatepass")
             if len(file) < 256:
-                return _encode_verbatim(txn, file, stamps)
+                change = txn.changes[0]
+                return hot.encode_verbatim(txn.gtid, stamps[0], stamps[1], txn.format_event, file, change.events,
+                                           change.data)
     out = bytearray()
     tables, changes = _tables_and_changes(txn.changes)
     encode_value((txn.gtid, tables, changes, stamps, txn.format_event), out)
@@ -212,20 +210,6 @@ def _encode_compact(txn: Transaction, stamps: tuple[int, int]) -> bytearray:
                                   rows.data)
     except ValueError as exc:
         raise LocalProtocolError(f"encode transaction {txn.gtid}: {exc}") from exc
-
-
-def _encode_verbatim(txn: Transaction, file: bytes, stamps: tuple[int, int]) -> bytearray:
-    change, gtid = txn.changes[0], txn.gtid.encode()
-    out = bytearray(b"V")
-    out.append(len(gtid))
-    out += gtid
-    out += _VERBATIM_HEAD.pack(stamps[0], stamps[1], len(txn.format_event))
-    out += txn.format_event
-    out.append(len(file))
-    out += file
-    out += _U32.pack(change.events)
-    out += change.data
-    return out
 
 
 def _decode_verbatim(buf) -> Transaction:

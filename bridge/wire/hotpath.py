@@ -38,8 +38,8 @@ from bridge.wire.frame import (
     trailer_at,
 )
 
-__all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse_gtid", "table_map_names",
-           "scan_transaction", "scan_verbatim", "scan_wants_more", "place_run", "one_trip"]
+__all__ = ["encode_compact", "decode_compact", "encode_verbatim", "place_frame", "frame_at", "parse_gtid",
+           "table_map_names", "scan_transaction", "scan_verbatim", "scan_wants_more", "place_run", "one_trip"]
 
 # Compact payload (tag b"E"; the tagged layout starts with b"l"), one RowEvents change:
 #   E | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
@@ -47,6 +47,10 @@ __all__ = ["encode_compact", "decode_compact", "place_frame", "frame_at", "parse
 COMPACT_TAG = b"E"[0]
 _COMPACT_HEAD = struct.Struct("<QQI")
 _COMPACT_ROWS = struct.Struct("<IH")
+# Verbatim payload (tag b"V"), one Verbatim change (relay apply mode), its events not parsed:
+#   V | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
+#   file length u8 | file | events u32 | the events
+VERBATIM_TAG = b"V"[0]
 FRAME_KINDS = frozenset({1, 2, 3, 4})  # bridge.wire.frame.FrameKind
 
 
@@ -67,6 +71,23 @@ def encode_compact(gtid: str, read_ns: int, ship_ns: int, fmt: bytes, events: in
                 raise ValueError(f"name {name[:40]!r}... over 255 bytes")
             out.append(len(name))
             out += name
+    out += data
+    return out
+
+
+def encode_verbatim(gtid: str, read_ns: int, ship_ns: int, fmt: bytes, file: bytes, events: int, data) -> bytearray:
+    """The verbatim payload. ValueError names a GTID or a file name over 255 bytes."""
+    text = gtid.encode()
+    if len(text) > 255 or len(file) > 255:
+        raise ValueError(f"gtid {gtid[:40]!r} or file {bytes(file[:40])!r}: over 255 bytes")
+    out = bytearray(b"V")
+    out.append(len(text))
+    out += text
+    out += _COMPACT_HEAD.pack(read_ns, ship_ns, len(fmt))
+    out += fmt
+    out.append(len(file))
+    out += file
+    out += events.to_bytes(4, "little")
     out += data
     return out
 
@@ -286,7 +307,7 @@ _TXN_ENTRY = FrameKind.TXN  # the kind a placed frame's ring entry names
 
 
 def place_run(buf, seq_id: int, semi_sync: bool, max_bytes: int, region: bytearray, base: int, head: int, free: int,
-              next_seq: int, epoch: int, heartbeat: tuple[str, str], max_txns: int):
+              next_seq: int, epoch: int, heartbeat: tuple[str, str], max_txns: int, file: bytes | None = None):
     """Common transactions whole in ``buf`` (``scan_transaction``'s kind, from their
     GTID event on) framed one after another into ``region``, a ring producer's mirror
     whose data area starts at ``base`` (a TXN frame of the compact payload each, no
@@ -300,16 +321,19 @@ def place_run(buf, seq_id: int, semi_sync: bool, max_bytes: int, region: bytearr
     frames as ``RingProducer`` keeps them: (seq, bytes incl. the gap before it,
     region offset, payload length, FrameKind.TXN, flags 0), the head after them, how
     many were writes of ``heartbeat`` (schema, table) alone, the last GTID, its
-    XID's next-event position, the ACK position or -1)."""
+    XID's next-event position, the ACK position or -1). ``file`` (relay apply mode): each
+    transaction whole as the primary wrote it (``scan_verbatim``), in the verbatim payload
+    naming that binlog file."""
     size = len(region) - base
     view = memoryview(buf)
     at, entries, heartbeats, gtid, commit, ack = 0, [], 0, "", 0, -1
     while len(entries) < max_txns and ack < 0:
-        scanned = _scan(view[at:], seq_id, semi_sync, max_bytes, True, True)[0]
+        scanned = _scan(view[at:], seq_id, semi_sync, max_bytes, True, True, file is not None)[0]
         if scanned is None:
             break
         taken, next_id, txn_gtid, data, tables, events, position, txn_ack = scanned
-        payload = encode_compact(txn_gtid, time.time_ns(), time.time_ns(), b"", events, tables, data)
+        payload = encode_compact(txn_gtid, time.time_ns(), time.time_ns(), b"", events, tables, data) \
+            if file is None else encode_verbatim(txn_gtid, time.time_ns(), time.time_ns(), b"", file, events, data)
         need = frame_bytes(len(payload))
         gap = size - head if head + need > size else 0
         if need > size // 2 or gap + need > free:

@@ -15,6 +15,7 @@ cdef enum:
     KIND_HEARTBEAT = 3
     KIND_PAD = 4
     COMPACT = 0x45  # the first byte of a compact TXN payload ("E")
+    VERBATIM = 0x56  # the first byte of a verbatim TXN payload ("V", relay apply mode)
 
     # the ring's header, little-endian; the data area starts at DATA_OFFSET
     WRITE_SEQ_AT = 8

@@ -433,14 +433,14 @@ def _stamps_zeroed(region: bytearray, entries) -> bytes:
     return bytes(out)
 
 
-def run_both(buf, seq_id, semi_sync, max_bytes, size, head, free, next_seq, epoch, heartbeat, max_txns):
+def run_both(buf, seq_id, semi_sync, max_bytes, size, head, free, next_seq, epoch, heartbeat, max_txns, file=None):
     """place_run of both twins on fresh regions: the same result and the same region (stamps
     aside); each placed frame reads back (crc right) as the scanned transaction."""
     outcomes = []
     for impl in (hotpath, compiled):
         region = bytearray(b"\xaa" * (BASE + size))
         got = impl.place_run(buf, seq_id, semi_sync, max_bytes, region, BASE, head, free, next_seq, epoch,
-                             heartbeat, max_txns)
+                             heartbeat, max_txns, file)
         outcomes.append((got, _stamps_zeroed(region, got[2] if got else ())))
         for entry in got[2] if got else ():
             seq, _, offset, length, kind, flags = entry
@@ -552,3 +552,63 @@ def test_scan_wants_more_on_every_cut_of_a_transaction_a_run_takes_and_nothing_e
     assert (mysql_placed is None) == (placed is None)  # (a name that is not ASCII: neither)
     cut = data.draw(st.integers(0, len(mysql) - 1))
     assert same("scan_wants_more", mysql[:cut], seq_id, semi_sync, 1 << 20)[1] or placed is None
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30), u64, u64, st.binary(max_size=120), st.binary(max_size=40), st.integers(0, (1 << 32) - 1),
+       st.binary(max_size=300))
+def test_encode_verbatim_agrees_and_decodes_back(gtid, read_ns, ship_ns, fmt, file, events, data):
+    from bridge.model import Verbatim
+    from bridge.wire.codec import decode_transaction
+
+    kind, payload, _ = same("encode_verbatim", gtid, read_ns, ship_ns, fmt, file, events, data)
+    assert kind == "ok" and payload[:1] == b"V"
+    if gtid.isascii() and file.isascii():
+        txn = decode_transaction(payload)
+        assert (txn.gtid, txn.stamps, txn.format_event) == (gtid, (read_ns, ship_ns), fmt)
+        assert txn.changes == (Verbatim(file.decode(), data, events),)
+    same("encode_verbatim", "x" * 256, read_ns, ship_ns, fmt, file, events, data)  # over 255 bytes: ValueError
+    same("encode_verbatim", gtid, read_ns, ship_ns, fmt, bytes(256), events, data)
+    same("encode_verbatim", gtid, read_ns, ship_ns, fmt, bytearray(file), events, data)  # the twin's way
+    same("encode_verbatim", gtid, read_ns, ship_ns, fmt, file, 1 << 32, data)  # OverflowError
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(st.lists(transactions(), min_size=1, max_size=5), st.integers(0, 255), st.booleans(), st.booleans(),
+       st.text("binlog.0123456789", min_size=1, max_size=30).map(str.encode), st.data())
+def test_place_run_with_a_file_frames_each_transaction_as_the_primary_wrote_it(txns, seq_id, semi_sync, mysql, file,
+                                                                               data):
+    """Relay apply mode: place_run with ``file`` takes the same transactions as without,
+    each framed in the verbatim payload: all its events (GTID, BEGIN, XID too), their
+    count, the file, as scan_verbatim takes them one by one."""
+    from bridge.model import Verbatim
+    from bridge.wire.codec import decode_transaction
+
+    events, acks = [], []
+    for i, txn in enumerate(txns):
+        head = [_mysql_gtid_event(bytes(range(16)), i + 1), _begin()] if mysql else [_gtid_event(i + 1, 0, 1, 0)]
+        events.append([*head, *txn])
+        acks.append(semi_sync and data.draw(st.booleans()))
+    buf, number = bytearray(), seq_id
+    for txn, ack in zip(events, acks):
+        buf += _packets(txn, number, semi_sync, ack)
+        number = 1 if ack else (number + len(txn)) % 256
+    size = data.draw(st.integers(64, 4096)) * 8
+    head, max_bytes = data.draw(st.integers(0, size // 8 - 1)) * 8, data.draw(st.sampled_from([1 << 20, 150, 400]))
+    got = run_both(bytes(buf), seq_id, semi_sync, max_bytes, size, head, size, 7, 5, ("rdma_bridge", "heartbeat"), 6,
+                   file=file)
+    if got is None:  # the first is over half the ring, or (max_bytes) one to chunk
+        return
+    region = bytearray(b"\xaa" * (BASE + size))
+    hotpath.place_run(bytes(buf), seq_id, semi_sync, max_bytes, region, BASE, head, size, 7, 5,
+                      ("rdma_bridge", "heartbeat"), 6, file)
+    at, number = 0, seq_id
+    for seq, _, offset, length, _, _ in got[2]:
+        taken, number, gtid, joined, count, _, _ = hotpath.scan_verbatim(memoryview(buf)[at:], number, semi_sync,
+                                                                         max_bytes)
+        at += taken
+        txn = decode_transaction(bytes(region[offset + HEADER_BYTES:offset + HEADER_BYTES + length]))
+        assert txn.gtid == gtid and txn.changes == (Verbatim(file.decode(), joined, count),)
+    assert got[0] == at and got[1] == number

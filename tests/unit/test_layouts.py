@@ -15,6 +15,7 @@ SOURCES = {
     "HEADER_BYTES": frame.HEADER_BYTES, "TRAILER_BYTES": frame.TRAILER_BYTES,
     "MIN_FRAME_BYTES": frame.MIN_FRAME_BYTES, "KIND_TXN": FrameKind.TXN, "KIND_CHUNK": FrameKind.CHUNK,
     "KIND_HEARTBEAT": FrameKind.HEARTBEAT, "KIND_PAD": FrameKind.PAD, "COMPACT": hotpath.COMPACT_TAG,
+    "VERBATIM": hotpath.VERBATIM_TAG,
     "WRITE_SEQ_AT": layout.WRITE_SEQ_AT, "ACK_SEQ_AT": layout.ACK_SEQ_AT, "HEAD_AT": layout.HEAD_AT,
     "TAIL_AT": layout.TAIL_AT, "SIZE_AT": layout.SIZE_AT, "WAITING_AT": layout.WAITING_AT,
     "SCRATCH_AT": layout.SCRATCH_AT,

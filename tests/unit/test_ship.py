@@ -68,8 +68,8 @@ class Setup:
     def feed(self, data: bytes) -> None:
         self.server.sendall(data)
 
-    def run(self, seq_id: int = 0, wait_ms: int = 20) -> int:
-        got = self.lane.run(seq_id, wait_ms)
+    def run(self, seq_id: int = 0, wait_ms: int = 20, file: bytes | None = None) -> int:
+        got = self.lane.run(seq_id, wait_ms, None, 0, file)
         if self.data is not None:
             self._carry_out()
         return got
@@ -147,6 +147,37 @@ def test_both_lanes_place_publish_and_stop_alike(tcp, head, mysql):
             assert [f.seq for f in setup.producer.unacked(9)] == [10, 11, 12]
             results.append((_stamps_zeroed(setup.ring, setup.producer), setup.producer.head, setup.producer.used,
                             [e[:4] for e in setup.producer._inflight]))
+        finally:
+            setup.close()
+    assert all(r == results[0] for r in results)
+
+
+@pytest.mark.parametrize("mysql", [False, True], ids=["mariadb", "mysql"])
+@pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
+@pytest.mark.parametrize("head", [0, SIZE - 200], ids=["start", "pad"])
+def test_in_relay_mode_both_lanes_frame_each_transaction_as_the_primary_wrote_it(tcp, head, mysql):
+    """Relay apply mode (``file``): the same transactions placed and the same stop (the DDL),
+    each frame the verbatim payload: the file, every event of the transaction byte for byte
+    (its GTID event, MySQL's BEGIN, the XID), and their count; both twins leave the same bytes."""
+    txns = [_txn(1, mysql=mysql), _txn(2, b"heartbeat", mysql=mysql), _txn(3, rows=5, mysql=mysql),
+            _txn(4, flags=1, mysql=mysql), _txn(5, mysql=mysql)]
+    data, _ = _packets(txns)
+    common, number = _packets(txns[:3])
+    results = []
+    for module in MODULES:
+        setup = Setup(module, tcp=tcp, head=head)
+        try:
+            setup.feed(data)
+            time.sleep(0.01)
+            assert setup.run(file=b"binlog.000042") == 3 and setup.lane.why == ship.NOT_MINE
+            assert setup.lane.seq_id == number and setup.reader.start == len(common)
+            got = [decode_transaction(f.payload) for f in setup.frames()]
+            assert [(t.changes[0].file, t.changes[0].data, t.changes[0].events) for t in got] == \
+                [("binlog.000042", b"".join(txn), len(txn)) for txn in txns[:3]]
+            assert setup.lane.heartbeats == 1 and setup.producer.backlog_frames == 3
+            with pytest.raises(ValueError, match="255 bytes at most"):
+                setup.run(file=bytes(256))
+            results.append((_stamps_zeroed(setup.ring, setup.producer), setup.producer.head, setup.producer.used))
         finally:
             setup.close()
     assert all(r == results[0] for r in results)
