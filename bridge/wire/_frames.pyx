@@ -140,21 +140,28 @@ cdef int scan_one(const uint8_t *b, Py_ssize_t end, uint8_t seq_id, bint semi_sy
             return SCAN_NO
 
 
-cdef Py_ssize_t _fill_verbatim(uint8_t *o, const uint8_t *b, const Scanned *s) noexcept nogil:
-    """The verbatim payload of ``s`` (encode_verbatim's layout, no format event) at ``o``."""
-    cdef uint8_t *start = o
+cdef uint8_t *_fill_head(uint8_t *o, uint8_t tag, const Scanned *s) noexcept nogil:
+    """What both payloads of ``s`` begin with at ``o`` (the tag, the GTID, the stamps: now,
+    no format event); where the rest goes."""
     cdef uint64_t now = now_ns(CLOCK_REALTIME)
-    cdef int i
-    o[0] = VERBATIM
+    o[0] = tag
     o[1] = <uint8_t>s.gtid_len
     memcpy(o + 2, s.gtid, s.gtid_len)
     o += 2 + s.gtid_len
     wr64(o, now)
     wr64(o + 8, now)
     wr32(o + 16, 0)
-    o[20] = <uint8_t>s.file_len
-    memcpy(o + 21, s.file, s.file_len)
-    o += 21 + s.file_len
+    return o + 20
+
+
+cdef Py_ssize_t _fill_verbatim(uint8_t *o, const uint8_t *b, const Scanned *s) noexcept nogil:
+    """The verbatim payload of ``s`` (encode_verbatim's layout, no format event) at ``o``."""
+    cdef uint8_t *start = o
+    cdef int i
+    o = _fill_head(o, VERBATIM, s)
+    o[0] = <uint8_t>s.file_len
+    memcpy(o + 1, s.file, s.file_len)
+    o += 1 + s.file_len
     wr32(o, s.rows)
     o += 4
     memcpy(o, b + s.gtid_at, s.gtid_size)
@@ -173,21 +180,14 @@ cdef Py_ssize_t _fill_scanned(uint8_t *o, const uint8_t *b, const Scanned *s) no
     """The compact payload of ``s`` (encode_compact's layout, no format event) at ``o``, or
     the verbatim one."""
     cdef uint8_t *start = o
-    cdef uint64_t now = now_ns(CLOCK_REALTIME)
     cdef int i
     if s.verbatim:
         return _fill_verbatim(o, b, s)
-    o[0] = COMPACT
-    o[1] = <uint8_t>s.gtid_len
-    memcpy(o + 2, s.gtid, s.gtid_len)
-    o += 2 + s.gtid_len
-    wr64(o, now)
-    wr64(o + 8, now)
-    wr32(o + 16, 0)
-    wr32(o + 20, s.rows)
-    o[24] = s.tables & 0xFF
-    o[25] = s.tables >> 8
-    o += 26
+    o = _fill_head(o, COMPACT, s)
+    wr32(o, s.rows)
+    o[4] = s.tables & 0xFF
+    o[5] = s.tables >> 8
+    o += 6
     for i in range(2 * s.tables):
         o[0] = <uint8_t>s.name_len[i]
         memcpy(o + 1, b + s.name_at[i], s.name_len[i])

@@ -91,15 +91,7 @@ def encode_verbatim(gtid, read_ns, ship_ns, fmt, file, events, data):
         PyObject_GetBuffer(data, &d, PyBUF_SIMPLE)
         try:
             out = PyByteArray_FromStringAndSize(NULL, 2 + n + 20 + f.len + 1 + fn + 4 + d.len)
-            o = <uint8_t *>PyByteArray_AS_STRING(out)
-            o[0], o[1] = b"V"[0], <uint8_t>n
-            memcpy(o + 2, PyBytes_AS_STRING(text), n)
-            o += 2 + n
-            wr64(o, read_ns)
-            wr64(o + 8, ship_ns)
-            wr32(o + 16, <uint32_t>f.len)
-            memcpy(o + 20, f.buf, f.len)
-            o += 20 + f.len
+            o = _put_head(<uint8_t *>PyByteArray_AS_STRING(out), 86, text, read_ns, ship_ns, &f)  # "V"
             o[0] = <uint8_t>fn
             memcpy(o + 1, PyBytes_AS_STRING(file), fn)
             o += 1 + fn
@@ -112,11 +104,11 @@ def encode_verbatim(gtid, read_ns, ship_ns, fmt, file, events, data):
     return out
 
 
-cdef void _fill_compact(uint8_t *p, bytes text, uint64_t read_ns, uint64_t ship_ns, Py_buffer *f, uint32_t events,
-                        list names, Py_buffer *d):
+cdef uint8_t *_put_head(uint8_t *p, uint8_t tag, bytes text, uint64_t read_ns, uint64_t ship_ns, Py_buffer *f):
+    """What the compact and verbatim payloads begin with (the twin's _payload_head); where
+    the rest goes."""
     cdef Py_ssize_t n = len(text)
-    cdef bytes name
-    p[0] = 69  # "E"
+    p[0] = tag
     p[1] = <uint8_t>n
     memcpy(p + 2, PyBytes_AS_STRING(text), n)
     p += 2 + n
@@ -124,7 +116,13 @@ cdef void _fill_compact(uint8_t *p, bytes text, uint64_t read_ns, uint64_t ship_
     wr64(p + 8, ship_ns)
     wr32(p + 16, <uint32_t>f.len)
     memcpy(p + 20, f.buf, f.len)
-    p += 20 + f.len
+    return p + 20 + f.len
+
+
+cdef void _fill_compact(uint8_t *p, bytes text, uint64_t read_ns, uint64_t ship_ns, Py_buffer *f, uint32_t events,
+                        list names, Py_buffer *d):
+    cdef bytes name
+    p = _put_head(p, 69, text, read_ns, ship_ns, f)  # "E"
     wr32(p, events)
     p[4] = (len(names) // 2) & 0xFF
     p[5] = (len(names) // 2) >> 8

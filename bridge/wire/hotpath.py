@@ -54,16 +54,23 @@ VERBATIM_TAG = b"V"[0]
 FRAME_KINDS = frozenset({1, 2, 3, 4})  # bridge.wire.frame.FrameKind
 
 
-def encode_compact(gtid: str, read_ns: int, ship_ns: int, fmt: bytes, events: int, tables, data) -> bytearray:
-    """The compact payload. ValueError names a GTID or a table name over 255 bytes."""
+def _payload_head(tag: bytes, gtid: str, read_ns: int, ship_ns: int, fmt: bytes) -> bytearray:
+    """What the compact and verbatim payloads begin with: the tag, the GTID, the stamps and
+    the format event."""
     text = gtid.encode()
     if len(text) > 255:
         raise ValueError(f"gtid {gtid[:40]!r}... over 255 bytes")
-    out = bytearray(b"E")
+    out = bytearray(tag)
     out.append(len(text))
     out += text
     out += _COMPACT_HEAD.pack(read_ns, ship_ns, len(fmt))
     out += fmt
+    return out
+
+
+def encode_compact(gtid: str, read_ns: int, ship_ns: int, fmt: bytes, events: int, tables, data) -> bytearray:
+    """The compact payload. ValueError names a GTID or a table name over 255 bytes."""
+    out = _payload_head(b"E", gtid, read_ns, ship_ns, fmt)
     out += _COMPACT_ROWS.pack(events, len(tables))
     for schema, table in tables:
         for name in (schema.encode(), table.encode()):
@@ -77,14 +84,9 @@ def encode_compact(gtid: str, read_ns: int, ship_ns: int, fmt: bytes, events: in
 
 def encode_verbatim(gtid: str, read_ns: int, ship_ns: int, fmt: bytes, file: bytes, events: int, data) -> bytearray:
     """The verbatim payload. ValueError names a GTID or a file name over 255 bytes."""
-    text = gtid.encode()
-    if len(text) > 255 or len(file) > 255:
-        raise ValueError(f"gtid {gtid[:40]!r} or file {bytes(file[:40])!r}: over 255 bytes")
-    out = bytearray(b"V")
-    out.append(len(text))
-    out += text
-    out += _COMPACT_HEAD.pack(read_ns, ship_ns, len(fmt))
-    out += fmt
+    if len(file) > 255:
+        raise ValueError(f"file {bytes(file[:40])!r}... over 255 bytes")
+    out = _payload_head(b"V", gtid, read_ns, ship_ns, fmt)
     out.append(len(file))
     out += file
     out += events.to_bytes(4, "little")

@@ -451,15 +451,13 @@ def run_both(buf, seq_id, semi_sync, max_bytes, size, head, free, next_seq, epoc
     return outcomes[0][0]
 
 
-@built
-@settings(max_examples=300, deadline=None)
-@given(st.lists(transactions(), min_size=1, max_size=5), st.integers(0, 255), st.booleans(), st.data())
-def test_place_run_agrees_and_frames_what_scan_transaction_finds(txns, seq_id, semi_sync, data):
-    heartbeat = ("rdma_bridge", "heartbeat")
+def _dumped(txns, seq_id: int, semi_sync: bool, mysql: bool, data, heartbeats: bool = False):
+    """Each transaction after its GTID event (MySQL's with a BEGIN), some a heartbeat's
+    write (``heartbeats``), some asking for a semi-sync ACK: (their events, which asked,
+    the dump's packets of them all)."""
     events, acks = [], []
-    mysql = data.draw(st.booleans())  # the primary's flavor: its GTID events (MySQL's with the BEGIN after it)
     for i, txn in enumerate(txns):
-        if data.draw(st.booleans()):
+        if heartbeats and data.draw(st.booleans()):
             txn = [_table_map(b"rdma_bridge", b"heartbeat"), txn[-2], txn[-1]]
         head = [_mysql_gtid_event(bytes(range(16)), i + 1), _begin()] if mysql else [_gtid_event(i + 1, 0, 1, 0)]
         events.append([*head, *txn])
@@ -468,6 +466,16 @@ def test_place_run_agrees_and_frames_what_scan_transaction_finds(txns, seq_id, s
     for txn, ack in zip(events, acks):
         buf += _packets(txn, number, semi_sync, ack)
         number = 1 if ack else (number + len(txn)) % 256
+    return events, acks, buf
+
+
+@built
+@settings(max_examples=300, deadline=None)
+@given(st.lists(transactions(), min_size=1, max_size=5), st.integers(0, 255), st.booleans(), st.data())
+def test_place_run_agrees_and_frames_what_scan_transaction_finds(txns, seq_id, semi_sync, data):
+    heartbeat = ("rdma_bridge", "heartbeat")
+    mysql = data.draw(st.booleans())  # the primary's flavor: its GTID events (MySQL's with the BEGIN after it)
+    events, acks, buf = _dumped(txns, seq_id, semi_sync, mysql, data, heartbeats=True)
     size = data.draw(st.integers(64, 4096)) * 8
     head = data.draw(st.integers(0, size // 8 - 1)) * 8
     free = data.draw(st.integers(0, size // 8)) * 8
@@ -586,15 +594,7 @@ def test_place_run_with_a_file_frames_each_transaction_as_the_primary_wrote_it(t
     from bridge.model import Verbatim
     from bridge.wire.codec import decode_transaction
 
-    events, acks = [], []
-    for i, txn in enumerate(txns):
-        head = [_mysql_gtid_event(bytes(range(16)), i + 1), _begin()] if mysql else [_gtid_event(i + 1, 0, 1, 0)]
-        events.append([*head, *txn])
-        acks.append(semi_sync and data.draw(st.booleans()))
-    buf, number = bytearray(), seq_id
-    for txn, ack in zip(events, acks):
-        buf += _packets(txn, number, semi_sync, ack)
-        number = 1 if ack else (number + len(txn)) % 256
+    buf = _dumped(txns, seq_id, semi_sync, mysql, data)[2]
     size = data.draw(st.integers(64, 4096)) * 8
     head, max_bytes = data.draw(st.integers(0, size // 8 - 1)) * 8, data.draw(st.sampled_from([1 << 20, 150, 400]))
     got = run_both(bytes(buf), seq_id, semi_sync, max_bytes, size, head, size, 7, 5, ("rdma_bridge", "heartbeat"), 6,

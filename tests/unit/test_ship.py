@@ -116,13 +116,15 @@ def _stamps_zeroed(ring: bytearray, producer: RingProducer) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.parametrize("relay", [False, True], ids=["compact", "verbatim"])
 @pytest.mark.parametrize("mysql", [False, True], ids=["mariadb", "mysql"])
 @pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
 @pytest.mark.parametrize("head", [0, SIZE - 200, SIZE - 16], ids=["start", "pad", "implicit-wrap"])
-def test_both_lanes_place_publish_and_stop_alike(tcp, head, mysql):
+def test_both_lanes_place_publish_and_stop_alike(tcp, head, mysql, relay):
     """Common transactions (one a heartbeat), then a DDL: both twins place the same frames,
     publish them, and stop at the DDL's first byte with its packet number (MariaDB's events
-    and MySQL's)."""
+    and MySQL's). Relay apply mode (``file``): each frame the verbatim payload, the file and
+    every event of the transaction byte for byte (its GTID event, MySQL's BEGIN, the XID)."""
     txns = [_txn(1, mysql=mysql), _txn(2, b"heartbeat", mysql=mysql), _txn(3, rows=5, mysql=mysql),
             _txn(4, flags=1, mysql=mysql), _txn(5, mysql=mysql)]
     gtids = [f"{MYSQL_UUID}:{i}" if mysql else f"0-1-{i}" for i in (1, 2, 3)]
@@ -134,10 +136,15 @@ def test_both_lanes_place_publish_and_stop_alike(tcp, head, mysql):
         try:
             setup.feed(data)
             time.sleep(0.01)
-            placed = setup.run()
+            placed = setup.run(file=b"binlog.000042" if relay else None)
             frames = setup.frames()
             assert placed == 3 and setup.lane.why == ship.NOT_MINE
             assert setup.lane.seq_id == number and setup.reader.start == len(common)
+            if relay:
+                assert [(c.file, c.data, c.events) for c in (decode_transaction(f.payload).changes[0] for f in frames)] \
+                    == [("binlog.000042", b"".join(txn), len(txn)) for txn in txns[:3]]
+                with pytest.raises(ValueError, match="255 bytes at most"):
+                    setup.run(file=bytes(256))
             assert setup.reader.read(len(data) - len(common)) == data[len(common):]  # the DDL on, for the event path
             assert [decode_transaction(f.payload).gtid for f in frames] == gtids
             assert (setup.lane.gtid, setup.lane.heartbeats, setup.lane.commit_position) == (gtids[-1], 1, 503)
@@ -147,37 +154,6 @@ def test_both_lanes_place_publish_and_stop_alike(tcp, head, mysql):
             assert [f.seq for f in setup.producer.unacked(9)] == [10, 11, 12]
             results.append((_stamps_zeroed(setup.ring, setup.producer), setup.producer.head, setup.producer.used,
                             [e[:4] for e in setup.producer._inflight]))
-        finally:
-            setup.close()
-    assert all(r == results[0] for r in results)
-
-
-@pytest.mark.parametrize("mysql", [False, True], ids=["mariadb", "mysql"])
-@pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
-@pytest.mark.parametrize("head", [0, SIZE - 200], ids=["start", "pad"])
-def test_in_relay_mode_both_lanes_frame_each_transaction_as_the_primary_wrote_it(tcp, head, mysql):
-    """Relay apply mode (``file``): the same transactions placed and the same stop (the DDL),
-    each frame the verbatim payload: the file, every event of the transaction byte for byte
-    (its GTID event, MySQL's BEGIN, the XID), and their count; both twins leave the same bytes."""
-    txns = [_txn(1, mysql=mysql), _txn(2, b"heartbeat", mysql=mysql), _txn(3, rows=5, mysql=mysql),
-            _txn(4, flags=1, mysql=mysql), _txn(5, mysql=mysql)]
-    data, _ = _packets(txns)
-    common, number = _packets(txns[:3])
-    results = []
-    for module in MODULES:
-        setup = Setup(module, tcp=tcp, head=head)
-        try:
-            setup.feed(data)
-            time.sleep(0.01)
-            assert setup.run(file=b"binlog.000042") == 3 and setup.lane.why == ship.NOT_MINE
-            assert setup.lane.seq_id == number and setup.reader.start == len(common)
-            got = [decode_transaction(f.payload) for f in setup.frames()]
-            assert [(t.changes[0].file, t.changes[0].data, t.changes[0].events) for t in got] == \
-                [("binlog.000042", b"".join(txn), len(txn)) for txn in txns[:3]]
-            assert setup.lane.heartbeats == 1 and setup.producer.backlog_frames == 3
-            with pytest.raises(ValueError, match="255 bytes at most"):
-                setup.run(file=bytes(256))
-            results.append((_stamps_zeroed(setup.ring, setup.producer), setup.producer.head, setup.producer.used))
         finally:
             setup.close()
     assert all(r == results[0] for r in results)
