@@ -71,6 +71,14 @@ class Link:
             except TransportError as exc:
                 self.fail(str(exc))
 
+    def say_last(self, msg: dict, timeout_s: float = 5.0) -> None:
+        """``msg`` as this side's last word in the session, then a wait (``timeout_s`` at
+        most) for the replica side to close its end once it has read it (the watcher sees
+        that). Closing at once could reset the connection while the replica side's last
+        bytes are still unread here, and a reset may drop ``msg`` before it is read."""
+        self.control.send(msg)
+        self._down.wait(timeout_s)
+
     def drain_progress(self) -> None:
         """Clear ``progress_fd`` once what it announced was looked at."""
         try:

@@ -158,7 +158,7 @@ class PrimaryNode(ShipLoop):
             if welcome["apply_mode"] == "relay":  # the replica server's IO thread gets the primary's own error
                 refusal = dump_refusal(self.cfg.source, self.cfg.server_id, str(resume), self.flavor)
                 if refusal is not None:
-                    member.link.control.send({"type": "source_refused", "code": refusal[0], "text": refusal[1]})
+                    member.link.say_last({"type": "source_refused", "code": refusal[0], "text": refusal[1]})
             raise
         chunk_bytes = min(self.cfg.chunk_bytes, welcome["ring_bytes"] // 4)
         relay = welcome["apply_mode"] == "relay"

@@ -357,10 +357,12 @@ class RelayNode(HostsRing):
                     self.relay.refuse(int(msg.get("code") or 1236), str(msg.get("text", "")))
                     log.error("relay: the primary refuses the replica server's position with error %d: %s; its IO "
                               "thread is told so (Last_IO_Error)", *self.relay.refusal)
+                    break  # the primary side's last word: its end waits for this one to close (Link.say_last)
         except (BridgeError, OSError) as exc:
             log.info("session: control channel ended: %s", exc)
         finally:
             self.writers.gone(writer.id)
+            conn.close()
 
     def _open_session(self, conn: ControlConnection, msg: dict, proof: str) -> dict:
         with self._lock:

@@ -417,7 +417,11 @@ def test_a_position_the_primary_purged_gets_the_primarys_own_error_1236(relay):
         cur.execute("PURGE BINARY LOGS TO %s", (newest,))
     pair.primary.start()
     # the IO thread's own report of a source's error 1236 (MySQL numbers it 13114), with the primary's words
-    wait_for(lambda: pair.server.status().io_errno in (1236, 13114), "the IO thread refused with error 1236", 60)
+    try:
+        wait_for(lambda: pair.server.status().io_errno in (1236, 13114), "the IO thread refused with error 1236", 60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {pair.server.status()}\nprimary side: {pair.primary.log_tail(3000)}\n"
+                             f"replica side: {pair.replica.log_tail(3000)}") from None
     st = pair.server.status()
     assert "1236" in st.io_error and "purged" in st.io_error, st.io_error
     wait_for(lambda: not pair.primary.alive(), "the primary side stopped", 30)
