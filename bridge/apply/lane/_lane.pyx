@@ -442,6 +442,14 @@ cdef class Lane:
             done_ns = now_ns(CLOCK_REALTIME)
             for i in range(g.first, g.first + done):
                 self.stamps[4 * i], self.stamps[4 * i + 1] = self.picked_ns, done_ns
+            # what is read from the frames first: once acknowledged, the primary side may
+            # write over them (a full ring is taken again at once)
+            self.last_gtid = PyUnicode_DecodeASCII(<char *>b + span[SPAN_GTID], span[SPAN_GTID_LEN], NULL)
+            if span[SPAN_BEAT] >= 0:
+                i = span[SPAN_BEAT]
+                self.heartbeat = PyBytes_FromStringAndSize(<char *>b + self.spans[SPAN * i + SPAN_DATA],
+                                                           self.spans[SPAN * i + SPAN_LEN])
+                self.heartbeat_ns = done_ns
             wr64(b + ACK_SEQ_AT, self.expected_seq + done - 1)
             wr32(b + TAIL_AT, <uint32_t>span[SPAN_AT])
             self.seq = saved_seq + done
@@ -451,12 +459,6 @@ cdef class Lane:
             self.txns += done
             self.beats += span[SPAN_BEATS]
             self.events += span[SPAN_EVENTS]
-            self.last_gtid = PyUnicode_DecodeASCII(<char *>b + span[SPAN_GTID], span[SPAN_GTID_LEN], NULL)
-            if span[SPAN_BEAT] >= 0:
-                i = span[SPAN_BEAT]
-                self.heartbeat = PyBytes_FromStringAndSize(<char *>b + self.spans[SPAN * i + SPAN_DATA],
-                                                           self.spans[SPAN * i + SPAN_LEN])
-                self.heartbeat_ns = done_ns
         if status:
             return FAILED if status == FAILED_ANSWER else LOST
         return g.n
