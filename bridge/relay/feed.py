@@ -100,7 +100,7 @@ class TransactionFeed:
     def open(self, request: DumpRequest) -> _Stream:
         with self._changed:
             stream = _Stream(self, request.gtids, request.checksum)
-            stream.at = self._place(stream.sent)
+            stream.at, stream.catching_up = self._place(stream.sent), True
             self._streams.add(stream)
         return stream
 
@@ -126,6 +126,7 @@ class TransactionFeed:
                 if stream.inside:
                     raise FeedGone("relay: the primary side's session changed inside a transaction")
                 stream.at, stream.generation = self._place(stream.sent), self.generation
+                stream.catching_up = True  # what the new session brings may still be what it sent
             if stream.at < self._first:
                 raise FeedError(f"relay: the transactions after position {stream.at} are no longer kept")
             if stream.at - self._first >= len(self._items) and timeout_s > 0:
@@ -153,6 +154,7 @@ class _Stream:
         self.feed, self.sent, self.checksum = feed, sent, checksum
         self.at, self.generation = 0, feed.generation
         self.inside = False  # some chunks of a transaction sent, not its last
+        self.catching_up = False  # since the feed began again: skip what it sent, up to the first it lacks
         self.file: str | None = None
         self.format = b""
         self._pending: deque[bytes] = deque()
@@ -164,12 +166,16 @@ class _Stream:
 
     def next(self, timeout_s: float) -> bytes | None:
         self.ack_gtid = None
-        if not self._pending:
+        while not self._pending:
             taken = self.feed._item(self, timeout_s)
             if taken is None:
                 return None
             item, format_event = taken
             self.at += 1
+            if self.catching_up:  # the feed began again behind this dump: what it sent is never sent twice
+                if not self.inside and _held(self.sent, item):
+                    continue
+                self.catching_up = False  # the first it lacks: everything after it is newer
             for change in item.changes:
                 if change.file != self.file or format_event is not self.format:
                     # a dump's start, the primary's next binlog file, or its format changed: as the

@@ -135,6 +135,26 @@ def test_a_dump_goes_on_across_a_restart_of_the_feed_from_what_it_has_sent():
             inside.next(0.01)
 
 
+def test_a_dump_that_looks_before_the_new_session_brings_anything_still_sends_nothing_twice():
+    """The feed begins again (a new session of the primary side) at the server's executed
+    GTIDs, behind what an open dump has sent; the dump looks while the feed is still empty
+    (its own thread, a heartbeat's wakeup), and only then does the primary side's re-read
+    bring those transactions again: the dump skips every one it has sent, and goes on
+    after them. So does a dump that opens in between, from its relay log's position."""
+    feed = TransactionFeed(FORMAT, server_id=1, before=GtidSet.parse("0-1-4"))
+    for item in _group([binlog_transaction(n) for n in (5, 6, 7)]):
+        feed.append(item)
+    stream = feed.open(_request("0-1-4"))
+    assert _served(stream, 5)[2:] == [b"".join(binlog_transaction(n)) for n in (5, 6, 7)]
+    feed.restart(GtidSet.parse("0-1-5"))  # the server executed 5; the dump sent 6 and 7
+    assert stream.next(0.01) is None  # nothing in the feed yet
+    reconnected = feed.open(_request("0-1-7"))  # a dump that opens now, its relay log holding 6 and 7
+    for item in _group([binlog_transaction(n) for n in (6, 7, 8)]):
+        feed.append(item)
+    assert _served(stream, 1) == [b"".join(binlog_transaction(8))] and stream.next(0.01) is None
+    assert _served(reconnected, 3)[2:] == [b"".join(binlog_transaction(8))] and reconnected.next(0.01) is None
+
+
 def test_past_its_bound_the_feed_drops_what_every_dump_sent_and_refuses_a_dump_that_needs_it():
     feed = TransactionFeed(FORMAT, server_id=1, before=GtidSet.parse("0-1-4"))
     chunks = _group([binlog_transaction(5, rows=40)], chunk_bytes=64)
