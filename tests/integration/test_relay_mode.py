@@ -414,7 +414,13 @@ def test_a_position_the_primary_purged_gets_the_primarys_own_error_1236(relay):
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("SHOW BINARY LOGS")
         newest = cur.fetchall()[-1][0]
-        cur.execute("PURGE BINARY LOGS TO %s", (newest,))
+
+    def purged() -> bool:  # a file a dump still reads (the stopped side's, until its thread ends) stays
+        with pair.pconn.cursor() as cur:
+            cur.execute("PURGE BINARY LOGS TO %s", (newest,))
+            cur.execute("SHOW BINARY LOGS")
+            return [row[0] for row in cur.fetchall()] == [newest]
+    wait_for(purged, "the older binlog files purged", 30)
     pair.primary.start()
     # the IO thread's own report of a source's error 1236 (MySQL numbers it 13114), with the primary's words
     try:
