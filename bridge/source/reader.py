@@ -165,7 +165,7 @@ class BinlogReader:
         return Transaction(gtid, (Verbatim(self._verbatim_file, data, events),))
 
     def take_run(self, place: Callable[[bytes, int, bool], Taken | None]) -> Taken | None:
-        """Binlog apply mode, between transactions: ``place(packets, next packet's
+        """Binlog and relay apply modes, between transactions: ``place(packets, next packet's
         number, semi-sync headers)`` is given the buffered packets (waiting like a read
         when none are) and returns what it used of them (a run of whole transactions,
         ``RingProducer.place_run``) or None; what it used is taken off the stream."""
@@ -193,7 +193,7 @@ class BinlogReader:
     def run_lane(self, lane, wait_ms: int, ack_file: bytes | None = None, ack_wait_us: int = 0) -> int:
         """The ship lane over this stream (bridge.source.ship): transactions placed and
         published; ``lane.why`` says why it returned; ``ack_file``, ``ack_wait_us``: see
-        ``ShipLane.run``."""
+        ``ShipLane.run`` (its ``file``: ``frame_file``)."""
         try:
             return _compat.stream_connection(self._stream).run_lane(lane, wait_ms, ack_file, ack_wait_us,
                                                                     self.frame_file)
