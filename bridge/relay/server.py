@@ -373,10 +373,10 @@ class _Dump:
             return False
         while event is not None:  # an event, or several (the rest of a transaction) concatenated
             ask = semi and stream.ack_gtid is not None
+            self.conn.seq, position = p.pack_events(out, event, self.conn.seq, semi, ask)
             if binlog.event_type(event) == binlog.ROTATE:
                 self.file, self.position = binlog.rotate_target(event, 4 if self.request.checksum else 0)
-            self.conn.seq, position = p.pack_events(out, event, self.conn.seq, semi, ask)
-            if position and binlog.event_type(event) != binlog.ROTATE:
+            elif position:
                 self.position = position
             if ask:
                 self.asked[(self.file, self.position)] = stream.ack_gtid

@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 
 from bridge.errors import LocalProtocolError, RemoteProtocolError
 from bridge.model import BitValue, Chunk, InvalidTemporal, RowChange, RowEvents, Statement, Transaction, Verbatim
-from bridge.wire.hotpath import COMPACT_TAG, VERBATIM_TAG
+from bridge.wire.hotpath import COMPACT_TAG, PAYLOAD_HEAD, VERBATIM_TAG
 from bridge.wire.native import hot
 
 _I64 = struct.Struct("<q")
@@ -179,7 +179,6 @@ _FIXED = {b"d"[0]: (_DATE, dt.date), b"t"[0]: (_DATETIME, dt.datetime),
 _TEXT = {b"D"[0]: _finite_decimal, b"Z"[0]: InvalidTemporal}
 
 
-_VERBATIM_HEAD = struct.Struct("<QQI")  # hotpath.encode_verbatim's layout
 
 
 def encode_transaction(txn: Transaction, stamps: tuple[int, int] = (0, 0)) -> bytearray:
@@ -215,8 +214,8 @@ def _encode_compact(txn: Transaction, stamps: tuple[int, int]) -> bytearray:
 def _decode_verbatim(buf) -> Transaction:
     at = 2 + buf[1]
     gtid = bytes(buf[2:at]).decode()
-    read_ns, ship_ns, fmt_len = _VERBATIM_HEAD.unpack_from(buf, at)
-    at += _VERBATIM_HEAD.size
+    read_ns, ship_ns, fmt_len = PAYLOAD_HEAD.unpack_from(buf, at)
+    at += PAYLOAD_HEAD.size
     fmt = bytes(buf[at:at + fmt_len])
     at += fmt_len
     n = buf[at]

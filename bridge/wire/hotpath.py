@@ -45,7 +45,7 @@ __all__ = ["encode_compact", "decode_compact", "encode_verbatim", "place_frame",
 #   E | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
 #   row events u32 | table count u16 | (schema length u8, schema, table length u8, table)* | events
 COMPACT_TAG = b"E"[0]
-_COMPACT_HEAD = struct.Struct("<QQI")
+PAYLOAD_HEAD = struct.Struct("<QQI")  # after the GTID, in both payloads: read ns, ship ns, format length
 _COMPACT_ROWS = struct.Struct("<IH")
 # Verbatim payload (tag b"V"), one Verbatim change (relay apply mode), its events not parsed:
 #   V | gtid length u8 | gtid | read ns u64 | ship ns u64 | format length u32 | format |
@@ -63,7 +63,7 @@ def _payload_head(tag: bytes, gtid: str, read_ns: int, ship_ns: int, fmt: bytes)
     out = bytearray(tag)
     out.append(len(text))
     out += text
-    out += _COMPACT_HEAD.pack(read_ns, ship_ns, len(fmt))
+    out += PAYLOAD_HEAD.pack(read_ns, ship_ns, len(fmt))
     out += fmt
     return out
 
@@ -101,8 +101,8 @@ def decode_compact(buf) -> tuple:
     n = buf[1]
     gtid = bytes(buf[2:2 + n]).decode()
     at = 2 + n
-    read_ns, ship_ns, fmt_len = _COMPACT_HEAD.unpack_from(buf, at)
-    at += _COMPACT_HEAD.size
+    read_ns, ship_ns, fmt_len = PAYLOAD_HEAD.unpack_from(buf, at)
+    at += PAYLOAD_HEAD.size
     fmt = bytes(buf[at:at + fmt_len])
     at += fmt_len
     events, count = _COMPACT_ROWS.unpack_from(buf, at)
