@@ -22,7 +22,7 @@ from bridge.lab.sandbox import Sandbox
 from bridge.lab.workload import MixedWorkload, connect, create_schema, percentile, probe_lag
 from bridge.model import GtidSet
 from bridge.ops.report import fetch_status, status_table
-from bridge.relay.channel import ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST
+from bridge.server import errorcodes
 from bridge.server.flavor import Flavor
 from bridge.server.sqlnames import META
 
@@ -111,7 +111,7 @@ def stop_server_channel(rconn, channel: str) -> None:
         try:
             cur.execute(Flavor.of(rconn).replica_channel("STOP", channel))
         except pymysql.MySQLError as exc:
-            if not exc.args or exc.args[0] not in (ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST):
+            if errorcodes.code_of(exc) not in errorcodes.NO_CHANNEL:
                 raise
 
 

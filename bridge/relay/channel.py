@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import pymysql
 
+from bridge.server import errorcodes
 from bridge.server.flavor import Flavor
-
-ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST = 1617, 3074
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +62,7 @@ class RelayChannel:
         try:
             cur.execute(self.stop)
         except pymysql.MySQLError as exc:  # a channel that does not exist yet: nothing to stop
-            if not exc.args or exc.args[0] not in (ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST):
+            if errorcodes.code_of(exc) not in errorcodes.NO_CHANNEL:
                 raise
         statement, params = self.change()
         cur.execute(statement, (*params, password))

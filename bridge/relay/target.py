@@ -14,11 +14,9 @@ import pymysql
 from bridge.config import MysqlUrl
 from bridge.errors import ConfigError, TargetConnectionLost
 from bridge.model import GtidSet
-from bridge.relay.channel import ER_NO_MASTER_CONNECTION, ER_REPLICA_CHANNEL_DOES_NOT_EXIST, RelayChannel
+from bridge.relay.channel import RelayChannel
 from bridge.server import dbconn, errorcodes
 from bridge.server.flavor import Flavor
-
-ER_WORKER_STOPPED_PREVIOUS_ERROR = 3030  # MySQL: a worker stopped after an earlier one's error (commit order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +116,12 @@ class RelayTarget:
 
     def status(self) -> ChannelStatus:
         name = self.channel.replace("'", "''")
-        query, no_channel, prefix, source = \
-            (f"SHOW REPLICA STATUS FOR CHANNEL '{name}'", ER_REPLICA_CHANNEL_DOES_NOT_EXIST, "Replica", "Source") \
-            if self.flavor.is_mysql else (f"SHOW SLAVE '{name}' STATUS", ER_NO_MASTER_CONNECTION, "Slave", "Master")
+        query, prefix, source = (f"SHOW REPLICA STATUS FOR CHANNEL '{name}'", "Replica", "Source") \
+            if self.flavor.is_mysql else (f"SHOW SLAVE '{name}' STATUS", "Slave", "Master")
         try:
             rows = self._query(query, dict_rows=True)
         except pymysql.MySQLError as exc:
-            if errorcodes.code_of(exc) == no_channel:
+            if errorcodes.code_of(exc) in errorcodes.NO_CHANNEL:
                 return ChannelStatus(False)
             raise
         if not rows:
@@ -149,7 +146,7 @@ class RelayTarget:
         rows = self._query("SELECT LAST_ERROR_NUMBER, LAST_ERROR_MESSAGE FROM "
                            "performance_schema.replication_applier_status_by_worker WHERE CHANNEL_NAME = %s "
                            "AND LAST_ERROR_NUMBER NOT IN (0, %s) ORDER BY LAST_ERROR_TIMESTAMP LIMIT 1",
-                           (self.channel, ER_WORKER_STOPPED_PREVIOUS_ERROR))
+                           (self.channel, errorcodes.WORKER_STOPPED_AFTER_ERROR))
         return (int(rows[0][0]), str(rows[0][1])) if rows else None
 
     def configure(self, channel: RelayChannel, password: str) -> None:

@@ -16,6 +16,8 @@ UNKNOWN_DATABASE = 1049
 NO_SUCH_TABLE = 1146
 ROW_NOT_FOUND = 1032  # a row event's row is not on the replica (HA_ERR_KEY_NOT_FOUND)
 NO_SELECT = frozenset({1142, 1143, 1044})  # table / column / database access denied
+NO_CHANNEL = frozenset({1617, 3074})  # MariaDB: no master connection of that name; MySQL: no such channel
+WORKER_STOPPED_AFTER_ERROR = 3030  # MySQL: an applier worker stopped because an earlier one failed (commit order)
 
 
 def code_of(exc: BaseException) -> int:
